@@ -1,0 +1,183 @@
+"""The binpack scheduler: a second kube-scheduler whose scoring prefers nodes that are already
+busy, so that GPU pods fill nodes up instead of leaving a few free GPUs stranded on every node."""
+
+from __future__ import annotations
+
+import pulumi
+import yaml
+
+from . import kube
+from .settings import StackSettings
+
+COMPONENT = "scheduler"
+CONFIG_DIR = "/etc/kubernetes/gpu-binpack-scheduler"
+CONFIG_FILE = "config.yaml"
+SECURE_PORT = 10259
+# Pod annotation holding a digest of the configuration: a changed configuration changes the pod
+# template, so the Deployment rolls the scheduler pods onto it.
+CONFIG_HASH_ANNOTATION = "gpu-platform.io/scheduler-config-sha256"
+
+
+def leader_elect(settings: StackSettings) -> bool:
+    return settings.scheduler.replicas > 1
+
+
+def scheduler_configuration(settings: StackSettings) -> dict:
+    """KubeSchedulerConfiguration (v1) with one profile: the binpack scheduler."""
+    sched = settings.scheduler
+    scoring = sched.scoring_strategy
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {
+            "leaderElect": leader_elect(settings),
+            "resourceLock": "leases",
+            "resourceName": sched.name,
+            "resourceNamespace": sched.namespace,
+        },
+        "profiles": [{
+            "schedulerName": sched.name,
+            "pluginConfig": [{
+                "name": "NodeResourcesFit",
+                "args": {
+                    "scoringStrategy": {
+                        "type": "RequestedToCapacityRatio",
+                        "resources": [{"name": r.name, "weight": r.weight}
+                                      for r in scoring.resources],
+                        "requestedToCapacityRatio": {
+                            "shape": [{"utilization": p.utilization, "score": p.score}
+                                      for p in scoring.requested_to_capacity_ratio.shape],
+                        },
+                    },
+                },
+            }],
+        }],
+    }
+
+
+def rbac_objects(settings: StackSettings) -> list[dict]:
+    sched = settings.scheduler
+    account = {"kind": "ServiceAccount", "name": sched.name, "namespace": sched.namespace}
+    meta_labels = kube.labels(sched.name, COMPONENT)
+
+    def binding(kind: str, name: str, role_kind: str, role: str, namespace: str | None = None):
+        metadata = {"name": name, "labels": meta_labels}
+        if namespace:
+            metadata["namespace"] = namespace
+        return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": metadata,
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind,
+                            "name": role},
+                "subjects": [account]}
+
+    objects = [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": sched.name, "namespace": sched.namespace, "labels": meta_labels}},
+        # The permissions of the cluster's own scheduler: read pods and nodes, bind pods, events.
+        binding("ClusterRoleBinding", f"{sched.name}:kube-scheduler", "ClusterRole",
+                "system:kube-scheduler"),
+        # Binding pods that use PersistentVolumeClaims.
+        binding("ClusterRoleBinding", f"{sched.name}:volume-scheduler", "ClusterRole",
+                "system:volume-scheduler"),
+        # Delegated authentication of callers of the secure port reads this ConfigMap.
+        binding("RoleBinding", f"{sched.name}:extension-apiserver-authentication-reader",
+                "Role", "extension-apiserver-authentication-reader", "kube-system"),
+    ]
+    if leader_elect(settings):
+        # system:kube-scheduler only covers the lease named kube-scheduler in kube-system.
+        role_name = f"{sched.name}:leader-election"
+        objects += [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+             "metadata": {"name": role_name, "namespace": sched.namespace, "labels": meta_labels},
+             "rules": [
+                 {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                  "verbs": ["create"]},
+                 {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                  "resourceNames": [sched.name], "verbs": ["get", "update"]},
+             ]},
+            binding("RoleBinding", role_name, "Role", role_name, sched.namespace),
+        ]
+    return objects
+
+
+def config_map(settings: StackSettings) -> dict:
+    sched = settings.scheduler
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{sched.name}-config", "namespace": sched.namespace,
+                     "labels": kube.labels(sched.name, COMPONENT)},
+        "data": {CONFIG_FILE: yaml.safe_dump(scheduler_configuration(settings), sort_keys=False)},
+    }
+
+
+def deployment(settings: StackSettings) -> dict:
+    sched = settings.scheduler
+    probe = {"httpGet": {"path": "/healthz", "port": SECURE_PORT, "scheme": "HTTPS"},
+             "periodSeconds": 10, "failureThreshold": 3}
+    resources = {key: value for key, value in sched.resources.model_dump().items() if value}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": sched.name, "namespace": sched.namespace,
+                     "labels": kube.labels(sched.name, COMPONENT)},
+        "spec": {
+            "replicas": sched.replicas,
+            "selector": {"matchLabels": kube.selector_labels(sched.name, COMPONENT)},
+            "template": {
+                "metadata": {
+                    "labels": kube.labels(sched.name, COMPONENT),
+                    "annotations": {CONFIG_HASH_ANNOTATION:
+                                    kube.content_hash(scheduler_configuration(settings))},
+                },
+                "spec": {
+                    # In-cluster credentials of this ServiceAccount; no kubeconfig from the host.
+                    "serviceAccountName": sched.name,
+                    "priorityClassName": "system-cluster-critical",
+                    "securityContext": kube.RESTRICTED_POD_SECURITY,
+                    "affinity": kube.spread_by_node(sched.name, COMPONENT),
+                    "containers": [{
+                        "name": "kube-scheduler",
+                        "image": settings.scheduler_image,
+                        "command": [
+                            "kube-scheduler",
+                            f"--config={CONFIG_DIR}/{CONFIG_FILE}",
+                            f"--secure-port={SECURE_PORT}",
+                            f"--v={sched.log_level}",
+                        ],
+                        "ports": [{"name": "https", "containerPort": SECURE_PORT}],
+                        "livenessProbe": {**probe, "initialDelaySeconds": 15},
+                        "readinessProbe": {**probe, "httpGet": {**probe["httpGet"],
+                                                                "path": "/readyz"}},
+                        "resources": resources,
+                        "securityContext": kube.RESTRICTED_CONTAINER_SECURITY,
+                        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR,
+                                          "readOnly": True}],
+                    }],
+                    "volumes": [{"name": "config",
+                                 "configMap": {"name": f"{sched.name}-config"}}],
+                },
+            },
+        },
+    }
+
+
+def scheduler_objects(settings: StackSettings) -> list[dict]:
+    """Everything the binpack scheduler needs, namespace first."""
+    sched = settings.scheduler
+    objects = [kube.namespace(sched.namespace, "restricted", COMPONENT),
+               *rbac_objects(settings), config_map(settings), deployment(settings)]
+    if sched.replicas > 1:
+        objects.append(kube.pod_disruption_budget(sched.name, sched.namespace, COMPONENT))
+    return objects
+
+
+class BinpackScheduler(pulumi.ComponentResource):
+    def __init__(self, name: str, settings: StackSettings,
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-platform:index:BinpackScheduler", name, None, opts)
+        objects = scheduler_objects(settings)
+        namespace = kube.declare(objects[0], self)
+        self.resources = kube.declare_all(objects[1:], self, depends_on=[namespace])
+        self.scheduler_name = settings.scheduler.name
+        self.register_outputs({"schedulerName": self.scheduler_name,
+                               "namespace": settings.scheduler.namespace})

@@ -1,0 +1,72 @@
+"""Helm releases: merging a stack's extra chart values over the generated ones, and declaring a
+pinned release."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from .settings import SettingsError
+
+
+def _leaf_paths(values: Mapping[str, Any], prefix: tuple = ()) -> list[tuple]:
+    paths = []
+    for key, value in values.items():
+        if isinstance(value, Mapping) and value:
+            paths.extend(_leaf_paths(value, prefix + (key,)))
+        else:
+            paths.append(prefix + (key,))
+    return paths
+
+
+def _deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def merge_values(generated: Mapping[str, Any], extra: Mapping[str, Any], setting: str) -> dict:
+    """Merge `extra` (the stack's `<setting>` value) over `generated`.
+
+    A value the program generates is derived from other settings (a taint, a namespace, a
+    switch); overriding it through extra values would let the copies disagree, so that is
+    refused with the path of the offending key.
+    """
+    owned = set(_leaf_paths(generated))
+    problems = []
+    for path in _leaf_paths(extra):
+        clash = next((p for p in owned if p[:len(path)] == path or path[:len(p)] == p), None)
+        if clash is not None:
+            problems.append(
+                f"gpu-platform:{setting}.{'.'.join(path)}: this chart value is generated from "
+                f"other settings ({'.'.join(clash)}); allowed: keys the program does not set, "
+                f"see README for the setting that controls it")
+    if problems:
+        raise SettingsError(problems)
+    return _deep_merge(generated, extra)
+
+
+def release(name: str, *, chart: str, version: str, repository: str, namespace: str,
+            values: Mapping[str, Any], parent: pulumi.Resource,
+            depends_on: Optional[Sequence[pulumi.Resource]] = None) -> k8s.helm.v3.Release:
+    """A Helm release pinned to one chart version, rolled back as a whole if it fails."""
+    return k8s.helm.v3.Release(
+        name,
+        name=name,
+        chart=chart,
+        version=version,
+        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=repository),
+        namespace=namespace,
+        create_namespace=False,
+        values=dict(values),
+        atomic=True,
+        cleanup_on_fail=True,
+        timeout=900,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on or [])),
+    )

@@ -1,0 +1,138 @@
+"""Small helpers shared by the components: common manifest pieces, and turning a manifest dict
+into the matching pulumi-kubernetes resource."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Optional, Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+PART_OF = "gpu-platform"
+
+# Typed classes for the built-in kinds the program declares; anything else (custom resources
+# whose CRDs the charts install) becomes an apiextensions.CustomResource.
+_KINDS = {
+    ("v1", "Namespace"): k8s.core.v1.Namespace,
+    ("v1", "ConfigMap"): k8s.core.v1.ConfigMap,
+    ("v1", "Secret"): k8s.core.v1.Secret,
+    ("v1", "Service"): k8s.core.v1.Service,
+    ("v1", "ServiceAccount"): k8s.core.v1.ServiceAccount,
+    ("v1", "Node"): k8s.core.v1.NodePatch,
+    ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
+    ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
+    ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): k8s.rbac.v1.ClusterRoleBinding,
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"):
+        k8s.admissionregistration.v1.ValidatingWebhookConfiguration,
+}
+
+_FIELD_ARGS = {"roleRef": "role_ref", "stringData": "string_data"}
+
+
+def labels(name: str, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": PART_OF,
+        "app.kubernetes.io/managed-by": "pulumi",
+    }
+
+
+def selector_labels(name: str, component: str) -> dict[str, str]:
+    """The subset of `labels` that is stable for the life of a Deployment (its selector)."""
+    return {"app.kubernetes.io/name": name, "app.kubernetes.io/component": component}
+
+
+def namespace(name: str, pod_security: str, component: str) -> dict:
+    """A namespace of the platform's own, with the Pod Security level its pods need."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": name,
+            "labels": {
+                **labels(name, component),
+                "pod-security.kubernetes.io/enforce": pod_security,
+                "pod-security.kubernetes.io/warn": pod_security,
+                "pod-security.kubernetes.io/audit": pod_security,
+            },
+        },
+    }
+
+
+def pod_disruption_budget(name: str, namespace_: str, component: str) -> dict:
+    """Keep at least one replica through voluntary disruptions such as node drains."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace_, "labels": labels(name, component)},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": selector_labels(name, component)}},
+    }
+
+
+def spread_by_node(name: str, component: str) -> dict:
+    """Prefer replicas on different nodes, so that losing one node keeps the service up."""
+    return {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{
+                "weight": 100,
+                "podAffinityTerm": {
+                    "topologyKey": "kubernetes.io/hostname",
+                    "labelSelector": {"matchLabels": selector_labels(name, component)},
+                },
+            }],
+        },
+    }
+
+
+RESTRICTED_POD_SECURITY = {
+    "runAsNonRoot": True,
+    "runAsUser": 65532,
+    "runAsGroup": 65532,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+RESTRICTED_CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def content_hash(*parts: Any) -> str:
+    """A stable digest of manifest content, used in pod annotations so a change rolls the pods."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(json.dumps(part, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def logical_name(obj: dict) -> str:
+    meta = obj["metadata"]
+    return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
+
+
+def declare(obj: dict, parent: pulumi.Resource,
+            depends_on: Optional[Sequence[pulumi.Resource]] = None) -> pulumi.CustomResource:
+    """Declare one manifest as a resource that is a child of `parent`."""
+    opts = pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on or []))
+    fields = {_FIELD_ARGS.get(key, key): value for key, value in obj.items()
+              if key not in ("apiVersion", "kind")}
+    resource_class = _KINDS.get((obj["apiVersion"], obj["kind"]))
+    if resource_class is None:
+        return k8s.apiextensions.CustomResource(
+            logical_name(obj), api_version=obj["apiVersion"], kind=obj["kind"], opts=opts,
+            **fields)
+    return resource_class(logical_name(obj), opts=opts, **fields)
+
+
+def declare_all(objs: Sequence[dict], parent: pulumi.Resource,
+                depends_on: Optional[Sequence[pulumi.Resource]] = None
+                ) -> dict[str, pulumi.CustomResource]:
+    """Declare manifests in order; returns them keyed by `Kind/namespace/name`."""
+    return {f"{obj['kind']}/{logical_name(obj)}": declare(obj, parent, depends_on)
+            for obj in objs}

@@ -1,0 +1,656 @@
+"""Stack settings: the single home of every fact the platform is built from.
+
+Settings are read from the stack's config under the `gpu-platform:` namespace, one config key per
+section (`gpu-platform:gpuNodes`, `gpu-platform:scheduler`, ...). Keys inside a section are named as
+the upstream chart or API names them. Everything is validated here, before any resource is
+declared; a bad value raises `SettingsError` naming `gpu-platform:<key>`, the value and what is
+allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal, Mapping, Optional
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+CONFIG_NAMESPACE = "gpu-platform"
+
+# The extended resource the NVIDIA device plugin advertises for a whole GPU.
+GPU_RESOURCE = "nvidia.com/gpu"
+# MIG slices are advertised as nvidia.com/mig-<profile> (mixed strategy).
+MIG_RESOURCE_PATTERN = "nvidia.com/mig-*"
+
+# Oldest Kubernetes minor the program supports: matchConditions on admission webhooks are GA
+# from 1.30, and the scheduler configuration API is kubescheduler.config.k8s.io/v1.
+MIN_KUBERNETES = (1, 30)
+
+# Namespaces that always bypass the admission webhook: the control plane's own, OPA's own (a
+# webhook that guards the pods that serve it can deadlock), and the GPU Operator's (its validator
+# pods request nvidia.com/gpu and are scheduled by the default scheduler).
+ALWAYS_EXEMPT = ("kube-system",)
+
+# Namespaces the program must never create or delete.
+RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_QUALIFIED_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+_VERSION = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
+_IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+class Invalid(ValueError):
+    """A validation failure that knows which nested setting it is about and what is allowed."""
+
+    def __init__(self, problem: str, allowed: str, *, at: tuple = (), value: Any = None,
+                 has_value: bool = False):
+        super().__init__(f"{problem}; allowed: {allowed}")
+        self.problem = problem
+        self.allowed = allowed
+        self.at = at
+        self.value = value
+        self.has_value = has_value
+
+
+class SettingsError(Exception):
+    """Raised for invalid stack settings; the message lists every problem, one per line."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__(
+            "invalid stack settings (nothing was deployed):\n"
+            + "\n".join(f"  - {p}" for p in problems)
+        )
+
+
+def is_dns_label(value: str) -> bool:
+    return len(value) <= 63 and bool(_DNS_LABEL.match(value))
+
+
+def is_dns_subdomain(value: str) -> bool:
+    return 0 < len(value) <= 253 and all(is_dns_label(part) for part in value.split("."))
+
+
+def is_qualified_name(value: str) -> bool:
+    """A label key, annotation key, taint key or extended resource name: [prefix/]name."""
+    prefix, _, name = value.rpartition("/")
+    if "/" in value and not is_dns_subdomain(prefix):
+        return False
+    return len(name) <= 63 and bool(_QUALIFIED_NAME_PART.match(name))
+
+
+def is_label_value(value: str) -> bool:
+    return len(value) <= 63 and bool(_LABEL_VALUE.match(value))
+
+
+def _dns_label(value: str) -> str:
+    if not is_dns_label(value):
+        raise Invalid("not a valid name",
+                      "a DNS-1123 label: at most 63 characters, lowercase a-z, 0-9 and '-', "
+                      "starting and ending with a letter or digit")
+    return value
+
+
+def _duration(value: str) -> str:
+    if not _DURATION.match(value):
+        raise Invalid("not a duration", "a Prometheus duration such as 15s, 1m, 1h30m or 15d")
+    return value
+
+
+def _image_tag(value: str) -> str:
+    if not _IMAGE_TAG.match(value) or value == "latest":
+        raise Invalid("not a pinned image tag",
+                      "an explicit release tag such as 1.22.2 (never 'latest')")
+    return value
+
+
+class Model(BaseModel):
+    """Settings objects: camelCase keys as written in the stack file, unknown keys refused."""
+
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True,
+                              frozen=True)
+
+
+class Switch(Model):
+    """An operand of the GPU Operator chart that can be turned on or off (`<operand>.enabled`)."""
+
+    enabled: bool
+
+
+def switch(enabled: bool, description: str):
+    return Field(default_factory=lambda: Switch(enabled=enabled), description=description)
+
+
+class Taint(Model):
+    """A node taint. In the stack file it may also be written as kubectl does: `key=value:Effect`."""
+
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def parse_kubectl_form(cls, data: Any) -> Any:
+        if not isinstance(data, str):
+            return data
+        spec, sep, effect = data.rpartition(":")
+        if not sep:
+            raise Invalid("a taint needs an effect",
+                          "key=value:Effect or key:Effect, Effect one of NoSchedule, "
+                          "PreferNoSchedule, NoExecute")
+        key, _, value = spec.partition("=")
+        return {"key": key, "value": value, "effect": effect}
+
+    @field_validator("key")
+    @classmethod
+    def key_is_qualified(cls, value: str) -> str:
+        if not is_qualified_name(value):
+            raise Invalid("not a valid taint key",
+                          "[DNS-subdomain prefix/]name, name at most 63 characters of "
+                          "[A-Za-z0-9-_.] starting and ending alphanumeric")
+        return value
+
+    @field_validator("value")
+    @classmethod
+    def value_is_label_value(cls, value: str) -> str:
+        if not is_label_value(value):
+            raise Invalid("not a valid taint value",
+                          "at most 63 characters of [A-Za-z0-9-_.] starting and ending "
+                          "alphanumeric, or empty")
+        return value
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+    def toleration(self) -> dict:
+        """The toleration that lets a pod onto a node with this taint."""
+        if self.value:
+            return {"key": self.key, "operator": "Equal", "value": self.value,
+                    "effect": self.effect}
+        return {"key": self.key, "operator": "Exists", "effect": self.effect}
+
+    def as_manifest(self) -> dict:
+        taint = {"key": self.key, "effect": self.effect}
+        if self.value:
+            taint["value"] = self.value
+        return taint
+
+
+class GpuNodesSettings(Model):
+    names: list[str] = Field(
+        min_length=1,
+        description="Names of the Node objects that carry NVIDIA GPUs (required, non-empty, "
+                    "unique).")
+    taint: Taint = Field(
+        default_factory=lambda: Taint(key="nvidia.com/gpu", value="present", effect="NoSchedule"),
+        description="Taint that keeps pods without a matching toleration off GPU nodes.")
+    extra_taints: list[Taint] = Field(
+        default_factory=list,
+        description="Other taints the GPU nodes must keep. The program owns the whole taint list "
+                    "of each GPU node (the list is atomic in the Kubernetes API), so any taint "
+                    "not declared here is removed when `forceTaintOwnership` is on.")
+    force_taint_ownership: bool = Field(
+        default=False,
+        description="Take the taint list over when another field manager (kubelet, a cloud "
+                    "controller, kubectl) owns it. Off: such a conflict stops `pulumi up` and "
+                    "changes nothing.")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="Labels added to every GPU node.")
+
+    @field_validator("names")
+    @classmethod
+    def names_are_node_names(cls, names: list[str]) -> list[str]:
+        for index, name in enumerate(names):
+            if not is_dns_subdomain(name):
+                raise Invalid("not a valid node name",
+                              "a DNS-1123 subdomain: lowercase a-z, 0-9, '-' and '.', at most "
+                              "253 characters", at=(index,), value=name, has_value=True)
+            if name in names[:index]:
+                raise Invalid("node listed twice", "each node once", at=(index,), value=name,
+                              has_value=True)
+        return names
+
+    @field_validator("labels")
+    @classmethod
+    def labels_are_valid(cls, labels: dict[str, str]) -> dict[str, str]:
+        for key, value in labels.items():
+            if not is_qualified_name(key):
+                raise Invalid("not a valid label key", "[DNS-subdomain prefix/]name",
+                              at=(key,), value=key, has_value=True)
+            if not is_label_value(value):
+                raise Invalid("not a valid label value",
+                              "at most 63 characters of [A-Za-z0-9-_.], alphanumeric at both "
+                              "ends, or empty", at=(key,), value=value, has_value=True)
+        return labels
+
+    @model_validator(mode="after")
+    def taints_are_unique(self) -> "GpuNodesSettings":
+        seen = {(self.taint.key, self.taint.effect)}
+        for index, taint in enumerate(self.extra_taints):
+            if (taint.key, taint.effect) in seen:
+                raise Invalid("a node cannot carry two taints with the same key and effect",
+                              "taints unique by key and effect, and distinct from "
+                              "gpuNodes.taint", at=("extraTaints", index), value=str(taint),
+                              has_value=True)
+            seen.add((taint.key, taint.effect))
+        return self
+
+    @property
+    def taints(self) -> list[Taint]:
+        """The complete taint list each GPU node carries."""
+        return [self.taint, *self.extra_taints]
+
+
+class MigSettings(Model):
+    strategy: Literal["none", "single", "mixed"] = Field(
+        default="single",
+        description="How MIG slices are advertised: `single` as nvidia.com/gpu, `mixed` as "
+                    "nvidia.com/mig-<profile>.")
+
+
+class TimeSlicingSettings(Model):
+    replicas: Optional[int] = Field(
+        default=None, ge=2, le=64,
+        description="Pods that may share one GPU by time-slicing (2..64); unset: no sharing.")
+
+
+class GpuOperatorSettings(Model):
+    release_name: str = Field(default="gpu-operator", description="Helm release name.")
+    namespace: str = Field(default="gpu-operator", description="Namespace of the operator.")
+    repository: str = Field(default="https://helm.ngc.nvidia.com/nvidia",
+                            description="Helm repository of the chart.")
+    chart_version: str = Field(default="v26.7.0", description="Pinned chart version.")
+    driver: Switch = switch(False, "Install the NVIDIA driver as a container (off: drivers "
+                                   "are preinstalled on the nodes).")
+    toolkit: Switch = switch(True, "NVIDIA container toolkit.")
+    device_plugin: Switch = switch(True, "Device plugin that advertises nvidia.com/gpu.")
+    dcgm_exporter: Switch = switch(True, "DCGM exporter (GPU metrics); Monitoring needs it.")
+    nfd: Switch = switch(True, "Node Feature Discovery (labels nodes that have NVIDIA PCI "
+                               "devices).")
+    gfd: Switch = switch(True, "GPU Feature Discovery (GPU model, memory, MIG labels).")
+    mig_manager: Switch = switch(False, "MIG manager (repartitions MIG-capable GPUs).")
+    sandbox_workloads: Switch = switch(False, "Sandboxed (VM passthrough / vGPU) workloads; "
+                                              "needed by the vGPU and VFIO managers.")
+    vgpu_manager: Switch = switch(False, "vGPU manager.")
+    vgpu_device_manager: Switch = switch(False, "vGPU device manager.")
+    vfio_manager: Switch = switch(False, "VFIO manager (GPU passthrough).")
+    mig: MigSettings = Field(default_factory=MigSettings, description="MIG settings.")
+    time_slicing: TimeSlicingSettings = Field(default_factory=TimeSlicingSettings,
+                                              description="GPU time-slicing.")
+    extra_values: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Further chart values, merged over the generated ones; keys that other "
+                    "settings own are refused.")
+
+    _check_namespace = field_validator("namespace", "release_name")(
+        classmethod(lambda cls, v: _dns_label(v)))
+
+    @model_validator(mode="after")
+    def sandbox_operands_need_sandbox_workloads(self) -> "GpuOperatorSettings":
+        for key in ("vgpuManager", "vgpuDeviceManager", "vfioManager"):
+            if getattr(self, to_snake(key)).enabled and not self.sandbox_workloads.enabled:
+                raise Invalid("runs only for sandboxed workloads",
+                              "gpuOperator.sandboxWorkloads.enabled: true alongside it",
+                              at=(key, "enabled"), value=True, has_value=True)
+        if self.time_slicing.replicas and not self.device_plugin.enabled:
+            raise Invalid("time-slicing is done by the device plugin",
+                          "gpuOperator.devicePlugin.enabled: true, or no timeSlicing",
+                          at=("timeSlicing", "replicas"), value=self.time_slicing.replicas,
+                          has_value=True)
+        if self.mig_manager.enabled and self.mig.strategy == "none":
+            raise Invalid("the MIG manager needs a MIG strategy", "single or mixed",
+                          at=("mig", "strategy"), value="none", has_value=True)
+        return self
+
+
+class ShapePoint(Model):
+    utilization: int = Field(ge=0, le=100, description="Node utilization, percent (0..100).")
+    score: int = Field(ge=0, le=10, description="Score at that utilization (0..10).")
+
+
+class RequestedToCapacityRatio(Model):
+    shape: list[ShapePoint] = Field(
+        default_factory=lambda: [ShapePoint(utilization=0, score=0),
+                                 ShapePoint(utilization=100, score=10)],
+        min_length=1,
+        description="Score by utilization; rising scores favour fuller nodes (binpacking).")
+
+    @field_validator("shape")
+    @classmethod
+    def utilization_increases(cls, shape: list[ShapePoint]) -> list[ShapePoint]:
+        for index in range(1, len(shape)):
+            if shape[index].utilization <= shape[index - 1].utilization:
+                raise Invalid("utilization must increase strictly from point to point",
+                              f"a value above {shape[index - 1].utilization}",
+                              at=(index, "utilization"), value=shape[index].utilization,
+                              has_value=True)
+        return shape
+
+
+class ResourceWeight(Model):
+    name: str
+    weight: int = Field(ge=1, le=100, description="Weight of this resource (1..100).")
+
+    @field_validator("name")
+    @classmethod
+    def name_is_resource_name(cls, value: str) -> str:
+        if not is_qualified_name(value):
+            raise Invalid("not a resource name", "cpu, memory or an extended resource such as "
+                                                 "nvidia.com/gpu")
+        return value
+
+
+class ScoringStrategy(Model):
+    resources: list[ResourceWeight] = Field(
+        default_factory=lambda: [ResourceWeight(name=GPU_RESOURCE, weight=10),
+                                 ResourceWeight(name="cpu", weight=1),
+                                 ResourceWeight(name="memory", weight=1)],
+        min_length=1,
+        description="Resources whose utilization is scored, with weights.")
+    requested_to_capacity_ratio: RequestedToCapacityRatio = Field(
+        default_factory=RequestedToCapacityRatio, description="Scoring shape.")
+
+    @field_validator("resources")
+    @classmethod
+    def resources_unique(cls, resources: list[ResourceWeight]) -> list[ResourceWeight]:
+        names = [r.name for r in resources]
+        for index, name in enumerate(names):
+            if name in names[:index]:
+                raise Invalid("resource listed twice", "each resource once",
+                              at=(index, "name"), value=name, has_value=True)
+        return resources
+
+
+class ContainerResources(Model):
+    requests: dict[str, str] = Field(default_factory=dict)
+    limits: dict[str, str] = Field(default_factory=dict)
+
+
+class SchedulerSettings(Model):
+    name: str = Field(default="gpu-binpack-scheduler",
+                      description="schedulerName GPU pods must use; also names the scheduler's "
+                                  "Deployment, ServiceAccount and leader-election lease.")
+    namespace: str = Field(default="gpu-scheduler", description="Namespace of the scheduler.")
+    replicas: int = Field(default=2, ge=1, le=5,
+                          description="Scheduler pods (1..5); leader election is on when >1.")
+    scoring_strategy: ScoringStrategy = Field(default_factory=ScoringStrategy,
+                                              description="NodeResourcesFit scoring.")
+    resources: ContainerResources = Field(
+        default_factory=lambda: ContainerResources(
+            requests={"cpu": "100m", "memory": "128Mi"}, limits={"memory": "512Mi"}),
+        description="Scheduler container requests and limits.")
+    log_level: int = Field(default=2, ge=0, le=10, description="kube-scheduler -v verbosity.")
+
+    _check_names = field_validator("name", "namespace")(classmethod(lambda cls, v: _dns_label(v)))
+
+
+class ImageSettings(Model):
+    repository: str
+    tag: str
+
+    _check_tag = field_validator("tag")(classmethod(lambda cls, v: _image_tag(v)))
+
+    @property
+    def ref(self) -> str:
+        return f"{self.repository}:{self.tag}"
+
+
+class CertificateSettings(Model):
+    ca_validity_hours: int = Field(default=87600, ge=24,
+                                   description="Lifetime of the webhook CA, hours (10 years).")
+    server_validity_hours: int = Field(default=8760, ge=24,
+                                       description="Lifetime of OPA's serving certificate, "
+                                                   "hours (1 year).")
+    early_renewal_hours: int = Field(default=720, ge=1,
+                                     description="`pulumi up` replaces a certificate this many "
+                                                 "hours before it expires (30 days).")
+
+    @model_validator(mode="after")
+    def renewal_inside_validity(self) -> "CertificateSettings":
+        shortest = min(self.ca_validity_hours, self.server_validity_hours)
+        if self.early_renewal_hours >= shortest:
+            raise Invalid("early renewal must start before the certificate expires",
+                          f"fewer hours than the shortest validity ({shortest})",
+                          at=("earlyRenewalHours",), value=self.early_renewal_hours,
+                          has_value=True)
+        return self
+
+
+class AdmissionSettings(Model):
+    namespace: str = Field(default="gpu-admission", description="Namespace of OPA.")
+    webhook_name: str = Field(default="gpu-scheduler-policy.gpu-platform.io",
+                              description="Name of the webhook (a DNS subdomain).")
+    replicas: int = Field(default=2, ge=2, le=10,
+                          description="OPA pods (2..10), kept available by a "
+                                      "PodDisruptionBudget.")
+    opa: ImageSettings = Field(
+        default_factory=lambda: ImageSettings(repository="openpolicyagent/opa",
+                                              tag="1.22.2-static"),
+        description="OPA image (pinned).")
+    kube_mgmt: ImageSettings = Field(
+        default_factory=lambda: ImageSettings(repository="openpolicyagent/kube-mgmt",
+                                              tag="11.0.7"),
+        description="kube-mgmt image (pinned).")
+    gpu_resource_names: list[str] = Field(
+        default_factory=lambda: [GPU_RESOURCE, MIG_RESOURCE_PATTERN],
+        min_length=1,
+        description="Resources that make a pod a GPU pod; a trailing * matches a prefix.")
+    exempt_namespaces: list[str] = Field(
+        default_factory=list,
+        description="Namespaces whose pods are never checked (kube-system, the admission and "
+                    "GPU Operator namespaces always are).")
+    failure_policy: Literal["Fail", "Ignore"] = Field(
+        default="Fail",
+        description="What the API server does with a GPU pod when OPA cannot answer.")
+    timeout_seconds: int = Field(default=5, ge=1, le=30,
+                                 description="Webhook call timeout, seconds (1..30).")
+    decision_logs: bool = Field(default=False,
+                                description="Log every admission decision to OPA's stdout.")
+    certificate: CertificateSettings = Field(default_factory=CertificateSettings,
+                                             description="Webhook TLS.")
+
+    _check_namespace = field_validator("namespace")(classmethod(lambda cls, v: _dns_label(v)))
+
+    @field_validator("webhook_name")
+    @classmethod
+    def webhook_name_is_qualified(cls, value: str) -> str:
+        # The API server requires a fully qualified name: at least three DNS labels.
+        if not is_dns_subdomain(value) or value.count(".") < 2:
+            raise Invalid("not a webhook name",
+                          "a DNS subdomain of at least three labels, e.g. a.b.io")
+        return value
+
+    @field_validator("gpu_resource_names")
+    @classmethod
+    def resource_patterns(cls, names: list[str]) -> list[str]:
+        for index, name in enumerate(names):
+            base = name[:-1] if name.endswith("*") else name
+            if "*" in base or not base or "/" not in base or not is_qualified_name(
+                    base.rstrip("-.") or "x"):
+                raise Invalid("not an extended resource name or prefix",
+                              "a name such as nvidia.com/gpu, or a prefix ending in * such as "
+                              "nvidia.com/mig-*", at=(index,), value=name, has_value=True)
+        return names
+
+    @field_validator("exempt_namespaces")
+    @classmethod
+    def exempt_are_names(cls, names: list[str]) -> list[str]:
+        for index, name in enumerate(names):
+            if not is_dns_label(name):
+                raise Invalid("not a namespace name", "DNS-1123 labels", at=(index,),
+                              value=name, has_value=True)
+        return names
+
+
+class GrafanaSettings(Model):
+    admin_user: str = Field(default="admin", description="Grafana admin user.")
+    admin_password: Optional[str] = Field(
+        default=None,
+        description="Grafana admin password (set with `pulumi config set --secret --path`); "
+                    "unset: generated and kept as a Pulumi secret.")
+
+
+class MonitoringSettings(Model):
+    release_name: str = Field(default="kube-prometheus-stack", description="Helm release name.")
+    namespace: str = Field(default="monitoring", description="Namespace of the stack.")
+    repository: str = Field(default="https://prometheus-community.github.io/helm-charts",
+                            description="Helm repository of the chart.")
+    chart_version: str = Field(default="88.5.3", description="Pinned chart version.")
+    scrape_interval: str = Field(default="15s", description="Prometheus scrape interval of "
+                                                            "the DCGM exporter.")
+    retention: str = Field(default="15d", description="How long Prometheus keeps samples.")
+    grafana: GrafanaSettings = Field(default_factory=GrafanaSettings, description="Grafana.")
+    extra_values: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Further chart values, merged over the generated ones; keys that other "
+                    "settings own are refused.")
+
+    _check_names = field_validator("namespace", "release_name")(
+        classmethod(lambda cls, v: _dns_label(v)))
+    _check_durations = field_validator("scrape_interval", "retention")(
+        classmethod(lambda cls, v: _duration(v)))
+
+
+class StackSettings(Model):
+    kubernetes_version: str = Field(
+        description="Kubernetes version of the cluster, MAJOR.MINOR.PATCH (required; 1.30 or "
+                    "newer). Selects the kube-scheduler image.")
+    gpu_nodes: GpuNodesSettings = Field(description="GPU nodes (required).")
+    gpu_operator: GpuOperatorSettings = Field(default_factory=GpuOperatorSettings)
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
+    monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
+
+    @field_validator("kubernetes_version")
+    @classmethod
+    def supported_version(cls, value: str) -> str:
+        match = _VERSION.match(value)
+        if not match:
+            raise Invalid("not a Kubernetes release",
+                          "MAJOR.MINOR.PATCH without a leading v, e.g. 1.35.10 (quote it in "
+                          "YAML)")
+        if (int(match[1]), int(match[2])) < MIN_KUBERNETES:
+            raise Invalid("Kubernetes older than 1.30 is not supported",
+                          "1.30.0 or newer (webhook matchConditions are GA from 1.30)")
+        return value
+
+    @model_validator(mode="after")
+    def namespaces_are_ours(self) -> "StackSettings":
+        owners = {}
+        for section in ("gpuOperator", "scheduler", "admission", "monitoring"):
+            namespace = getattr(self, to_snake(section)).namespace
+            if namespace in RESERVED_NAMESPACES:
+                raise Invalid("the program creates and deletes this namespace",
+                              f"a namespace of the platform's own, not one of "
+                              f"{', '.join(RESERVED_NAMESPACES)}", at=(section, "namespace"),
+                              value=namespace, has_value=True)
+            if namespace in owners:
+                raise Invalid(f"already used by {owners[namespace]}.namespace",
+                              "a separate namespace per component", at=(section, "namespace"),
+                              value=namespace, has_value=True)
+            owners[namespace] = section
+        return self
+
+    @model_validator(mode="after")
+    def monitoring_has_an_exporter(self) -> "StackSettings":
+        if not self.gpu_operator.dcgm_exporter.enabled:
+            raise Invalid("the GPU dashboard and ServiceMonitor read the DCGM exporter",
+                          "true", at=("gpuOperator", "dcgmExporter", "enabled"), value=False,
+                          has_value=True)
+        return self
+
+    @model_validator(mode="after")
+    def scheduler_scores_gpus(self) -> "StackSettings":
+        scored = {r.name for r in self.scheduler.scoring_strategy.resources}
+        if not scored & set(self.admission.gpu_resource_names):
+            raise Invalid("the binpack scheduler must score GPUs to pack them",
+                          f"a resource list that includes {GPU_RESOURCE}",
+                          at=("scheduler", "scoringStrategy", "resources"),
+                          value=sorted(scored), has_value=True)
+        return self
+
+    @property
+    def kubernetes_minor(self) -> tuple[int, int]:
+        major, minor, _ = self.kubernetes_version.split(".")
+        return int(major), int(minor)
+
+    @property
+    def scheduler_image(self) -> str:
+        return f"registry.k8s.io/kube-scheduler:v{self.kubernetes_version}"
+
+    @property
+    def exempt_namespaces(self) -> list[str]:
+        """Every namespace the webhook never sees: the configured ones plus the always-exempt."""
+        return sorted({*ALWAYS_EXEMPT, self.admission.namespace, self.gpu_operator.namespace,
+                       *self.admission.exempt_namespaces})
+
+
+def to_snake(camel: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
+
+
+def _setting_path(loc: tuple) -> str:
+    path = f"{CONFIG_NAMESPACE}:{loc[0]}" if loc else CONFIG_NAMESPACE
+    for part in loc[1:]:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def _known_keys(loc: tuple) -> list[str]:
+    """The setting keys a model accepts at `loc`, to suggest when an unknown key was given."""
+    model: Any = StackSettings
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = next((f for f in model.model_fields.values() if f.alias == part), None)
+        annotation = getattr(field, "annotation", None)
+        inner = getattr(annotation, "__args__", (annotation,))[0]
+        model = inner if isinstance(inner, type) and issubclass(inner, BaseModel) else annotation
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return []
+    return [field.alias for field in model.model_fields.values()]
+
+
+def _describe(error: dict) -> str:
+    # pydantic reports the location with aliases (camelCase) since the input used them.
+    loc = tuple(part for part in error["loc"] if part not in ("function-before", "function-after"))
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, Invalid):
+        value = cause.value if cause.has_value else error.get("input")
+        return (f"{_setting_path(loc + cause.at)} = {json.dumps(value)}: {cause.problem}; "
+                f"allowed: {cause.allowed}")
+    kind = error["type"]
+    if kind == "missing":
+        return f"{_setting_path(loc)}: required setting is missing"
+    if kind == "extra_forbidden":
+        known = ", ".join(_known_keys(loc[:-1])) or "none"
+        return f"{_setting_path(loc)}: unknown setting; allowed keys here: {known}"
+    value = json.dumps(error.get("input"), default=str)
+    return f"{_setting_path(loc)} = {value}: {error['msg']}"
+
+
+def parse_config_value(raw: str) -> Any:
+    """Pulumi hands structured config values to the program as JSON text; scalars stay strings."""
+    if isinstance(raw, str) and raw.lstrip()[:1] in ("{", "["):
+        return json.loads(raw)
+    return raw
+
+
+def load_settings(config: Mapping[str, Any]) -> StackSettings:
+    """Validate the stack's `gpu-platform:` config (keys without the namespace prefix)."""
+    try:
+        return StackSettings.model_validate({key: parse_config_value(value)
+                                             for key, value in config.items()})
+    except ValidationError as error:
+        raise SettingsError([_describe(e) for e in error.errors()]) from None

@@ -1,0 +1,145 @@
+"""Runs the program under Pulumi's mocks and records every registration: its type, name,
+parent, explicit dependencies and inputs, so tests can check the graph a `pulumi up` would
+build."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import pulumi
+import yaml
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import rpc
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE_STACK = ROOT / "Pulumi.dev.yaml"
+
+# Outputs the mocks cannot know, made up in the shape the real providers return them.
+FAKE_CA_PEM = "-----BEGIN CERTIFICATE-----\nZmFrZS1jYQ==\n-----END CERTIFICATE-----\n"
+FAKE_SERVER_PEM = "-----BEGIN CERTIFICATE-----\nZmFrZS1zZXJ2ZXI=\n-----END CERTIFICATE-----\n"
+FAKE_KEY_PEM = "-----BEGIN PRIVATE KEY-----\nZmFrZS1rZXk=\n-----END PRIVATE KEY-----\n"
+FAKE_PASSWORD = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKL"
+
+
+@dataclass
+class Registration:
+    type: str
+    name: str
+    urn: str
+    parent: str
+    dependencies: list[str]
+    inputs: dict
+
+
+@dataclass
+class Recording:
+    registrations: list[Registration] = field(default_factory=list)
+    outputs: dict[str, dict] = field(default_factory=dict)   # registered outputs, by URN
+
+    def of_type(self, type_: str) -> list[Registration]:
+        return [r for r in self.registrations if r.type == type_]
+
+    def one(self, type_: str, name: str) -> Registration:
+        found = [r for r in self.registrations if r.type == type_ and r.name == name]
+        assert len(found) == 1, f"expected one {type_} named {name}, found {len(found)}"
+        return found[0]
+
+    def by_urn(self, urn: str) -> Registration:
+        return next(r for r in self.registrations if r.urn == urn)
+
+    def manifests(self) -> list[dict]:
+        """Every Kubernetes object declared directly (not through a chart), as the provider
+        would receive it."""
+        objs = []
+        for r in self.registrations:
+            if r.type.startswith("kubernetes:") and "helm.sh" not in r.type:
+                objs.append(integral_numbers(r.inputs))
+        return objs
+
+
+def integral_numbers(value: Any) -> Any:
+    """The mock protocol carries numbers as floats; Kubernetes integers come back as ints."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: integral_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [integral_numbers(v) for v in value]
+    return value
+
+
+class FakeProviders(pulumi.runtime.Mocks):
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        outputs = dict(args.inputs)
+        if args.typ == "tls:index/privateKey:PrivateKey":
+            outputs["privateKeyPem"] = FAKE_KEY_PEM
+        elif args.typ == "tls:index/selfSignedCert:SelfSignedCert":
+            outputs["certPem"] = FAKE_CA_PEM
+        elif args.typ == "tls:index/locallySignedCert:LocallySignedCert":
+            outputs["certPem"] = FAKE_SERVER_PEM
+        elif args.typ == "tls:index/certRequest:CertRequest":
+            outputs["certRequestPem"] = "-----BEGIN CERTIFICATE REQUEST-----\n"
+        elif args.typ == "random:index/randomPassword:RandomPassword":
+            outputs["result"] = FAKE_PASSWORD[: int(args.inputs.get("length", 16))]
+        elif args.typ == "kubernetes:helm.sh/v3:Release":
+            outputs["status"] = {"status": "deployed"}
+        return f"{args.name}-id", outputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        return {}
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    def __init__(self, recording: Recording):
+        super().__init__(FakeProviders())
+        self.recording = recording
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            self.recording.registrations.append(Registration(
+                type=request.type, name=request.name, urn=response.urn, parent=request.parent,
+                dependencies=list(request.dependencies),
+                inputs=self.resources[response.urn].state if response.urn in self.resources
+                else {}))
+        return response
+
+    def RegisterResourceOutputs(self, request):
+        self.recording.outputs[request.urn] = rpc.deserialize_properties(request.outputs)
+        return super().RegisterResourceOutputs(request)
+
+
+def example_config() -> dict[str, str]:
+    """The example stack's config, as the engine hands it to the program (objects as JSON)."""
+    config = yaml.safe_load(EXAMPLE_STACK.read_text())["config"]
+    return {key: value if isinstance(value, str) else json.dumps(value)
+            for key, value in config.items()}
+
+
+def stack_file_config(settings: dict[str, Any]) -> dict[str, str]:
+    """Config for a stack given as {key: value} without the `gpu-platform:` prefix."""
+    return {f"gpu-platform:{key}": value if isinstance(value, str) else json.dumps(value)
+            for key, value in settings.items()}
+
+
+def run_program(config: Optional[dict[str, str]] = None,
+                recording: Optional[Recording] = None) -> Recording:
+    """Run the real `__main__.py` under mocks with the given stack config (the example stack by
+    default) and return what it registered (into `recording`, when given, so that a run that
+    raises can still be inspected)."""
+    recording = recording if recording is not None else Recording()
+    pulumi.runtime.set_mocks(FakeProviders(), project="gpu-platform", stack="test",
+                             preview=False, monitor=RecordingMonitor(recording))
+    pulumi.runtime.set_all_config(config if config is not None else example_config(), [])
+    source = (ROOT / "__main__.py").read_text()
+
+    def program():
+        exec(compile(source, str(ROOT / "__main__.py"), "exec"), {"__name__": "__main__"})
+
+    _sync_await(run_pulumi_func(program))
+    return recording

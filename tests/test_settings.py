@@ -1,0 +1,223 @@
+"""Stack settings: the example stack is valid, and every class of mistake stops the run before
+anything is registered, with a message that names the setting, the value and what is allowed."""
+
+import copy
+import json
+
+import pytest
+import yaml
+
+import harness
+from components.settings import SettingsError, load_settings
+
+MINIMAL = {"kubernetesVersion": "1.35.10", "gpuNodes": {"names": ["gpu-node-1"]}}
+
+
+def with_changes(**sections) -> dict:
+    """MINIMAL with sections replaced or merged (a section given as a dict is merged)."""
+    settings = copy.deepcopy(MINIMAL)
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(settings.get(key), dict):
+            settings[key] = {**settings[key], **value}
+        elif value is None:
+            settings.pop(key, None)
+        else:
+            settings[key] = value
+    return settings
+
+
+def raw(settings: dict) -> dict:
+    """Settings as the engine hands them over: structured values as JSON text."""
+    return {key: value if isinstance(value, str) else json.dumps(value)
+            for key, value in settings.items()}
+
+
+# (case id, settings, the setting named, a fragment of the value shown, a fragment of "allowed")
+MISTAKES = [
+    ("kubernetes version missing", with_changes(kubernetesVersion=None),
+     "gpu-platform:kubernetesVersion", "required", ""),
+    ("kubernetes too old", with_changes(kubernetesVersion="1.29.9"),
+     "gpu-platform:kubernetesVersion", '"1.29.9"', "1.30.0 or newer"),
+    ("kubernetes version unquoted in YAML", with_changes(kubernetesVersion="1.3"),
+     "gpu-platform:kubernetesVersion", '"1.3"', "MAJOR.MINOR.PATCH"),
+    ("kubernetes version with v", with_changes(kubernetesVersion="v1.35.0"),
+     "gpu-platform:kubernetesVersion", '"v1.35.0"', "without a leading v"),
+    ("no gpu nodes", with_changes(gpuNodes={"names": []}),
+     "gpu-platform:gpuNodes.names", "[]", "at least 1"),
+    ("node name not DNS", with_changes(gpuNodes={"names": ["gpu-1", "GPU_2"]}),
+     "gpu-platform:gpuNodes.names[1]", '"GPU_2"', "DNS-1123 subdomain"),
+    ("node listed twice", with_changes(gpuNodes={"names": ["gpu-1", "gpu-1"]}),
+     "gpu-platform:gpuNodes.names[1]", '"gpu-1"', "each node once"),
+    ("taint effect unknown", with_changes(gpuNodes={"taint": "nvidia.com/gpu=present:NoRun"}),
+     "gpu-platform:gpuNodes.taint.effect", '"NoRun"', "'NoSchedule', 'PreferNoSchedule' or"),
+    ("taint without effect", with_changes(gpuNodes={"taint": "nvidia.com/gpu"}),
+     "gpu-platform:gpuNodes.taint", '"nvidia.com/gpu"', "key=value:Effect"),
+    ("taint key invalid", with_changes(gpuNodes={"taint": "bad key:NoSchedule"}),
+     "gpu-platform:gpuNodes.taint.key", '"bad key"', "[DNS-subdomain prefix/]name"),
+    ("extra taint repeats the gpu taint",
+     with_changes(gpuNodes={"extraTaints": ["nvidia.com/gpu=other:NoSchedule"]}),
+     "gpu-platform:gpuNodes.extraTaints[0]", "nvidia.com/gpu=other:NoSchedule",
+     "unique by key and effect"),
+    ("node label value invalid", with_changes(gpuNodes={"labels": {"pool": "a b"}}),
+     "gpu-platform:gpuNodes.labels.pool", '"a b"', "at most 63 characters"),
+    ("misspelt section", with_changes(gpuOpertor={}),
+     "gpu-platform:gpuOpertor", "unknown setting", "gpuOperator"),
+    ("misspelt key", with_changes(scheduler={"replica": 3}),
+     "gpu-platform:scheduler.replica", "unknown setting", "replicas"),
+    ("vfio manager without sandbox workloads",
+     with_changes(gpuOperator={"vfioManager": {"enabled": True}}),
+     "gpu-platform:gpuOperator.vfioManager.enabled", "true", "sandboxWorkloads.enabled: true"),
+    ("time-slicing without device plugin",
+     with_changes(gpuOperator={"devicePlugin": {"enabled": False}, "timeSlicing": {"replicas": 4}}),
+     "gpu-platform:gpuOperator.timeSlicing.replicas", "4", "devicePlugin.enabled: true"),
+    ("time-slicing of one", with_changes(gpuOperator={"timeSlicing": {"replicas": 1}}),
+     "gpu-platform:gpuOperator.timeSlicing.replicas", "1", "greater than or equal to 2"),
+    ("mig manager without strategy",
+     with_changes(gpuOperator={"migManager": {"enabled": True}, "mig": {"strategy": "none"}}),
+     "gpu-platform:gpuOperator.mig.strategy", '"none"', "single or mixed"),
+    ("dcgm exporter off", with_changes(gpuOperator={"dcgmExporter": {"enabled": False}}),
+     "gpu-platform:gpuOperator.dcgmExporter.enabled", "false", "true"),
+    ("extra value overrides a generated one",
+     with_changes(gpuOperator={"extraValues": {"dcgmExporter": {"serviceMonitor":
+                                                                {"enabled": True}}}}),
+     "gpu-platform:gpuOperator.extraValues.dcgmExporter.serviceMonitor.enabled",
+     "generated from other settings", "keys the program does not set"),
+    ("extra value changes the dashboard label",
+     with_changes(monitoring={"extraValues": {"grafana": {"sidecar": {"dashboards": {
+         "label": "x"}}}}}),
+     "gpu-platform:monitoring.extraValues.grafana.sidecar.dashboards.label",
+     "generated from other settings", "keys the program does not set"),
+    ("shape not increasing", with_changes(scheduler={"scoringStrategy": {
+        "requestedToCapacityRatio": {"shape": [{"utilization": 50, "score": 5},
+                                               {"utilization": 50, "score": 10}]}}}),
+     "gpu-platform:scheduler.scoringStrategy.requestedToCapacityRatio.shape[1].utilization",
+     "50", "a value above 50"),
+    ("utilization over 100", with_changes(scheduler={"scoringStrategy": {
+        "requestedToCapacityRatio": {"shape": [{"utilization": 0, "score": 0},
+                                               {"utilization": 101, "score": 10}]}}}),
+     "gpu-platform:scheduler.scoringStrategy.requestedToCapacityRatio.shape[1].utilization",
+     "101", "less than or equal to 100"),
+    ("score over 10", with_changes(scheduler={"scoringStrategy": {
+        "requestedToCapacityRatio": {"shape": [{"utilization": 0, "score": 11}]}}}),
+     "gpu-platform:scheduler.scoringStrategy.requestedToCapacityRatio.shape[0].score",
+     "11", "less than or equal to 10"),
+    ("weight zero", with_changes(scheduler={"scoringStrategy": {
+        "resources": [{"name": "nvidia.com/gpu", "weight": 0}]}}),
+     "gpu-platform:scheduler.scoringStrategy.resources[0].weight", "0",
+     "greater than or equal to 1"),
+    ("weight over 100", with_changes(scheduler={"scoringStrategy": {
+        "resources": [{"name": "nvidia.com/gpu", "weight": 101}]}}),
+     "gpu-platform:scheduler.scoringStrategy.resources[0].weight", "101",
+     "less than or equal to 100"),
+    ("scoring ignores GPUs", with_changes(scheduler={"scoringStrategy": {
+        "resources": [{"name": "cpu", "weight": 1}]}}),
+     "gpu-platform:scheduler.scoringStrategy.resources", '["cpu"]', "nvidia.com/gpu"),
+    ("scheduler in kube-system", with_changes(scheduler={"namespace": "kube-system"}),
+     "gpu-platform:scheduler.namespace", '"kube-system"', "not one of default, kube-system"),
+    ("two components share a namespace", with_changes(admission={"namespace": "monitoring"}),
+     "gpu-platform:monitoring.namespace", '"monitoring"', "a separate namespace per component"),
+    ("scheduler name not DNS", with_changes(scheduler={"name": "GPU Scheduler"}),
+     "gpu-platform:scheduler.name", '"GPU Scheduler"', "DNS-1123 label"),
+    ("one OPA replica", with_changes(admission={"replicas": 1}),
+     "gpu-platform:admission.replicas", "1", "greater than or equal to 2"),
+    ("unpinned OPA image", with_changes(admission={"opa": {"repository": "openpolicyagent/opa",
+                                                           "tag": "latest"}}),
+     "gpu-platform:admission.opa.tag", '"latest"', "never 'latest'"),
+    ("resource pattern with inner star",
+     with_changes(admission={"gpuResourceNames": ["nvidia.com/*-gpu"]}),
+     "gpu-platform:admission.gpuResourceNames[0]", '"nvidia.com/*-gpu"', "a prefix ending in *"),
+    ("failure policy unknown", with_changes(admission={"failurePolicy": "Retry"}),
+     "gpu-platform:admission.failurePolicy", '"Retry"', "'Fail' or 'Ignore'"),
+    ("webhook timeout too long", with_changes(admission={"timeoutSeconds": 31}),
+     "gpu-platform:admission.timeoutSeconds", "31", "less than or equal to 30"),
+    ("renewal window longer than validity",
+     with_changes(admission={"certificate": {"serverValidityHours": 720,
+                                             "earlyRenewalHours": 720}}),
+     "gpu-platform:admission.certificate.earlyRenewalHours", "720",
+     "fewer hours than the shortest validity (720)"),
+    ("exempt namespace invalid", with_changes(admission={"exemptNamespaces": ["Team A"]}),
+     "gpu-platform:admission.exemptNamespaces[0]", '"Team A"', "DNS-1123"),
+    ("scrape interval not a duration", with_changes(monitoring={"scrapeInterval": "15"}),
+     "gpu-platform:monitoring.scrapeInterval", '"15"', "Prometheus duration"),
+]
+
+
+@pytest.mark.parametrize("settings, setting, value, allowed",
+                         [case[1:] for case in MISTAKES], ids=[case[0] for case in MISTAKES])
+def test_bad_setting_is_named_with_its_value_and_nothing_is_registered(settings, setting, value,
+                                                                       allowed):
+    with pytest.raises(SettingsError) as raised:
+        recording = harness.Recording()
+        try:
+            harness.run_program(harness.stack_file_config(settings), recording)
+        finally:
+            assert recording.registrations == [], "a resource was registered before validation"
+    lines = [p for p in raised.value.problems if p.startswith(setting + " ") or
+             p.startswith(setting + ":")]
+    assert lines, f"no problem names {setting}: {raised.value.problems}"
+    assert value in lines[0] and allowed in lines[0], lines[0]
+
+
+def test_every_problem_is_reported_at_once():
+    settings = with_changes(kubernetesVersion="1.28.0", scheduler={"replicas": 0},
+                            admission={"timeoutSeconds": 0})
+    with pytest.raises(SettingsError) as raised:
+        load_settings(raw(settings))
+    named = " ".join(raised.value.problems)
+    for setting in ("kubernetesVersion", "scheduler.replicas", "admission.timeoutSeconds"):
+        assert f"gpu-platform:{setting}" in named
+
+
+def test_example_stack_is_valid_and_complete(example_settings):
+    stack = yaml.safe_load(harness.EXAMPLE_STACK.read_text())["config"]
+    assert example_settings.kubernetes_version == stack["gpu-platform:kubernetesVersion"]
+    # The example sets every setting there is, so it doubles as the reference. The one secret
+    # is shown as the command that sets it.
+    text = harness.EXAMPLE_STACK.read_text()
+    assert "pulumi config set --secret --path monitoring.grafana.adminPassword" in text
+    for path in setting_paths(type(example_settings)):
+        if path == "monitoring.grafana.adminPassword":
+            continue
+        section, *rest = path.split(".")
+        node = stack.get(f"gpu-platform:{section}")
+        for key in rest:
+            assert isinstance(node, dict) and key in node, f"Pulumi.dev.yaml lacks {path}"
+            node = node[key]
+
+
+def test_minimal_stack_gets_documented_defaults():
+    settings = load_settings(raw(MINIMAL))
+    assert str(settings.gpu_nodes.taint) == "nvidia.com/gpu=present:NoSchedule"
+    assert settings.scheduler.name == "gpu-binpack-scheduler"
+    assert settings.gpu_operator.chart_version == "v26.7.0"
+    assert settings.monitoring.chart_version == "88.5.3"
+    assert settings.gpu_operator.driver.enabled is False
+    off = ("mig_manager", "vgpu_manager", "vgpu_device_manager", "vfio_manager")
+    assert not any(getattr(settings.gpu_operator, name).enabled for name in off)
+    assert settings.admission.gpu_resource_names == ["nvidia.com/gpu", "nvidia.com/mig-*"]
+
+
+def test_taint_accepts_kubectl_and_object_forms():
+    as_text = with_changes(gpuNodes={"taint": "example.com/accelerator:NoExecute"})
+    as_object = with_changes(gpuNodes={"taint": {"key": "example.com/accelerator",
+                                                 "effect": "NoExecute"}})
+    parsed = [load_settings(raw(s)).gpu_nodes.taint for s in (as_text, as_object)]
+    assert parsed[0] == parsed[1]
+    assert parsed[0].value == "" and str(parsed[0]) == "example.com/accelerator:NoExecute"
+
+
+def setting_paths(model, prefix: str = "") -> list[str]:
+    """Every leaf setting of a settings model, as dotted camelCase paths."""
+    from pydantic import BaseModel
+    from components.settings import Switch
+    paths = []
+    for field in model.model_fields.values():
+        path = f"{prefix}{field.alias}"
+        annotation = field.annotation
+        if (isinstance(annotation, type) and issubclass(annotation, BaseModel)
+                and annotation is not Switch and annotation.__name__ not in ("Taint",
+                                                                             "ImageSettings")):
+            paths.extend(setting_paths(annotation, path + "."))
+        else:
+            paths.append(path)
+    return paths
