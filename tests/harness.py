@@ -26,6 +26,26 @@ FAKE_KEY_PEM = "-----BEGIN PRIVATE KEY-----\nZmFrZS1rZXk=\n-----END PRIVATE KEY-
 FAKE_PASSWORD = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKL"
 
 
+# How the Pulumi protocol marks a secret value: {SECRET_SIG_KEY: SECRET_SIG, "value": ...}.
+SECRET_SIG_KEY = "4dabf18193072939515e22adb298388d"
+SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+
+
+def is_secret(value: Any) -> bool:
+    return isinstance(value, dict) and value.get(SECRET_SIG_KEY) == SECRET_SIG
+
+
+def reveal(value: Any) -> Any:
+    """The value with every secret marker removed."""
+    if is_secret(value):
+        return reveal(value["value"])
+    if isinstance(value, dict):
+        return {k: reveal(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [reveal(v) for v in value]
+    return value
+
+
 @dataclass
 class Registration:
     type: str
@@ -33,7 +53,11 @@ class Registration:
     urn: str
     parent: str
     dependencies: list[str]
-    inputs: dict
+    raw_inputs: dict     # as sent, secrets still marked
+
+    @property
+    def inputs(self) -> dict:
+        return reveal(self.raw_inputs)
 
 
 @dataclass
@@ -105,7 +129,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             self.recording.registrations.append(Registration(
                 type=request.type, name=request.name, urn=response.urn, parent=request.parent,
                 dependencies=list(request.dependencies),
-                inputs=self.resources[response.urn].state if response.urn in self.resources
+                raw_inputs=self.resources[response.urn].state if response.urn in self.resources
                 else {}))
         return response
 

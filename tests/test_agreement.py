@@ -1,0 +1,209 @@
+"""Facts with a single home agree wherever they are used: scheduler name, certificate names,
+CA bundle, DCGM Service, GPU taint, exempt namespaces, GPU resource names, pinned versions."""
+
+import base64
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+import harness
+import tools
+from components import binpack_scheduler, gpu_operator, opa_admission
+from components.settings import GPU_RESOURCE, load_settings
+from test_settings import raw, with_changes
+
+K8S = "kubernetes:"
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def webhook_of(recording):
+    return recording.one(f"{K8S}admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
+                         "gpu-platform-admission").inputs["webhooks"][0]
+
+
+def scheduler_profile(recording, settings):
+    config_map = recording.one(f"{K8S}core/v1:ConfigMap",
+                               f"{settings.scheduler.namespace}/{settings.scheduler.name}-config")
+    return yaml.safe_load(config_map.inputs["data"][binpack_scheduler.CONFIG_FILE])
+
+
+def policy_params(recording, settings):
+    config_map = recording.one(
+        f"{K8S}core/v1:ConfigMap",
+        f"{settings.admission.namespace}/{opa_admission.PARAMS_CONFIGMAP}")
+    return json.loads(config_map.inputs["data"][opa_admission.PARAMS_KEY])
+
+
+CUSTOM = with_changes(
+    gpuNodes={"taint": "example.com/accelerator:NoExecute",
+              "extraTaints": ["dedicated=ml:NoSchedule"]},
+    scheduler={"name": "packer", "namespace": "packing"},
+    admission={"namespace": "policy", "exemptNamespaces": ["batch-system"],
+               "gpuResourceNames": ["nvidia.com/gpu", "example.com/vgpu-*"]},
+    gpuOperator={"namespace": "nvidia"},
+    monitoring={"namespace": "observability"})
+
+
+@pytest.fixture(scope="module", params=["example", "custom"])
+def run(request):
+    if request.param == "example":
+        config = harness.example_config()
+    else:
+        config = harness.stack_file_config(CUSTOM)
+    settings = load_settings({key.split(":", 1)[1]: value for key, value in config.items()})
+    return settings, harness.run_program(config)
+
+
+def test_scheduler_name_agrees_everywhere(run):
+    settings, recording = run
+    name = settings.scheduler.name
+    profile = scheduler_profile(recording, settings)
+    assert [p["schedulerName"] for p in profile["profiles"]] == [name]
+    assert profile["leaderElection"]["resourceName"] == name
+    assert policy_params(recording, settings)["schedulerName"] == name
+    platform = next(v for k, v in recording.outputs.items() if k.endswith("::gpu-platform"))
+    assert platform["schedulerName"] == name
+    deployment = recording.one(f"{K8S}apps/v1:Deployment",
+                               f"{settings.scheduler.namespace}/{name}").inputs
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == name
+
+
+def test_certificate_covers_the_service_the_webhook_calls(run):
+    settings, recording = run
+    service = recording.one(f"{K8S}core/v1:Service",
+                            f"{settings.admission.namespace}/{opa_admission.SERVICE}").inputs
+    webhook_service = webhook_of(recording)["clientConfig"]["service"]
+    assert (webhook_service["name"], webhook_service["namespace"]) == (
+        service["metadata"]["name"], service["metadata"]["namespace"])
+    assert webhook_service["port"] in [p["port"] for p in service["spec"]["ports"]]
+    # The API server verifies the certificate against <service>.<namespace>.svc.
+    dns_names = recording.one("tls:index/certRequest:CertRequest", "server").inputs["dnsNames"]
+    assert f"{webhook_service['name']}.{webhook_service['namespace']}.svc" in dns_names
+
+
+def test_webhook_trusts_the_ca_that_signed_the_server_certificate(run):
+    settings, recording = run
+    bundle = base64.b64decode(webhook_of(recording)["clientConfig"]["caBundle"]).decode()
+    assert bundle == harness.FAKE_CA_PEM
+    signed = recording.one("tls:index/locallySignedCert:LocallySignedCert", "server").inputs
+    assert signed["caCertPem"] == harness.FAKE_CA_PEM
+    tls_secret = recording.one(f"{K8S}core/v1:Secret",
+                               f"{settings.admission.namespace}/{opa_admission.TLS_SECRET}")
+    assert tls_secret.inputs["stringData"]["tls.crt"] == harness.FAKE_SERVER_PEM
+    assert tls_secret.inputs["stringData"]["ca.crt"] == bundle
+
+
+def test_service_monitor_selects_the_dcgm_exporter_service(run):
+    settings, recording = run
+    service = yaml.safe_load((FIXTURES / "dcgm-exporter-service.yaml").read_text())
+    monitor = recording.one(f"{K8S}monitoring.coreos.com/v1:ServiceMonitor",
+                            f"{settings.monitoring.namespace}/nvidia-dcgm-exporter").inputs["spec"]
+    assert settings.gpu_operator.namespace in monitor["namespaceSelector"]["matchNames"]
+    selector = monitor["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    port_names = {p["name"] for p in service["spec"]["ports"]}
+    assert [e["port"] for e in monitor["endpoints"]] == ["gpu-metrics"]
+    assert {e["port"] for e in monitor["endpoints"]} <= port_names
+
+
+def tolerates(toleration: dict, taint: dict) -> bool:
+    """Kubernetes' rule for whether a toleration matches a taint."""
+    if toleration.get("effect") and toleration["effect"] != taint["effect"]:
+        return False
+    if toleration.get("key") and toleration["key"] != taint["key"]:
+        return False
+    if toleration.get("operator", "Equal") == "Exists":
+        return True
+    return toleration.get("value", "") == taint.get("value", "")
+
+
+def test_operator_pods_tolerate_every_gpu_node_taint(run):
+    settings, recording = run
+    values = recording.one(f"{K8S}helm.sh/v3:Release", "gpu-operator").inputs["values"]
+    taints = recording.of_type(f"{K8S}core/v1:NodePatch")[0].inputs["spec"]["taints"]
+    assert len(taints) == len(settings.gpu_nodes.taints)
+    for tolerations in (values["daemonsets"]["tolerations"],
+                        values["node-feature-discovery"]["worker"]["tolerations"]):
+        for taint in taints:
+            assert any(tolerates(t, taint) for t in tolerations), (taint, tolerations)
+
+
+def test_tolerations_do_not_tolerate_other_taints():
+    settings = load_settings(raw(CUSTOM))
+    foreign = {"key": "example.com/accelerator", "value": "x", "effect": "NoSchedule"}
+    assert not any(tolerates(t, foreign) for t in gpu_operator.gpu_node_tolerations(settings))
+
+
+def test_every_gpu_node_gets_the_same_taints(run):
+    settings, recording = run
+    patches = recording.of_type(f"{K8S}core/v1:NodePatch")
+    assert sorted(p.inputs["metadata"]["name"] for p in patches) == sorted(settings.gpu_nodes.names)
+    expected = [t.as_manifest() for t in settings.gpu_nodes.taints]
+    assert all(p.inputs["spec"]["taints"] == expected for p in patches)
+
+
+def test_exempt_namespaces_agree_between_webhook_and_policy(run):
+    settings, recording = run
+    selector = webhook_of(recording)["namespaceSelector"]["matchExpressions"]
+    assert selector == [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                         "values": settings.exempt_namespaces}]
+    exempt = policy_params(recording, settings)["exemptNamespaces"]
+    assert exempt == settings.exempt_namespaces
+    for always in ("kube-system", settings.admission.namespace, settings.gpu_operator.namespace,
+                   *settings.admission.exempt_namespaces):
+        assert always in exempt
+
+
+def test_guarded_resources_agree_between_webhook_and_policy(run):
+    settings, recording = run
+    guarded = policy_params(recording, settings)["gpuResourceNames"]
+    assert guarded == settings.admission.gpu_resource_names
+    condition = webhook_of(recording)["matchConditions"][0]["expression"]
+    for name in guarded:
+        test = f"r.startsWith('{name[:-1]}')" if name.endswith("*") else f"r == '{name}'"
+        assert test in condition
+
+
+def test_scheduler_scores_the_gpu_resource_the_policy_guards(run):
+    settings, recording = run
+    profile = scheduler_profile(recording, settings)
+    strategy = profile["profiles"][0]["pluginConfig"][0]["args"]["scoringStrategy"]
+    assert GPU_RESOURCE in [r["name"] for r in strategy["resources"]]
+    assert GPU_RESOURCE in policy_params(recording, settings)["gpuResourceNames"]
+
+
+def test_scheduler_image_follows_the_kubernetes_version(run):
+    settings, recording = run
+    deployment = recording.one(
+        f"{K8S}apps/v1:Deployment",
+        f"{settings.scheduler.namespace}/{settings.scheduler.name}").inputs
+    image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == f"registry.k8s.io/kube-scheduler:v{settings.kubernetes_version}"
+
+
+def test_policy_is_tested_with_the_opa_version_that_ships(example_settings):
+    assert example_settings.admission.opa.tag.split("-")[0] == tools.opa_version()
+
+
+def test_readme_documents_every_setting_with_its_default(example_settings):
+    from test_settings import setting_paths
+    readme = (harness.ROOT / "README.md").read_text()
+    rows = {m.group(1): m.group(2) for m in
+            re.finditer(r"^\| `([A-Za-z.]+)` \| ([^|]*) \|", readme, re.MULTILINE)}
+    defaults = json.loads(load_settings(raw({"kubernetesVersion": "1.35.10", "gpuNodes": {
+        "names": ["n"]}})).model_dump_json(by_alias=True))
+    for path in setting_paths(type(example_settings)):
+        assert path in rows, f"README's settings table lacks {path}"
+        value = defaults
+        for key in path.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        if path in ("kubernetesVersion", "gpuNodes.names"):
+            assert "required" in rows[path]
+        elif value not in (None, {}, []):
+            shown = value if isinstance(value, str) else json.dumps(value)
+            if isinstance(value, dict) and set(value) == {"enabled"}:
+                shown = json.dumps(value["enabled"])
+            assert shown in rows[path] or str(value) in rows[path], (path, shown, rows[path])

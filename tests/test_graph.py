@@ -1,0 +1,217 @@
+"""The resource graph a `pulumi up` builds: every resource once, under the right component, and
+every dependency edge of the design."""
+
+from collections import Counter
+
+import pytest
+
+import harness
+from test_settings import MINIMAL, with_changes
+
+COMPONENT = "gpu-platform:index:"
+K8S = "kubernetes:"
+
+# (type, logical name, parent component) for the example stack.
+EXPECTED = [
+    (f"{COMPONENT}GpuPlatform", "gpu-platform", "pulumi:pulumi:Stack"),
+    (f"{COMPONENT}GpuNodes", "gpu-nodes", f"{COMPONENT}GpuPlatform"),
+    (f"{COMPONENT}GpuOperator", "gpu-operator", f"{COMPONENT}GpuPlatform"),
+    (f"{COMPONENT}BinpackScheduler", "binpack-scheduler", f"{COMPONENT}GpuPlatform"),
+    (f"{COMPONENT}OpaAdmission", "opa-admission", f"{COMPONENT}GpuPlatform"),
+    (f"{COMPONENT}Monitoring", "monitoring", f"{COMPONENT}GpuPlatform"),
+    (f"{K8S}core/v1:NodePatch", "gpu-node-1", f"{COMPONENT}GpuNodes"),
+    (f"{K8S}core/v1:NodePatch", "gpu-node-2", f"{COMPONENT}GpuNodes"),
+    (f"{K8S}core/v1:Namespace", "gpu-operator", f"{COMPONENT}GpuOperator"),
+    (f"{K8S}helm.sh/v3:Release", "gpu-operator", f"{COMPONENT}GpuOperator"),
+    (f"{K8S}core/v1:Namespace", "gpu-scheduler", f"{COMPONENT}BinpackScheduler"),
+    (f"{K8S}core/v1:ServiceAccount", "gpu-scheduler/gpu-binpack-scheduler",
+     f"{COMPONENT}BinpackScheduler"),
+    (f"{K8S}rbac.authorization.k8s.io/v1:ClusterRoleBinding",
+     "gpu-binpack-scheduler:kube-scheduler", f"{COMPONENT}BinpackScheduler"),
+    (f"{K8S}rbac.authorization.k8s.io/v1:ClusterRoleBinding",
+     "gpu-binpack-scheduler:volume-scheduler", f"{COMPONENT}BinpackScheduler"),
+    (f"{K8S}rbac.authorization.k8s.io/v1:RoleBinding",
+     "kube-system/gpu-binpack-scheduler:extension-apiserver-authentication-reader",
+     f"{COMPONENT}BinpackScheduler"),
+    (f"{K8S}rbac.authorization.k8s.io/v1:Role",
+     "gpu-scheduler/gpu-binpack-scheduler:leader-election", f"{COMPONENT}BinpackScheduler"),
+    (f"{K8S}rbac.authorization.k8s.io/v1:RoleBinding",
+     "gpu-scheduler/gpu-binpack-scheduler:leader-election", f"{COMPONENT}BinpackScheduler"),
+    (f"{K8S}core/v1:ConfigMap", "gpu-scheduler/gpu-binpack-scheduler-config",
+     f"{COMPONENT}BinpackScheduler"),
+    (f"{K8S}apps/v1:Deployment", "gpu-scheduler/gpu-binpack-scheduler",
+     f"{COMPONENT}BinpackScheduler"),
+    (f"{K8S}policy/v1:PodDisruptionBudget", "gpu-scheduler/gpu-binpack-scheduler",
+     f"{COMPONENT}BinpackScheduler"),
+    (f"{K8S}core/v1:Namespace", "gpu-admission", f"{COMPONENT}OpaAdmission"),
+    ("tls:index/privateKey:PrivateKey", "ca", f"{COMPONENT}OpaAdmission"),
+    ("tls:index/selfSignedCert:SelfSignedCert", "ca", f"{COMPONENT}OpaAdmission"),
+    ("tls:index/privateKey:PrivateKey", "server", f"{COMPONENT}OpaAdmission"),
+    ("tls:index/certRequest:CertRequest", "server", f"{COMPONENT}OpaAdmission"),
+    ("tls:index/locallySignedCert:LocallySignedCert", "server", f"{COMPONENT}OpaAdmission"),
+    ("random:index/randomPassword:RandomPassword", "kube-mgmt-token",
+     f"{COMPONENT}OpaAdmission"),
+    (f"{K8S}core/v1:ServiceAccount", "gpu-admission/opa", f"{COMPONENT}OpaAdmission"),
+    (f"{K8S}rbac.authorization.k8s.io/v1:Role", "gpu-admission/kube-mgmt",
+     f"{COMPONENT}OpaAdmission"),
+    (f"{K8S}rbac.authorization.k8s.io/v1:RoleBinding", "gpu-admission/kube-mgmt",
+     f"{COMPONENT}OpaAdmission"),
+    (f"{K8S}core/v1:ConfigMap", "gpu-admission/gpu-platform-admission-policy",
+     f"{COMPONENT}OpaAdmission"),
+    (f"{K8S}core/v1:ConfigMap", "gpu-admission/gpu-platform-admission-params",
+     f"{COMPONENT}OpaAdmission"),
+    (f"{K8S}core/v1:ConfigMap", "gpu-admission/opa-server-policy", f"{COMPONENT}OpaAdmission"),
+    (f"{K8S}core/v1:Secret", "gpu-admission/opa-tls", f"{COMPONENT}OpaAdmission"),
+    (f"{K8S}core/v1:Secret", "gpu-admission/opa-server", f"{COMPONENT}OpaAdmission"),
+    (f"{K8S}core/v1:Service", "gpu-admission/opa", f"{COMPONENT}OpaAdmission"),
+    (f"{K8S}apps/v1:Deployment", "gpu-admission/opa", f"{COMPONENT}OpaAdmission"),
+    (f"{K8S}policy/v1:PodDisruptionBudget", "gpu-admission/opa", f"{COMPONENT}OpaAdmission"),
+    (f"{K8S}admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
+     "gpu-platform-admission", f"{COMPONENT}OpaAdmission"),
+    (f"{K8S}core/v1:Namespace", "monitoring", f"{COMPONENT}Monitoring"),
+    ("random:index/randomPassword:RandomPassword", "grafana-admin", f"{COMPONENT}Monitoring"),
+    (f"{K8S}core/v1:Secret", "monitoring/grafana-admin", f"{COMPONENT}Monitoring"),
+    (f"{K8S}helm.sh/v3:Release", "kube-prometheus-stack", f"{COMPONENT}Monitoring"),
+    (f"{K8S}monitoring.coreos.com/v1:ServiceMonitor", "monitoring/nvidia-dcgm-exporter",
+     f"{COMPONENT}Monitoring"),
+    (f"{K8S}core/v1:ConfigMap", "monitoring/gpu-platform-dashboard", f"{COMPONENT}Monitoring"),
+]
+
+
+def parent_type(recording, registration) -> str:
+    return registration.parent.split("::")[2].split("$")[-1]
+
+
+def test_every_expected_resource_once_with_its_parent(example_run):
+    registered = Counter((r.type, r.name) for r in example_run.registrations)
+    expected = Counter((t, n) for t, n, _ in EXPECTED)
+    assert registered == expected
+    for type_, name, parent in EXPECTED:
+        assert parent_type(example_run, example_run.one(type_, name)) == parent, (type_, name)
+
+
+def depends_on(recording, dependent, dependency) -> bool:
+    return dependency.urn in dependent.dependencies
+
+
+def waits_for(recording, dependent, dependency) -> bool:
+    """Directly or through other dependencies."""
+    seen, todo = set(), list(dependent.dependencies)
+    while todo:
+        urn = todo.pop()
+        if urn == dependency.urn:
+            return True
+        if urn not in seen:
+            seen.add(urn)
+            todo.extend(recording.by_urn(urn).dependencies)
+    return False
+
+
+EDGES = [
+    # (dependent, dependency, why)
+    ((f"{K8S}helm.sh/v3:Release", "gpu-operator"), (f"{K8S}core/v1:NodePatch", "gpu-node-1"),
+     "taint the nodes before the operator's DaemonSets and the first GPU pods arrive"),
+    ((f"{K8S}helm.sh/v3:Release", "gpu-operator"), (f"{K8S}core/v1:NodePatch", "gpu-node-2"),
+     "taint the nodes before the operator's DaemonSets and the first GPU pods arrive"),
+    ((f"{K8S}admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
+      "gpu-platform-admission"),
+     (f"{K8S}apps/v1:Deployment", "gpu-scheduler/gpu-binpack-scheduler"),
+     "never force GPU pods onto a scheduler that is not running"),
+    ((f"{K8S}admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
+      "gpu-platform-admission"),
+     (f"{K8S}apps/v1:Deployment", "gpu-admission/opa"),
+     "a webhook registered before OPA answers rejects or stalls pod creation"),
+    ((f"{K8S}admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
+      "gpu-platform-admission"),
+     (f"{K8S}core/v1:ConfigMap", "gpu-admission/gpu-platform-admission-policy"),
+     "a webhook registered before OPA answers rejects or stalls pod creation"),
+    ((f"{K8S}admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
+      "gpu-platform-admission"),
+     (f"{K8S}core/v1:ConfigMap", "gpu-admission/gpu-platform-admission-params"),
+     "a webhook registered before OPA answers rejects or stalls pod creation"),
+    ((f"{K8S}admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
+      "gpu-platform-admission"),
+     (f"{K8S}core/v1:Secret", "gpu-admission/opa-tls"),
+     "a webhook registered before OPA answers rejects or stalls pod creation"),
+    ((f"{K8S}monitoring.coreos.com/v1:ServiceMonitor", "monitoring/nvidia-dcgm-exporter"),
+     (f"{K8S}helm.sh/v3:Release", "kube-prometheus-stack"),
+     "the ServiceMonitor CRD comes from the chart"),
+    ((f"{K8S}core/v1:ConfigMap", "monitoring/gpu-platform-dashboard"),
+     (f"{K8S}helm.sh/v3:Release", "kube-prometheus-stack"),
+     "the Grafana sidecar that loads dashboards comes from the chart"),
+    ((f"{K8S}monitoring.coreos.com/v1:ServiceMonitor", "monitoring/nvidia-dcgm-exporter"),
+     (f"{K8S}helm.sh/v3:Release", "gpu-operator"),
+     "the DCGM exporter Service it selects is created by the operator"),
+]
+
+
+@pytest.mark.parametrize("dependent, dependency, why", EDGES,
+                         ids=[f"{e[0][1]} after {e[1][1]}" for e in EDGES])
+def test_design_edge(example_run, dependent, dependency, why):
+    assert depends_on(example_run, example_run.one(*dependent), example_run.one(*dependency)), why
+
+
+def test_namespaced_objects_wait_for_their_namespace(example_run):
+    namespaces = {r.name: r for r in example_run.of_type(f"{K8S}core/v1:Namespace")}
+    checked = 0
+    for registration in example_run.registrations:
+        namespace = (registration.inputs.get("metadata") or {}).get("namespace")
+        if namespace in namespaces and registration.type.startswith(K8S):
+            assert waits_for(example_run, registration, namespaces[namespace]), registration.name
+            checked += 1
+    assert checked >= 20
+
+
+def test_webhook_is_registered_last_among_admission_objects(example_run):
+    webhook = example_run.one(
+        f"{K8S}admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
+        "gpu-platform-admission")
+    admission = [r for r in example_run.registrations
+                 if r.type.startswith(K8S) and parent_type(example_run, r).endswith("OpaAdmission")
+                 and r is not webhook and "PodDisruptionBudget" not in r.type
+                 and "Role" not in r.type and "ServiceAccount" not in r.type
+                 and "Namespace" not in r.type]
+    missing = [r.name for r in admission if r.urn not in webhook.dependencies]
+    assert not missing, f"webhook does not wait for {missing}"
+
+
+@pytest.mark.parametrize("nodes", [["gpu-a"], ["gpu-a", "gpu-b", "gpu-c"]])
+def test_one_node_patch_per_configured_node(nodes):
+    recording = harness.run_program(harness.stack_file_config(
+        with_changes(gpuNodes={"names": nodes})))
+    patches = recording.of_type(f"{K8S}core/v1:NodePatch")
+    assert sorted(p.inputs["metadata"]["name"] for p in patches) == sorted(nodes)
+    release = recording.one(f"{K8S}helm.sh/v3:Release", "gpu-operator")
+    assert all(p.urn in release.dependencies for p in patches)
+
+
+def test_single_scheduler_replica_has_no_lease_rights_and_no_budget():
+    recording = harness.run_program(harness.stack_file_config(
+        with_changes(scheduler={"replicas": 1})))
+    kinds = {(r.type.rsplit(":", 1)[1], r.name) for r in recording.registrations}
+    assert ("Role", "gpu-scheduler/gpu-binpack-scheduler:leader-election") not in kinds
+    assert ("PodDisruptionBudget", "gpu-scheduler/gpu-binpack-scheduler") not in kinds
+
+
+def test_given_grafana_password_is_used_as_a_secret_and_none_is_generated():
+    given = harness.run_program(harness.stack_file_config(
+        with_changes(monitoring={"grafana": {"adminPassword": "from-the-stack"}})))
+    names = [r.name for r in given.of_type("random:index/randomPassword:RandomPassword")]
+    assert names == ["kube-mgmt-token"]
+    secret = given.one(f"{K8S}core/v1:Secret", "monitoring/grafana-admin")
+    assert harness.is_secret(secret.raw_inputs["stringData"])
+    assert secret.inputs["stringData"]["admin-password"] == "from-the-stack"
+
+
+def test_generated_grafana_password_fills_the_admin_secret(example_run):
+    generated = example_run.one("random:index/randomPassword:RandomPassword", "grafana-admin")
+    assert parent_type(example_run, generated).endswith("Monitoring")
+    secret = example_run.one(f"{K8S}core/v1:Secret", "monitoring/grafana-admin")
+    password = secret.inputs["stringData"]["admin-password"]
+    assert len(password) == generated.inputs["length"] >= 32
+
+
+def test_minimal_stack_declares_the_whole_platform():
+    recording = harness.run_program(harness.stack_file_config(MINIMAL))
+    components = {r.type for r in recording.registrations if r.type.startswith(COMPONENT)}
+    assert components == {t for t, _, _ in EXPECTED if t.startswith(COMPONENT)}
