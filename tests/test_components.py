@@ -1,0 +1,301 @@
+"""What each component's manifests do for the people who run and use the cluster."""
+
+import json
+import re
+
+import pytest
+import yaml
+
+from components import (binpack_scheduler, dashboard, gpu_nodes, gpu_operator, monitoring,
+                        opa_admission)
+from components.settings import load_settings
+from test_settings import MINIMAL, raw, with_changes
+
+
+def settings_of(**changes):
+    return load_settings(raw(with_changes(**changes)))
+
+
+DEFAULT = settings_of()
+
+
+def containers(deployment: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
+
+
+# --- GPU nodes --------------------------------------------------------------------------------
+
+def test_node_patch_declares_the_whole_taint_list_without_forcing():
+    settings = settings_of(gpuNodes={"extraTaints": ["dedicated=ml:NoSchedule"],
+                                     "labels": {"gpu-platform.io/pool": "training"}})
+    patch = gpu_nodes.node_patch(settings, "gpu-node-1")
+    assert patch["spec"]["taints"] == [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+        {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]
+    assert patch["metadata"]["labels"] == {"gpu-platform.io/pool": "training"}
+    annotations = patch["metadata"]["annotations"]
+    assert annotations["pulumi.com/patchFieldManager"] == gpu_nodes.FIELD_MANAGER
+    assert "pulumi.com/patchForce" not in annotations
+
+
+def test_taking_over_the_taint_list_is_explicit():
+    patch = gpu_nodes.node_patch(settings_of(gpuNodes={"forceTaintOwnership": True}), "n")
+    assert patch["metadata"]["annotations"]["pulumi.com/patchForce"] == "true"
+
+
+# --- GPU Operator -----------------------------------------------------------------------------
+
+def test_operator_switches_follow_the_settings():
+    values = gpu_operator.chart_values(settings_of(gpuOperator={
+        "driver": {"enabled": True}, "migManager": {"enabled": True},
+        "mig": {"strategy": "mixed"}}))
+    assert values["driver"] == {"enabled": True}
+    assert values["migManager"] == {"enabled": True}
+    assert values["mig"] == {"strategy": "mixed"}
+    defaults = gpu_operator.chart_values(DEFAULT)
+    assert defaults["driver"] == {"enabled": False}
+    for operand in ("migManager", "vgpuManager", "vgpuDeviceManager", "vfioManager",
+                    "sandboxWorkloads"):
+        assert defaults[operand] == {"enabled": False}, operand
+
+
+def test_operator_does_not_declare_a_second_dcgm_service_monitor():
+    assert gpu_operator.chart_values(DEFAULT)["dcgmExporter"]["serviceMonitor"] == {
+        "enabled": False}
+
+
+def test_time_slicing_advertises_each_gpu_several_times():
+    values = gpu_operator.chart_values(settings_of(gpuOperator={"timeSlicing": {"replicas": 4}}))
+    config = values["devicePlugin"]["config"]
+    assert config["create"] is True and config["default"] in config["data"]
+    sharing = yaml.safe_load(config["data"][config["default"]])
+    assert sharing["version"] == "v1"
+    assert sharing["sharing"]["timeSlicing"]["resources"] == [
+        {"name": "nvidia.com/gpu", "replicas": 4}]
+    assert "config" not in gpu_operator.chart_values(DEFAULT)["devicePlugin"]
+
+
+def test_extra_values_reach_the_chart_without_replacing_generated_ones():
+    values = gpu_operator.chart_values(settings_of(gpuOperator={"extraValues": {
+        "dcgmExporter": {"image": {"tag": "custom"}}, "operator": {"resources": {}}}}))
+    assert values["dcgmExporter"]["image"] == {"tag": "custom"}
+    assert values["dcgmExporter"]["serviceMonitor"] == {"enabled": False}
+    assert values["operator"] == {"resources": {}}
+
+
+def test_operator_namespace_allows_privileged_operands():
+    labels = gpu_operator.operator_namespace(DEFAULT)["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+# --- Binpack scheduler ------------------------------------------------------------------------
+
+def test_scheduler_profile_packs_by_requested_to_capacity_ratio():
+    settings = settings_of(scheduler={"scoringStrategy": {
+        "resources": [{"name": "nvidia.com/gpu", "weight": 50}, {"name": "cpu", "weight": 2}],
+        "requestedToCapacityRatio": {"shape": [{"utilization": 0, "score": 0},
+                                               {"utilization": 80, "score": 9},
+                                               {"utilization": 100, "score": 10}]}}})
+    config = binpack_scheduler.scheduler_configuration(settings)
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    (profile,) = config["profiles"]
+    (fit,) = profile["pluginConfig"]
+    assert fit["name"] == "NodeResourcesFit"
+    strategy = fit["args"]["scoringStrategy"]
+    assert strategy["type"] == "RequestedToCapacityRatio"
+    assert strategy["resources"] == [{"name": "nvidia.com/gpu", "weight": 50},
+                                     {"name": "cpu", "weight": 2}]
+    assert [p["utilization"] for p in strategy["requestedToCapacityRatio"]["shape"]] == [0, 80,
+                                                                                         100]
+
+
+@pytest.mark.parametrize("replicas, elect", [(1, False), (2, True), (3, True)])
+def test_leader_election_only_with_several_replicas(replicas, elect):
+    settings = settings_of(scheduler={"replicas": replicas})
+    election = binpack_scheduler.scheduler_configuration(settings)["leaderElection"]
+    assert election["leaderElect"] is elect
+    assert (election["resourceName"], election["resourceNamespace"]) == (
+        "gpu-binpack-scheduler", "gpu-scheduler")
+    roles = [o for o in binpack_scheduler.rbac_objects(settings) if o["kind"] == "Role"]
+    if elect:
+        (role,) = roles
+        named = [r for r in role["rules"] if r.get("resourceNames")]
+        assert named == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                          "resourceNames": ["gpu-binpack-scheduler"],
+                          "verbs": ["get", "update"]}]
+    else:
+        assert roles == []
+
+
+def test_changed_scheduler_configuration_rolls_the_pods():
+    def pod_annotations(settings):
+        template = binpack_scheduler.deployment(settings)["spec"]["template"]
+        return template["metadata"]["annotations"]
+
+    changed = settings_of(scheduler={"scoringStrategy": {"resources": [
+        {"name": "nvidia.com/gpu", "weight": 20}]}})
+    assert pod_annotations(DEFAULT) == pod_annotations(settings_of())
+    assert pod_annotations(changed) != pod_annotations(DEFAULT)
+
+
+def test_scheduler_runs_with_its_service_account_and_restricted_privileges():
+    deployment = binpack_scheduler.deployment(DEFAULT)
+    pod = deployment["spec"]["template"]["spec"]
+    (scheduler,) = containers(deployment).values()
+    assert pod["serviceAccountName"] == "gpu-binpack-scheduler"
+    assert all("hostPath" not in v for v in pod["volumes"])
+    assert "nodeSelector" not in pod and "tolerations" not in pod
+    assert not any("kubeconfig" in arg for arg in scheduler["command"])
+    assert f"--config={binpack_scheduler.CONFIG_DIR}/{binpack_scheduler.CONFIG_FILE}" in \
+        scheduler["command"]
+    for probe in (scheduler["livenessProbe"], scheduler["readinessProbe"]):
+        assert probe["httpGet"]["port"] == 10259 and probe["httpGet"]["scheme"] == "HTTPS"
+    assert_restricted(pod, scheduler)
+
+
+def assert_restricted(pod: dict, container: dict):
+    """The Pod Security Standard 'restricted' requirements."""
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = container["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert security["readOnlyRootFilesystem"] is True
+
+
+def test_scheduler_rbac_uses_the_cluster_scheduler_roles():
+    refs = {(o["kind"], o["roleRef"]["name"], o["metadata"].get("namespace"))
+            for o in binpack_scheduler.rbac_objects(DEFAULT) if "roleRef" in o}
+    assert ("ClusterRoleBinding", "system:kube-scheduler", None) in refs
+    assert ("ClusterRoleBinding", "system:volume-scheduler", None) in refs
+    assert ("RoleBinding", "extension-apiserver-authentication-reader", "kube-system") in refs
+
+
+# --- OPA admission ----------------------------------------------------------------------------
+
+def test_opa_serves_tls_to_the_cluster_and_plain_http_only_on_localhost():
+    args = opa_admission.opa_args(DEFAULT)
+    addresses = [a.split("=", 1)[1] for a in args if a.startswith("--addr=")]
+    assert addresses == ["https://0.0.0.0:8443", "http://127.0.0.1:8181"]
+    assert "--authentication=token" in args and "--authorization=basic" in args
+    assert any(a.startswith("--tls-cert-file=") for a in args)
+    mgmt = opa_admission.kube_mgmt_args(DEFAULT)
+    assert "--opa-url=http://127.0.0.1:8181/v1" in mgmt
+    assert any(a.startswith("--opa-auth-token-file=") for a in mgmt)
+    assert "--namespaces=gpu-admission" in mgmt
+
+
+def test_opa_pods_are_ready_only_with_the_policy_loaded_and_kept_available():
+    deployment = opa_admission.deployment(DEFAULT)
+    opa = containers(deployment)["opa"]
+    assert opa["readinessProbe"]["httpGet"]["path"] == "/health/ready"
+    assert deployment["spec"]["replicas"] >= 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pod = deployment["spec"]["template"]["spec"]
+    for container in containers(deployment).values():
+        assert_restricted(pod, container)
+
+
+def test_kube_mgmt_may_only_read_and_annotate_config_maps_in_its_namespace():
+    rbac = opa_admission.rbac_objects(DEFAULT)
+    assert {o["kind"] for o in rbac} == {"ServiceAccount", "Role", "RoleBinding"}
+    (role,) = [o for o in rbac if o["kind"] == "Role"]
+    assert role["metadata"]["namespace"] == "gpu-admission"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
+                              "verbs": ["get", "list", "watch", "patch"]}]
+
+
+def test_policy_config_map_ships_the_policy_files_but_not_their_tests():
+    policy, params, server = opa_admission.policy_config_maps(DEFAULT)
+    assert policy["metadata"]["labels"]["openpolicyagent.org/policy"] == "rego"
+    shipped = set(policy["data"])
+    on_disk = {p.name for p in (opa_admission.POLICY_DIR / "admission").glob("*.rego")}
+    assert shipped == {n for n in on_disk if not n.endswith("_test.rego")} and shipped
+    assert params["metadata"]["labels"]["openpolicyagent.org/data"] == "opa"
+    assert "openpolicyagent.org/policy" not in server["metadata"]["labels"]
+    assert set(server["data"]) == {"authz.rego", "health.rego"}
+
+
+def test_webhook_guards_pod_creation_only():
+    webhook = opa_admission.webhook_configuration(
+        settings_of(admission={"failurePolicy": "Ignore", "timeoutSeconds": 3}), "Q0E=")
+    (hook,) = webhook["webhooks"]
+    assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                              "resources": ["pods"], "scope": "Namespaced"}]
+    assert hook["sideEffects"] == "None"
+    assert (hook["failurePolicy"], hook["timeoutSeconds"]) == ("Ignore", 3)
+    assert hook["admissionReviewVersions"] == ["v1"]
+
+
+def test_certificates_renew_early_as_configured(example_run):
+    for type_, name in (("tls:index/selfSignedCert:SelfSignedCert", "ca"),
+                        ("tls:index/locallySignedCert:LocallySignedCert", "server")):
+        cert = example_run.one(type_, name).inputs
+        assert cert["earlyRenewalHours"] == 720
+    ca = example_run.one("tls:index/selfSignedCert:SelfSignedCert", "ca").inputs
+    server = example_run.one("tls:index/locallySignedCert:LocallySignedCert", "server").inputs
+    assert ca["isCaCertificate"] is True and ca["validityPeriodHours"] == 87600
+    assert server["validityPeriodHours"] == 8760
+    assert "server_auth" in server["allowedUses"]
+
+
+# --- Monitoring -------------------------------------------------------------------------------
+
+def test_prometheus_selects_monitors_and_rules_of_every_namespace():
+    spec = monitoring.chart_values(DEFAULT)["prometheus"]["prometheusSpec"]
+    for kind in ("serviceMonitor", "podMonitor", "rule", "probe"):
+        assert spec[f"{kind}SelectorNilUsesHelmValues"] is False
+
+
+def test_grafana_uses_the_admin_secret_and_loads_the_dashboard():
+    values = monitoring.chart_values(DEFAULT)["grafana"]
+    secret = monitoring.grafana_admin_secret(DEFAULT, "pw")
+    assert values["admin"]["existingSecret"] == secret["metadata"]["name"]
+    assert {values["admin"]["userKey"], values["admin"]["passwordKey"]} == set(
+        secret["stringData"])
+    config_map = monitoring.dashboard_config_map(DEFAULT)
+    sidecar = values["sidecar"]["dashboards"]
+    assert config_map["metadata"]["labels"][sidecar["label"]] == sidecar["labelValue"]
+    assert config_map["metadata"]["namespace"] == DEFAULT.monitoring.namespace
+
+
+def test_service_monitor_keeps_the_workload_labels_and_adds_the_node():
+    endpoint = monitoring.dcgm_service_monitor(DEFAULT)["spec"]["endpoints"][0]
+    assert endpoint["honorLabels"] is True
+    assert endpoint["interval"] == "15s"
+    node = [r for r in endpoint["relabelings"] if r.get("targetLabel") == "node"]
+    assert node == [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node",
+                     "action": "replace"}]
+
+
+def test_dashboard_answers_who_uses_which_gpus_and_where_there_is_room():
+    board = json.loads(monitoring.dashboard_config_map(DEFAULT)["data"]["gpu-platform.json"])
+    exprs = {p["title"]: p["targets"][0]["expr"] for p in board["panels"]}
+    by_metric = lambda metric, label: [t for t, e in exprs.items()  # noqa: E731
+                                       if metric in e and f"by ({label}" in e]
+    assert by_metric("kube_pod_container_resource_requests", "namespace")
+    assert by_metric("kube_pod_container_resource_requests", "namespace, pod")
+    assert by_metric("DCGM_FI_DEV_GPU_UTIL", "namespace")
+    assert by_metric("DCGM_FI_DEV_GPU_UTIL", "namespace, pod")
+    assert by_metric("DCGM_FI_DEV_FB_USED", "namespace, pod")
+    assert by_metric("kube_node_status_allocatable", "node")
+    for metric in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_FB_FREE"):
+        assert any(metric in e for e in exprs.values()), metric
+    assert all('resource="nvidia_com_gpu"' in e for e in exprs.values() if "kube_" in e)
+
+
+def test_dashboard_loads_in_grafana():
+    board = dashboard.dashboard()
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids))
+    variables = {v["name"] for v in board["templating"]["list"]}
+    text = json.dumps(board["panels"])
+    used = set(re.findall(r"\$\{?([A-Za-z_]\w*)", text)) - {"__all", "__interval",
+                                                            "__rate_interval"}
+    assert used <= variables and {"datasource", "namespace", "node"} <= used
+    for panel in board["panels"]:
+        assert panel["datasource"]["uid"] == "${datasource}"
+        assert all(t["datasource"] == panel["datasource"] for t in panel["targets"])
+        grid = panel["gridPos"]
+        assert 0 <= grid["x"] and grid["x"] + grid["w"] <= 24
