@@ -125,7 +125,7 @@ class Model(BaseModel):
 class Switch(Model):
     """An operand of the GPU Operator chart that can be turned on or off (`<operand>.enabled`)."""
 
-    enabled: bool
+    enabled: bool = Field(description="Whether the chart deploys this operand.")
 
 
 def switch(enabled: bool, description: str):
@@ -373,8 +373,11 @@ class ScoringStrategy(Model):
 
 
 class ContainerResources(Model):
-    requests: dict[str, str] = Field(default_factory=dict)
-    limits: dict[str, str] = Field(default_factory=dict)
+    requests: dict[str, str] = Field(default_factory=dict,
+                                     description="Requested CPU (cores) and memory (bytes, "
+                                                 "Kubernetes quantities).")
+    limits: dict[str, str] = Field(default_factory=dict,
+                                   description="CPU and memory limits (Kubernetes quantities).")
 
 
 class SchedulerSettings(Model):

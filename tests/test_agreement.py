@@ -201,9 +201,11 @@ def test_readme_documents_every_setting_with_its_default(example_settings):
         for key in path.split("."):
             value = value.get(key) if isinstance(value, dict) else None
         if path in ("kubernetesVersion", "gpuNodes.names"):
-            assert "required" in rows[path]
-        elif value not in (None, {}, []):
+            shown = "required"
+        elif path == "gpuNodes.taint":
+            shown = str(example_settings.gpu_nodes.taint.__class__(**value))
+        elif value is None:
+            shown = "unset"
+        else:
             shown = value if isinstance(value, str) else json.dumps(value)
-            if isinstance(value, dict) and set(value) == {"enabled"}:
-                shown = json.dumps(value["enabled"])
-            assert shown in rows[path] or str(value) in rows[path], (path, shown, rows[path])
+        assert rows[path].strip() == shown, (path, shown, rows[path])

@@ -209,14 +209,12 @@ def test_taint_accepts_kubectl_and_object_forms():
 def setting_paths(model, prefix: str = "") -> list[str]:
     """Every leaf setting of a settings model, as dotted camelCase paths."""
     from pydantic import BaseModel
-    from components.settings import Switch
     paths = []
     for field in model.model_fields.values():
         path = f"{prefix}{field.alias}"
         annotation = field.annotation
         if (isinstance(annotation, type) and issubclass(annotation, BaseModel)
-                and annotation is not Switch and annotation.__name__ not in ("Taint",
-                                                                             "ImageSettings")):
+                and annotation.__name__ not in ("Taint", "ImageSettings")):
             paths.extend(setting_paths(annotation, path + "."))
         else:
             paths.append(path)
