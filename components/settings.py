@@ -94,6 +94,25 @@ def is_label_value(value: str) -> bool:
     return len(value) <= 63 and bool(_LABEL_VALUE.match(value))
 
 
+_QUALIFIED_NAME_RULE = ("[DNS-subdomain prefix/]name, the name at most 63 characters of "
+                        "[A-Za-z0-9-_.], alphanumeric at both ends")
+_LABEL_VALUE_RULE = "at most 63 characters of [A-Za-z0-9-_.], alphanumeric at both ends, or empty"
+
+
+def _qualified_name(name: str, what: str, at: tuple = ()) -> str:
+    if not is_qualified_name(name):
+        raise Invalid(f"not a valid {what}", _QUALIFIED_NAME_RULE, at=at, value=name,
+                      has_value=True)
+    return name
+
+
+def _label_value(text: str, what: str, at: tuple = ()) -> str:
+    if not is_label_value(text):
+        raise Invalid(f"not a valid {what}", _LABEL_VALUE_RULE, at=at, value=text,
+                      has_value=True)
+    return text
+
+
 def _dns_label(value: str) -> str:
     if not is_dns_label(value):
         raise Invalid("not a valid name",
@@ -152,23 +171,10 @@ class Taint(Model):
         key, _, value = spec.partition("=")
         return {"key": key, "value": value, "effect": effect}
 
-    @field_validator("key")
-    @classmethod
-    def key_is_qualified(cls, value: str) -> str:
-        if not is_qualified_name(value):
-            raise Invalid("not a valid taint key",
-                          "[DNS-subdomain prefix/]name, name at most 63 characters of "
-                          "[A-Za-z0-9-_.] starting and ending alphanumeric")
-        return value
-
-    @field_validator("value")
-    @classmethod
-    def value_is_label_value(cls, value: str) -> str:
-        if not is_label_value(value):
-            raise Invalid("not a valid taint value",
-                          "at most 63 characters of [A-Za-z0-9-_.] starting and ending "
-                          "alphanumeric, or empty")
-        return value
+    _check_key = field_validator("key")(
+        classmethod(lambda cls, v: _qualified_name(v, "taint key")))
+    _check_value = field_validator("value")(
+        classmethod(lambda cls, v: _label_value(v, "taint value")))
 
     def __str__(self) -> str:
         return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
@@ -225,13 +231,8 @@ class GpuNodesSettings(Model):
     @classmethod
     def labels_are_valid(cls, labels: dict[str, str]) -> dict[str, str]:
         for key, value in labels.items():
-            if not is_qualified_name(key):
-                raise Invalid("not a valid label key", "[DNS-subdomain prefix/]name",
-                              at=(key,), value=key, has_value=True)
-            if not is_label_value(value):
-                raise Invalid("not a valid label value",
-                              "at most 63 characters of [A-Za-z0-9-_.], alphanumeric at both "
-                              "ends, or empty", at=(key,), value=value, has_value=True)
+            _qualified_name(key, "label key", at=(key,))
+            _label_value(value, "label value", at=(key,))
         return labels
 
     @model_validator(mode="after")
