@@ -13,7 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from components.settings import AdmissionSettings
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from components.settings import AdmissionSettings  # noqa: E402
 
 TOOLS_DIR = Path(os.environ.get("GPU_PLATFORM_TOOLS",
                                 Path.home() / ".cache" / "gpu-platform-tools"))
@@ -48,3 +49,11 @@ def go_install(tool: str, module: str, version: str) -> Path:
 
 def opa() -> Path:
     return go_install("opa", "github.com/open-policy-agent/opa", f"v{opa_version()}")
+
+
+if __name__ == "__main__":
+    # `tests/run` builds the tools before pytest starts, so that the build's progress is shown.
+    try:
+        opa()
+    except RuntimeError as error:
+        sys.exit(f"tests/run: {error}")
