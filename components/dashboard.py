@@ -1,128 +1,197 @@
-"""The GPU platform's Grafana dashboard: who uses how many GPUs and how hard, and where there
-is room.
+"""The GPU platform's Grafana dashboard, built with grafana-foundation-sdk.
 
-Joins, as the pinned exporters label their series:
-- DCGM exporter series carry `namespace`, `pod` and `container` of the pod a GPU is allocated to
-  (the ServiceMonitor honours them over the exporter pod's own), `gpu`, `UUID`, `modelName`, and
-  `node` (added by the ServiceMonitor from the exporter pod's node).
-- kube-state-metrics names extended resources with non-alphanumerics replaced by `_`
-  (nvidia.com/gpu -> `nvidia_com_gpu`); requests carry `namespace`, `pod`, `node`.
+It answers the platform team's questions: who (namespace, pod) holds how many GPUs and how hard
+they use them, which nodes can take a 1-, 2-, 4- or 8-GPU pod now, how many free GPUs are
+stranded by fragmentation, which pods hold GPUs idle, and whether the GPUs are healthy. Capacity
+panels read the recorded series of `gpu_rules` (kube-state-metrics); usage and health panels read
+the DCGM exporter. See `gpu_rules` for how the two join.
 """
 
 from __future__ import annotations
 
-import re
+import json
 
-from .settings import GPU_RESOURCE
+from grafana_foundation_sdk.builders import (bargauge, dashboard as board, prometheus, stat,
+                                             table, timeseries)
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import dashboard as model
+
+from .gpu_rules import (DCGM_JOB, NAMESPACE_ALLOCATED, NODE_ALLOCATABLE, NODE_ALLOCATED,
+                        NODE_FREE, POD_ALLOCATED, STRANDED)
+from .settings import StackSettings
 
 UID = "gpu-platform-gpus"
-DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
+POD_SIZES = (1, 2, 4, 8)
+
+# Filters from the dashboard's variables. GPU model is a DCGM label, so it narrows the usage and
+# health panels; the capacity panels show every node the node variable selects.
+GPU_FILTER = 'node=~"$node", modelName=~"$model"'
+WORKLOAD_FILTER = f'{GPU_FILTER}, namespace=~"$namespace", pod!=""'
 
 
-def ksm_resource(name: str) -> str:
-    """The `resource` label kube-state-metrics gives an extended resource."""
-    return re.sub(r"[^A-Za-z0-9_]", "_", name)
+def _query(expr: str, legend: str = "", ref: str = "A", instant: bool = False):
+    query = (prometheus.Dataquery().expr(expr).legend_format(legend or "__auto").ref_id(ref)
+             .datasource(DATASOURCE))
+    return query.instant() if instant else query.range()
 
 
-def queries() -> dict[str, str]:
-    """Every PromQL expression of the dashboard, by panel key."""
-    gpu = ksm_resource(GPU_RESOURCE)
-    # Requests of pods that hold their GPUs now: bound to a node and running.
-    allocated = (f'(kube_pod_container_resource_requests{{resource="{gpu}", node!=""}} '
-                 f'* on (namespace, pod) group_left () '
-                 f'max by (namespace, pod) (kube_pod_status_phase{{phase="Running"}} == 1))')
-    allocatable = f'kube_node_status_allocatable{{resource="{gpu}"}}'
-    ns_filter = 'namespace=~"$namespace"'
-    return {
-        "allocated_total": f"sum({allocated})",
-        "allocatable_total": f"sum({allocatable})",
-        "allocated_by_namespace": f"sum by (namespace) ({allocated})",
-        "used_by_namespace": f'count by (namespace) (DCGM_FI_DEV_GPU_UTIL{{{ns_filter}, pod!=""}})',
-        "util_by_namespace": f'avg by (namespace) (DCGM_FI_DEV_GPU_UTIL{{{ns_filter}, pod!=""}})',
-        "allocated_by_pod": f"sum by (namespace, pod) ({allocated})",
-        "util_by_pod": f'avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{{{ns_filter}, pod!=""}})',
-        "fb_used_by_pod": f'sum by (namespace, pod) (DCGM_FI_DEV_FB_USED{{{ns_filter}, pod!=""}})',
-        "util_per_gpu": 'DCGM_FI_DEV_GPU_UTIL{node=~"$node"}',
-        "fb_used_ratio_per_gpu": ('DCGM_FI_DEV_FB_USED{node=~"$node"} / '
-                                  '(DCGM_FI_DEV_FB_USED{node=~"$node"} + '
-                                  'DCGM_FI_DEV_FB_FREE{node=~"$node"})'),
-        "temperature_per_gpu": 'DCGM_FI_DEV_GPU_TEMP{node=~"$node"}',
-        "power_per_gpu": 'DCGM_FI_DEV_POWER_USAGE{node=~"$node"}',
-        # Nodes with no GPU pods have no request series: count them as zero allocated.
-        "free_by_node": (f'sum by (node) ({allocatable}) - '
-                         f'(sum by (node) ({allocated}) or sum by (node) ({allocatable}) * 0)'),
-    }
+def _place(panel, title: str, description: str, unit: str, width: int, height: int):
+    return (panel.title(title).description(description).datasource(DATASOURCE).unit(unit)
+            .span(width).height(height))
 
 
-def _panel(key: str, title: str, kind: str, grid: tuple[int, int, int, int], legend: str,
-           unit: str = "short", description: str = "") -> dict:
-    x, y, w, h = grid
-    panel = {
-        "type": kind,
-        "title": title,
-        "description": description,
-        "datasource": DATASOURCE,
-        "gridPos": {"x": x, "y": y, "w": w, "h": h},
-        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
-        "targets": [{"refId": "A", "datasource": DATASOURCE, "expr": queries()[key],
-                     "legendFormat": legend, "instant": kind in ("table", "bargauge", "stat")}],
-    }
+def _timeseries(title, description, targets, unit="short", width=12, height=8):
+    panel = _place(timeseries.Panel(), title, description, unit, width, height)
+    for target in targets:
+        panel = panel.with_target(target)
     return panel
 
 
-def _variable(name: str, label: str, query: str) -> dict:
-    return {"name": name, "label": label, "type": "query", "datasource": DATASOURCE,
-            "query": {"query": query, "refId": name}, "definition": query, "refresh": 2,
-            "includeAll": True, "multi": True, "current": {"text": "All", "value": "$__all"},
-            "allValue": ".*", "sort": 1}
+def _stat(title, description, targets, unit="short", width=6, height=5):
+    panel = _place(stat.Panel(), title, description, unit, width, height)
+    for target in targets:
+        panel = panel.with_target(target)
+    return panel
 
 
-def dashboard() -> dict:
-    panels = [
-        _panel("allocated_total", "GPUs allocated", "stat", (0, 0, 6, 4), "allocated",
-               description="GPUs requested by running pods, cluster-wide."),
-        _panel("allocatable_total", "GPUs allocatable", "stat", (6, 0, 6, 4), "allocatable",
-               description="GPUs the nodes advertise to the scheduler."),
-        _panel("free_by_node", "Free GPUs per node", "bargauge", (12, 0, 12, 8), "{{node}}",
-               description="Allocatable minus allocated: the largest GPU pod each node can "
-                           "take now."),
-        _panel("allocated_by_namespace", "GPUs allocated by namespace", "timeseries",
-               (0, 8, 12, 8), "{{namespace}}"),
-        _panel("used_by_namespace", "GPUs in use by namespace", "timeseries", (12, 8, 12, 8),
-               "{{namespace}}", description="GPUs the DCGM exporter sees attached to pods."),
-        _panel("util_by_namespace", "GPU utilization by namespace", "timeseries",
-               (0, 16, 12, 8), "{{namespace}}", unit="percent"),
-        _panel("allocated_by_pod", "GPUs allocated by pod", "table", (12, 16, 12, 8),
-               "{{namespace}}/{{pod}}"),
-        _panel("util_by_pod", "GPU utilization by pod", "timeseries", (0, 24, 12, 8),
-               "{{namespace}}/{{pod}}", unit="percent"),
-        _panel("fb_used_by_pod", "GPU memory used by pod", "timeseries", (12, 24, 12, 8),
-               "{{namespace}}/{{pod}}", unit="decmbytes"),
-        _panel("util_per_gpu", "Utilization per GPU", "timeseries", (0, 32, 12, 8),
-               "{{node}} gpu{{gpu}} {{modelName}}", unit="percent"),
-        _panel("fb_used_ratio_per_gpu", "Memory used per GPU", "timeseries", (12, 32, 12, 8),
-               "{{node}} gpu{{gpu}}", unit="percentunit"),
-        _panel("temperature_per_gpu", "Temperature per GPU", "timeseries", (0, 40, 12, 8),
-               "{{node}} gpu{{gpu}}", unit="celsius"),
-        _panel("power_per_gpu", "Power per GPU", "timeseries", (12, 40, 12, 8),
-               "{{node}} gpu{{gpu}}", unit="watt"),
+def _bars(title, description, target, unit="short", width=12, height=8):
+    return _place(bargauge.Panel(), title, description, unit, width, height).with_target(target)
+
+
+def _table(title, description, targets, unit="short", width=12, height=8):
+    panel = _place(table.Panel(), title, description, unit, width, height)
+    for target in targets:
+        panel = panel.with_target(target)
+    # One row per pod: the instant queries' results joined on their labels.
+    return panel.with_transformation(model.DataTransformerConfig(id_val="merge", options={}))
+
+
+def _variable(name: str, label: str, query: str):
+    return (board.QueryVariable(name).label(label).query(query).datasource(DATASOURCE)
+            .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(model.VariableSort.ALPHABETICAL_ASC)
+            .multi(True).include_all(True).all_value(".*")
+            .current(model.VariableOption(selected=True, text="All", value="$__all")))
+
+
+def _rows(settings: StackSettings) -> list[tuple[str, list]]:
+    alerts = settings.monitoring.alerts
+    largest = settings.monitoring.largest_common_request
+    node = 'node=~"$node"'
+    return [
+        ("Capacity: where GPUs are free", [
+            _stat("GPUs allocated / allocatable",
+                  "GPUs requested by pods bound to a node and not finished, against what the "
+                  "nodes advertise.",
+                  [_query(f"sum({NODE_ALLOCATED}{{{node}}})", "allocated", "A", True),
+                   _query(f"sum({NODE_ALLOCATABLE}{{{node}}})", "allocatable", "B", True)]),
+            _stat("Nodes that can take an N-GPU pod now",
+                  "Nodes whose free GPUs fit a pod of that size.",
+                  [_query(f"count({NODE_FREE}{{{node}}} >= {size}) or vector(0)",
+                          f"{size} GPU", chr(ord("A") + i), True)
+                   for i, size in enumerate(POD_SIZES)], width=10),
+            _stat("Largest GPU pod that can be placed",
+                  "The most free GPUs on any one node.",
+                  [_query(f"max({NODE_FREE}{{{node}}}) or vector(0)", "GPUs", "A", True)],
+                  width=4),
+            _stat("Stranded GPUs",
+                  f"Free GPUs on busy nodes that cannot take a {largest}-GPU pod (or, on a "
+                  "smaller node, a whole-node pod): capacity lost to fragmentation.",
+                  [_query(STRANDED, "stranded", "A", True)], width=4),
+            _bars("Free GPUs per node", "Allocatable minus allocated, per node.",
+                  _query(f"{NODE_FREE}{{{node}}}", "{{node}}", "A", True)),
+            _timeseries("GPUs allocated and allocatable per node", "",
+                        [_query(f"{NODE_ALLOCATED}{{{node}}}", "{{node}} allocated", "A"),
+                         _query(f"{NODE_ALLOCATABLE}{{{node}}}", "{{node}} allocatable", "B")]),
+            _timeseries("Stranded GPUs over time", "See 'Stranded GPUs'.",
+                        [_query(STRANDED, "stranded", "A")], width=24, height=6),
+        ]),
+        ("Usage: who holds GPUs and how hard they use them", [
+            _timeseries("GPUs allocated by namespace", "",
+                        [_query(f'{NAMESPACE_ALLOCATED}{{namespace=~"$namespace"}}',
+                                "{{namespace}}")]),
+            _timeseries("GPU utilization by namespace",
+                        "Average utilization of the GPUs allocated to the namespace's pods.",
+                        [_query(f"avg by (namespace) (DCGM_FI_DEV_GPU_UTIL{{{WORKLOAD_FILTER}}})",
+                                "{{namespace}}")], unit="percent"),
+            _table("GPUs by pod", "Allocated GPUs, their average utilization and framebuffer "
+                                  "memory used, per pod.",
+                   [_query(f'{POD_ALLOCATED}{{namespace=~"$namespace"}}', "", "A", True),
+                    _query(f"avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{{{WORKLOAD_FILTER}}})",
+                           "", "B", True),
+                    _query(f"sum by (namespace, pod) (DCGM_FI_DEV_FB_USED{{{WORKLOAD_FILTER}}})",
+                           "", "C", True)], width=24),
+            _timeseries("GPU utilization by pod", "",
+                        [_query(f"avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{{{WORKLOAD_FILTER}}})",
+                                "{{namespace}}/{{pod}}")], unit="percent"),
+            _timeseries("GPU memory used by pod", "Framebuffer memory, MiB.",
+                        [_query(f"sum by (namespace, pod) (DCGM_FI_DEV_FB_USED{{{WORKLOAD_FILTER}}})",
+                                "{{namespace}}/{{pod}}")], unit="decmbytes"),
+            _table("Allocated but idle",
+                   f"Pods whose GPUs stayed below {alerts.idle_utilization_percent}% "
+                   f"utilization over the last {alerts.idle_for}.",
+                   [_query(f"max by (namespace, pod) (max_over_time("
+                           f"DCGM_FI_DEV_GPU_UTIL{{{WORKLOAD_FILTER}}}[{alerts.idle_for}])) "
+                           f"< {alerts.idle_utilization_percent}", "", "A", True)], width=24),
+        ]),
+        ("Health", [
+            _timeseries("Temperature per GPU", "", [_query(
+                f"DCGM_FI_DEV_GPU_TEMP{{{GPU_FILTER}}}", "{{node}} gpu{{gpu}}")],
+                unit="celsius"),
+            _timeseries("Power per GPU", "", [_query(
+                f"DCGM_FI_DEV_POWER_USAGE{{{GPU_FILTER}}}", "{{node}} gpu{{gpu}}")], unit="watt"),
+            _timeseries("Utilization per GPU", "", [_query(
+                f"DCGM_FI_DEV_GPU_UTIL{{{GPU_FILTER}}}", "{{node}} gpu{{gpu}} {{modelName}}")],
+                unit="percent"),
+            _timeseries("Memory used per GPU", "Share of framebuffer memory in use.", [_query(
+                f"DCGM_FI_DEV_FB_USED{{{GPU_FILTER}}} / (DCGM_FI_DEV_FB_USED{{{GPU_FILTER}}} + "
+                f"DCGM_FI_DEV_FB_FREE{{{GPU_FILTER}}})", "{{node}} gpu{{gpu}}")],
+                unit="percentunit"),
+            _table("XID errors", "GPUs whose last reported XID is not zero, with the code.",
+                   [_query(f"DCGM_FI_DEV_XID_ERRORS{{{GPU_FILTER}}} != 0", "", "A", True)]),
+            _stat("DCGM exporters up", "Scrape health of the exporter on each GPU node.",
+                  [_query(f'up{{job="{DCGM_JOB}", {node}}}', "{{node}}", "A", True)], width=12),
+        ]),
     ]
-    for panel_id, panel in enumerate(panels, start=1):
-        panel["id"] = panel_id
-    return {
-        "uid": UID,
-        "title": "GPU platform: allocation, usage and free capacity",
-        "tags": ["gpu", "gpu-platform"],
-        "timezone": "browser",
-        "schemaVersion": 39,
-        "refresh": "30s",
-        "time": {"from": "now-6h", "to": "now"},
-        "editable": False,
-        "templating": {"list": [
-            {"name": "datasource", "label": "Data source", "type": "datasource",
-             "query": "prometheus", "current": {"text": "Prometheus", "value": "prometheus"}},
-            _variable("namespace", "Namespace", "label_values(DCGM_FI_DEV_GPU_UTIL, namespace)"),
-            _variable("node", "Node", "label_values(DCGM_FI_DEV_GPU_UTIL, node)"),
-        ]},
-        "panels": panels,
-    }
+
+
+def dashboard(settings: StackSettings) -> dict:
+    """The dashboard model as Grafana stores it."""
+    builder = (board.Dashboard("GPU platform: allocation, usage and free capacity")
+               .uid(UID).tags(["gpu", "gpu-platform"]).timezone("browser").refresh("30s")
+               .time("now-6h", "now").readonly()
+               .with_variable(board.DatasourceVariable("datasource").label("Data source")
+                              .type("prometheus"))
+               .with_variable(_variable("namespace", "Namespace", f"label_values("
+                                        f"{NAMESPACE_ALLOCATED}, namespace)"))
+               .with_variable(_variable("node", "Node",
+                                        f"label_values({NODE_ALLOCATABLE}, node)"))
+               .with_variable(_variable("model", "GPU model",
+                                        "label_values(DCGM_FI_DEV_GPU_UTIL, modelName)")))
+    panel_id = 0
+    for title, panels in _rows(settings):
+        panel_id += 1
+        builder = builder.with_row(board.Row(title).id(panel_id))
+        for panel in panels:
+            panel_id += 1
+            builder = builder.with_panel(panel.id(panel_id))
+    return _without_nulls(json.loads(JSONEncoder(sort_keys=True).encode(builder.build())))
+
+
+def _without_nulls(value):
+    """Unset options are left out, as Grafana itself saves them, rather than sent as null."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def queries(board_json: dict) -> list[str]:
+    """Every PromQL expression of a dashboard: its panels' targets and its query variables."""
+    exprs = [target["expr"] for panel in board_json["panels"]
+             for target in panel.get("targets", [])]
+    exprs += [v["query"] for v in board_json["templating"]["list"] if v["type"] == "query"]
+    return exprs
+

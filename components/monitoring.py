@@ -8,7 +8,7 @@ from typing import Any, Optional, Sequence
 import pulumi
 import pulumi_random as random
 
-from . import charts, dashboard, kube
+from . import charts, dashboard, gpu_rules, kube
 from .gpu_operator import DCGM_METRICS_PORT, DCGM_SERVICE_LABELS
 from .settings import StackSettings
 
@@ -86,7 +86,7 @@ def dashboard_config_map(settings: StackSettings) -> dict:
         "metadata": {"name": "gpu-platform-dashboard", "namespace": settings.monitoring.namespace,
                      "labels": {**kube.labels("gpu-platform-dashboard", COMPONENT),
                                 DASHBOARD_LABEL[0]: DASHBOARD_LABEL[1]}},
-        "data": {"gpu-platform.json": json.dumps(dashboard.dashboard(), indent=1)},
+        "data": {"gpu-platform.json": json.dumps(dashboard.dashboard(settings), indent=1)},
     }
 
 
@@ -127,6 +127,7 @@ class Monitoring(pulumi.ComponentResource):
         self.service_monitor = kube.declare(dcgm_service_monitor(settings), self,
                                             [self.release, *(after or [])])
         self.dashboard = kube.declare(dashboard_config_map(settings), self, [self.release])
+        self.rules = kube.declare(gpu_rules.prometheus_rule(settings), self, [self.release])
 
         self.grafana_url = f"http://{grafana_service(settings)}.{mon.namespace}.svc:{GRAFANA_PORT}"
         self.grafana_port_forward = (f"kubectl -n {mon.namespace} port-forward "

@@ -505,6 +505,40 @@ class GrafanaSettings(Model):
                     "unset: generated and kept as a Pulumi secret.")
 
 
+class AlertSettings(Model):
+    gpu_temperature_celsius: int = Field(
+        default=85, ge=50, le=110,
+        description="GpuTemperatureHigh fires above this GPU temperature, degrees Celsius.")
+    gpu_temperature_for: str = Field(
+        default="10m", description="...for this long (a duration), so a short burst under load "
+                                   "does not page.")
+    fatal_xid_codes: list[int] = Field(
+        default_factory=lambda: [48, 79, 94, 95],
+        description="XID codes that mean the GPU needs draining and a reset (48 double-bit ECC, "
+                    "79 fallen off the bus, 94/95 contained/uncontained ECC): GpuFatalXidError, "
+                    "critical; any other XID is GpuXidError, a warning.")
+    idle_utilization_percent: int = Field(
+        default=5, ge=1, le=100,
+        description="GpuAllocatedIdle: a pod whose GPUs stay below this utilization, percent...")
+    idle_for: str = Field(default="2h", description="...for this long (a duration).")
+    pending_for: str = Field(
+        default="15m",
+        description="GpuPodFragmentationPending: a GPU pod unschedulable this long although "
+                    "enough GPUs are free in total (a duration).")
+    exporter_down_for: str = Field(
+        default="10m",
+        description="GpuExporterDown: a GPU node without a healthy DCGM exporter this long "
+                    "(a duration).")
+    unavailable_for: str = Field(
+        default="5m",
+        description="BinpackSchedulerUnavailable, GpuAdmissionUnavailable: no available pod "
+                    "this long (a duration).")
+
+    _check_durations = field_validator("gpu_temperature_for", "idle_for", "pending_for",
+                                       "exporter_down_for", "unavailable_for")(
+        classmethod(lambda cls, v: _duration(v)))
+
+
 class MonitoringSettings(Model):
     release_name: str = Field(default="kube-prometheus-stack", description="Helm release name.")
     namespace: str = Field(default="monitoring", description="Namespace of the stack.")
@@ -515,6 +549,11 @@ class MonitoringSettings(Model):
                                                             "the DCGM exporter.")
     retention: str = Field(default="15d", description="How long Prometheus keeps samples.")
     grafana: GrafanaSettings = Field(default_factory=GrafanaSettings, description="Grafana.")
+    largest_common_request: int = Field(
+        default=8, ge=1, le=16,
+        description="GPUs of the largest pod the platform should be able to place (GPUs): free "
+                    "GPUs on a busy node that cannot take one count as stranded.")
+    alerts: AlertSettings = Field(default_factory=AlertSettings, description="Alert thresholds.")
     extra_values: dict[str, Any] = Field(
         default_factory=dict,
         description="Further chart values, merged over the generated ones; keys that other "

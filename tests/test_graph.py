@@ -75,6 +75,8 @@ EXPECTED = [
     (f"{K8S}monitoring.coreos.com/v1:ServiceMonitor", "monitoring/nvidia-dcgm-exporter",
      f"{COMPONENT}Monitoring"),
     (f"{K8S}core/v1:ConfigMap", "monitoring/gpu-platform-dashboard", f"{COMPONENT}Monitoring"),
+    (f"{K8S}monitoring.coreos.com/v1:PrometheusRule", "monitoring/gpu-platform",
+     f"{COMPONENT}Monitoring"),
 ]
 
 
@@ -139,6 +141,9 @@ EDGES = [
     ((f"{K8S}core/v1:ConfigMap", "monitoring/gpu-platform-dashboard"),
      (f"{K8S}helm.sh/v3:Release", "kube-prometheus-stack"),
      "the Grafana sidecar that loads dashboards comes from the chart"),
+    ((f"{K8S}monitoring.coreos.com/v1:PrometheusRule", "monitoring/gpu-platform"),
+     (f"{K8S}helm.sh/v3:Release", "kube-prometheus-stack"),
+     "the PrometheusRule CRD comes from the chart"),
     ((f"{K8S}monitoring.coreos.com/v1:ServiceMonitor", "monitoring/nvidia-dcgm-exporter"),
      (f"{K8S}helm.sh/v3:Release", "gpu-operator"),
      "the DCGM exporter Service it selects is created by the operator"),

@@ -1,0 +1,155 @@
+"""GPU recording and alert rules (one PrometheusRule), and the series the dashboard reads.
+
+How the series join, as the pinned exporters label them:
+- kube-state-metrics: `kube_pod_container_resource_requests` carries `namespace`, `pod`, `node`
+  (empty until the pod is bound) and `resource`, with extended resources named by replacing every
+  non-alphanumeric with `_` (nvidia.com/gpu -> `nvidia_com_gpu`); `kube_pod_status_phase` and
+  `kube_pod_status_unschedulable` carry `namespace` and `pod`; `kube_node_status_allocatable`
+  carries `node`.
+- DCGM exporter, through the platform's ServiceMonitor: one series per GPU with `gpu`, `UUID`,
+  `modelName`, `Hostname`; `namespace`, `pod` and `container` of the pod the GPU is allocated to
+  (absent for a free GPU); `node` from the exporter pod's node. So DCGM joins kube-state-metrics
+  on (namespace, pod) for workloads and on (node) for nodes.
+- `up{job="nvidia-dcgm-exporter"}`: the scrape health of each exporter, with the same `node`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from . import kube
+from .settings import GPU_RESOURCE, StackSettings
+
+COMPONENT = "monitoring"
+RULE_NAME = "gpu-platform"
+# prometheus-operator names a ServiceMonitor's job after the Service it scrapes.
+DCGM_JOB = "nvidia-dcgm-exporter"
+
+
+def ksm_resource(name: str) -> str:
+    """The `resource` label kube-state-metrics gives an extended resource."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)
+
+
+GPU = ksm_resource(GPU_RESOURCE)
+
+# Recorded series, in evaluation order (later rules read earlier ones of the same evaluation).
+POD_ALLOCATED = "gpu_platform:pod_gpu_allocated:sum"
+NODE_ALLOCATABLE = "gpu_platform:node_gpu_allocatable:sum"
+NODE_ALLOCATED = "gpu_platform:node_gpu_allocated:sum"
+NODE_FREE = "gpu_platform:node_gpu_free:sum"
+NAMESPACE_ALLOCATED = "gpu_platform:namespace_gpu_allocated:sum"
+STRANDED = "gpu_platform:gpu_stranded:sum"
+
+
+def recording_rules(settings: StackSettings) -> list[dict]:
+    largest = settings.monitoring.largest_common_request
+    return [
+        # GPUs held by pods: bound to a node and not finished (a bound pod that is still
+        # pulling its image already holds its GPUs).
+        {"record": POD_ALLOCATED,
+         "expr": f'sum by (namespace, pod, node) ('
+                 f'kube_pod_container_resource_requests{{resource="{GPU}", node!=""}} '
+                 f'* on (namespace, pod) group_left () '
+                 f'max by (namespace, pod) (kube_pod_status_phase{{phase=~"Pending|Running"}} == 1))'},
+        {"record": NODE_ALLOCATABLE,
+         "expr": f'sum by (node) (kube_node_status_allocatable{{resource="{GPU}"}})'},
+        {"record": NODE_ALLOCATED, "expr": f"sum by (node) ({POD_ALLOCATED})"},
+        # A node without GPU pods has no allocation series: it counts as zero allocated.
+        {"record": NODE_FREE,
+         "expr": f"{NODE_ALLOCATABLE} - on (node) "
+                 f"({NODE_ALLOCATED} or on (node) {NODE_ALLOCATABLE} * 0)"},
+        {"record": NAMESPACE_ALLOCATED, "expr": f"sum by (namespace) ({POD_ALLOCATED})"},
+        # Free GPUs on busy nodes that cannot take the largest common request (or, on a node
+        # smaller than that, a pod the size of the node).
+        {"record": STRANDED,
+         "expr": f"sum(({NODE_FREE} < on (node) clamp_max({NODE_ALLOCATABLE}, {largest})) "
+                 f"and on (node) ({NODE_ALLOCATED} > 0)) or vector(0)"},
+    ]
+
+
+def _alert(name: str, expr: str, duration: str, severity: str, summary: str,
+           description: str) -> dict:
+    return {"alert": name, "expr": expr, "for": duration, "labels": {"severity": severity},
+            "annotations": {"summary": summary, "description": description}}
+
+
+def alert_rules(settings: StackSettings) -> list[dict]:
+    alerts = settings.monitoring.alerts
+    fatal_xid = " or ".join(f"DCGM_FI_DEV_XID_ERRORS == {code}"
+                            for code in alerts.fatal_xid_codes)
+    gpu = ("GPU {{ $labels.gpu }} ({{ $labels.modelName }}, UUID {{ $labels.UUID }}) on node "
+           "{{ $labels.node }}")
+    sched, adm = settings.scheduler, settings.admission
+
+    def unavailable(namespace: str, deployment: str) -> str:
+        return (f'kube_deployment_status_replicas_available{{namespace="{namespace}", '
+                f'deployment="{deployment}"}} < 1')
+
+    return [
+        # An XID is an event the driver reports: fire at once.
+        _alert("GpuFatalXidError", fatal_xid, "0s", "critical",
+               "GPU reported a fatal XID error",
+               f"{gpu} reported XID {{{{ $value }}}}, which needs the GPU drained and reset: "
+               "cordon and drain the node, then reset the GPU or reboot the node."),
+        _alert("GpuXidError", f"DCGM_FI_DEV_XID_ERRORS != 0 unless ({fatal_xid})", "0s",
+               "warning", "GPU reported an XID error",
+               f"{gpu} reported XID {{{{ $value }}}}; the workload on it may have failed. "
+               f"Pod: {{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}}."),
+        _alert("GpuTemperatureHigh", f"DCGM_FI_DEV_GPU_TEMP > {alerts.gpu_temperature_celsius}",
+               alerts.gpu_temperature_for, "warning", "GPU running hot",
+               f"{gpu} has been above {alerts.gpu_temperature_celsius} C for "
+               f"{alerts.gpu_temperature_for} ({{{{ $value }}}} C): check cooling; the GPU "
+               "will throttle."),
+        _alert("GpuExporterDown",
+               f'({NODE_ALLOCATABLE} > 0) unless on (node) (up{{job="{DCGM_JOB}"}} == 1)',
+               alerts.exporter_down_for, "warning", "GPU node without a working DCGM exporter",
+               f"Node {{{{ $labels.node }}}} advertises {{{{ $value }}}} GPUs but no DCGM "
+               f"exporter on it has been scraped for {alerts.exporter_down_for}: its GPU usage "
+               "and health are unknown."),
+        _alert("GpuAllocatedIdle",
+               f'max by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{{pod!=""}}) '
+               f"< {alerts.idle_utilization_percent}",
+               alerts.idle_for, "info", "GPUs allocated but idle",
+               f"Pod {{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}} holds GPUs whose "
+               f"utilization has stayed below {alerts.idle_utilization_percent}% for "
+               f"{alerts.idle_for} (now {{{{ $value }}}}%): others could use them."),
+        _alert("GpuPodFragmentationPending",
+               f'(sum by (namespace, pod) (kube_pod_container_resource_requests{{resource="{GPU}"}}) '
+               f"and on (namespace, pod) (kube_pod_status_unschedulable == 1)) "
+               f"<= on () group_left () sum({NODE_FREE})",
+               alerts.pending_for, "warning", "GPU pod pending although enough GPUs are free",
+               f"Pod {{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}} asks for {{{{ $value }}}} "
+               f"GPUs and has been unschedulable for {alerts.pending_for}, although at least as "
+               "many GPUs are free across the cluster: they are split over nodes that cannot "
+               "each take it (fragmentation), or its constraints exclude the nodes with room."),
+        _alert("BinpackSchedulerUnavailable", unavailable(sched.namespace, sched.name),
+               alerts.unavailable_for, "critical", "The GPU binpack scheduler is down",
+               f"No pod of {sched.namespace}/{sched.name} has been available for "
+               f"{alerts.unavailable_for}: new GPU pods, which must use it, are not scheduled."),
+        _alert("GpuAdmissionUnavailable", unavailable(adm.namespace, "opa"),
+               alerts.unavailable_for,
+               "critical" if adm.failure_policy == "Fail" else "warning",
+               "The GPU admission webhook (OPA) is down",
+               f"No OPA pod in {adm.namespace} has been available for {alerts.unavailable_for}: "
+               + ("new GPU pods are refused (failure policy Fail)."
+                  if adm.failure_policy == "Fail" else
+                  "new GPU pods are admitted unchecked (failure policy Ignore).")),
+    ]
+
+
+def prometheus_rule(settings: StackSettings) -> dict:
+    mon = settings.monitoring
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": RULE_NAME, "namespace": mon.namespace,
+                     # Selected by the stack's Prometheus (rule selectors are open); the release
+                     # label keeps it selected should the selectors be narrowed to the release.
+                     "labels": {**kube.labels(RULE_NAME, COMPONENT),
+                                "release": mon.release_name}},
+        "spec": {"groups": [
+            {"name": "gpu-platform.recording", "rules": recording_rules(settings)},
+            {"name": "gpu-platform.alerts", "rules": alert_rules(settings)},
+        ]},
+    }

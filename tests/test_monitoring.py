@@ -1,0 +1,366 @@
+"""GPU observability, tested rather than hoped: every PromQL expression parses in Prometheus' own
+parser (promtool, the version the stack deploys) and uses only metrics the pinned exporters emit;
+the alert rules fire, and stay quiet, at the edges of their thresholds in `promtool test rules`;
+the dashboard has what Grafana needs to load it."""
+
+import copy
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import promql_parser
+import pytest
+import yaml
+
+import tools
+from components import dashboard, gpu_rules
+from components.settings import load_settings
+from test_settings import raw, with_changes
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SETTINGS = load_settings(raw(with_changes()))
+
+# Grafana replaces these before a query reaches Prometheus.
+GRAFANA_VARIABLES = {"$namespace": ".*", "$node": ".*", "$model": ".*"}
+
+
+@pytest.fixture(scope="module")
+def promtool_bin() -> Path:
+    return tools.promtool()
+
+
+def dashboard_queries(settings=SETTINGS) -> list[str]:
+    exprs = dashboard.queries(dashboard.dashboard(settings))
+    # label_values(<selector>, label) is Grafana's; its selector is PromQL.
+    exprs = [re.sub(r"^label_values\((.*), *\w+\)$", r"\1", e) for e in exprs]
+    for variable, value in GRAFANA_VARIABLES.items():
+        exprs = [e.replace(variable, value) for e in exprs]
+    return exprs
+
+
+def rule_groups(settings=SETTINGS, annotations: bool = True) -> dict:
+    groups = copy.deepcopy(gpu_rules.prometheus_rule(settings)["spec"])
+    if not annotations:
+        for group in groups["groups"]:
+            for rule in group["rules"]:
+                rule.pop("annotations", None)
+    return groups
+
+
+def rule_exprs(settings=SETTINGS) -> list[str]:
+    return [r["expr"] for g in rule_groups(settings)["groups"] for r in g["rules"]]
+
+
+def metric_names(expr: str) -> set[str]:
+    names = set()
+
+    def visit(node):
+        if isinstance(node, promql_parser.VectorSelector) and node.name:
+            names.add(node.name)
+        return True
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return names
+
+
+def test_every_expression_parses_in_prometheus(promtool_bin, tmp_path):
+    exprs = dashboard_queries() + rule_exprs()
+    as_rules = {"groups": [{"name": "parse", "rules": [
+        {"record": f"parse:expr_{i}:check", "expr": e} for i, e in enumerate(exprs)]}]}
+    (tmp_path / "exprs.yaml").write_text(yaml.safe_dump(as_rules))
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule_groups()))
+    for name in ("exprs.yaml", "rules.yaml"):
+        result = subprocess.run([str(promtool_bin), "check", "rules", str(tmp_path / name)],
+                                capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+    assert len(exprs) >= 30
+
+
+def test_a_broken_expression_is_caught(promtool_bin, tmp_path):
+    broken = {"groups": [{"name": "x", "rules": [{"record": "x:y:z", "expr": "sum by (node"}]}]}
+    (tmp_path / "broken.yaml").write_text(yaml.safe_dump(broken))
+    result = subprocess.run([str(promtool_bin), "check", "rules", str(tmp_path / "broken.yaml")],
+                            capture_output=True, text=True)
+    assert result.returncode != 0
+
+
+def test_only_metrics_the_pinned_exporters_emit():
+    emitted = {name for names in yaml.safe_load((FIXTURES / "exporter-metrics.yaml")
+                                                .read_text()).values() for name in names}
+    recorded = {r["record"] for r in gpu_rules.recording_rules(SETTINGS)}
+    used = set().union(*(metric_names(e) for e in dashboard_queries() + rule_exprs()))
+    assert used - emitted - recorded == set()
+    # Every recorded series the dashboard reads is recorded by the rules, and vice versa.
+    assert {n for n in used if ":" in n} == recorded
+
+
+# --- promtool test rules ---------------------------------------------------------------------
+
+GPU0 = 'gpu="0", UUID="GPU-0", modelName="NVIDIA H100", Hostname="n1", node="n1"'
+
+
+def ksm_node(node: str, gpus: int) -> dict:
+    return {"series": f'kube_node_status_allocatable{{node="{node}", resource="nvidia_com_gpu", '
+                      f'unit="integer"}}', "values": f"{gpus}x180"}
+
+
+def ksm_pod(pod: str, node: str, gpus: int, phase: str = "Running",
+            unschedulable: bool = False) -> list[dict]:
+    labels = f'namespace="team-a", pod="{pod}", uid="{pod}-uid"'
+    series = [
+        {"series": f'kube_pod_container_resource_requests{{{labels}, container="main", '
+                   f'node="{node}", resource="nvidia_com_gpu", unit="integer"}}',
+         "values": f"{gpus}x180"},
+        {"series": f'kube_pod_status_phase{{{labels}, phase="{phase}"}}', "values": "1x180"},
+    ]
+    if unschedulable:
+        series.append({"series": f"kube_pod_status_unschedulable{{{labels}}}",
+                       "values": "1x180"})
+    return series
+
+
+def run_promtool_tests(promtool_bin, tmp_path, tests: list[dict], settings=SETTINGS,
+                       annotations: bool = False):
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule_groups(settings, annotations)))
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump({
+        "rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}))
+    result = subprocess.run([str(promtool_bin), "test", "rules", str(tmp_path / "tests.yaml")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def fires(alert: str, at: str, labels_list: list[dict]) -> dict:
+    return {"eval_time": at, "alertname": alert,
+            "exp_alerts": [{"exp_labels": labels} for labels in labels_list]}
+
+
+GPU0_LABELS = {"gpu": "0", "UUID": "GPU-0", "modelName": "NVIDIA H100", "Hostname": "n1",
+               "node": "n1"}
+
+
+def test_temperature_alert_fires_above_the_threshold_after_its_duration(promtool_bin, tmp_path):
+    hot = {**GPU0_LABELS, "severity": "warning"}
+    run_promtool_tests(promtool_bin, tmp_path, [
+        {"interval": "1m", "input_series": [
+            {"series": f"DCGM_FI_DEV_GPU_TEMP{{{GPU0}}}", "values": "85x60"}],
+         "alert_rule_test": [fires("GpuTemperatureHigh", "30m", [])]},     # at the threshold
+        {"interval": "1m", "input_series": [
+            {"series": f"DCGM_FI_DEV_GPU_TEMP{{{GPU0}}}", "values": "86x60"}],
+         "alert_rule_test": [fires("GpuTemperatureHigh", "9m", []),         # not for long enough
+                             fires("GpuTemperatureHigh", "10m", [hot])]},
+    ])
+
+
+def test_xid_alerts_split_fatal_codes_from_the_rest(promtool_bin, tmp_path):
+    def xid(code):
+        return {"interval": "1m", "input_series": [
+            {"series": f'DCGM_FI_DEV_XID_ERRORS{{{GPU0}, namespace="team-a", pod="train-0"}}',
+             "values": f"{code}x10"}]}
+
+    pod = {"namespace": "team-a", "pod": "train-0"}
+    run_promtool_tests(promtool_bin, tmp_path, [
+        {**xid(0), "alert_rule_test": [fires("GpuXidError", "1m", []),
+                                       fires("GpuFatalXidError", "1m", [])]},
+        {**xid(13), "alert_rule_test": [
+            fires("GpuXidError", "0m", [{**GPU0_LABELS, **pod, "severity": "warning"}]),
+            fires("GpuFatalXidError", "0m", [])]},
+        {**xid(79), "alert_rule_test": [
+            fires("GpuFatalXidError", "0m", [{**GPU0_LABELS, **pod, "severity": "critical"}]),
+            fires("GpuXidError", "0m", [])]},
+    ])
+
+
+def test_gpu_node_without_a_healthy_exporter(promtool_bin, tmp_path):
+    up = 'up{job="nvidia-dcgm-exporter", node="n1", instance="10.0.0.1:9400"}'
+    down = {"node": "n1", "severity": "warning"}
+    run_promtool_tests(promtool_bin, tmp_path, [
+        {"interval": "1m", "input_series": [ksm_node("n1", 8), {"series": up, "values": "1x60"}],
+         "alert_rule_test": [fires("GpuExporterDown", "30m", [])]},
+        {"interval": "1m", "input_series": [ksm_node("n1", 8), {"series": up, "values": "0x60"}],
+         "alert_rule_test": [fires("GpuExporterDown", "9m", []),
+                             fires("GpuExporterDown", "10m", [down])]},
+        # No exporter scraped at all on a GPU node; a node without GPUs needs none.
+        {"interval": "1m", "input_series": [ksm_node("n1", 8), ksm_node("cpu-1", 0)],
+         "alert_rule_test": [fires("GpuExporterDown", "10m", [down])]},
+    ])
+
+
+def test_allocated_idle_gpus_are_reported_after_the_idle_window(promtool_bin, tmp_path):
+    def util(value):
+        return {"interval": "1m", "input_series": [
+            {"series": f'DCGM_FI_DEV_GPU_UTIL{{{GPU0}, namespace="team-a", pod="notebook"}}',
+             "values": f"{value}x180"}]}
+
+    idle = {"namespace": "team-a", "pod": "notebook", "severity": "info"}
+    run_promtool_tests(promtool_bin, tmp_path, [
+        {**util(5), "alert_rule_test": [fires("GpuAllocatedIdle", "150m", [])]},
+        {**util(4), "alert_rule_test": [fires("GpuAllocatedIdle", "119m", []),
+                                        fires("GpuAllocatedIdle", "120m", [idle])]},
+    ])
+
+
+def fragmented_cluster(pending_gpus: int, unschedulable: bool = True) -> list[dict]:
+    """Two 4-GPU nodes, each holding a 2-GPU and a 1-GPU pod: 2 GPUs free in total, 1 per node."""
+    return [ksm_node("n1", 4), ksm_node("n2", 4),
+            *ksm_pod("a2", "n1", 2), *ksm_pod("a1", "n1", 1),
+            *ksm_pod("b2", "n2", 2), *ksm_pod("b1", "n2", 1),
+            *ksm_pod("finished", "n2", 4, phase="Succeeded"),
+            *ksm_pod("waiting", "", pending_gpus, phase="Pending", unschedulable=unschedulable)]
+
+
+def test_recorded_capacity_of_a_fragmented_cluster(promtool_bin, tmp_path):
+    run_promtool_tests(promtool_bin, tmp_path, [{
+        "interval": "1m", "input_series": fragmented_cluster(2),
+        "promql_expr_test": [
+            {"expr": gpu_rules.NODE_FREE, "eval_time": "5m",
+             "exp_samples": [{"labels": f'{gpu_rules.NODE_FREE}{{node="n1"}}', "value": 1},
+                             {"labels": f'{gpu_rules.NODE_FREE}{{node="n2"}}', "value": 1}]},
+            {"expr": gpu_rules.STRANDED, "eval_time": "5m",
+             "exp_samples": [{"labels": gpu_rules.STRANDED, "value": 2}]},
+            {"expr": f'{gpu_rules.NAMESPACE_ALLOCATED}', "eval_time": "5m",
+             "exp_samples": [{"labels": f'{gpu_rules.NAMESPACE_ALLOCATED}{{namespace="team-a"}}',
+                              "value": 6}]},
+        ]}])
+
+
+def test_empty_node_counts_as_all_free_and_not_stranded(promtool_bin, tmp_path):
+    run_promtool_tests(promtool_bin, tmp_path, [{
+        "interval": "1m", "input_series": [ksm_node("n1", 8), ksm_node("n2", 8),
+                                           *ksm_pod("p", "n2", 8)],
+        "promql_expr_test": [
+            {"expr": gpu_rules.NODE_FREE, "eval_time": "5m",
+             "exp_samples": [{"labels": f'{gpu_rules.NODE_FREE}{{node="n1"}}', "value": 8},
+                             {"labels": f'{gpu_rules.NODE_FREE}{{node="n2"}}', "value": 0}]},
+            {"expr": gpu_rules.STRANDED, "eval_time": "5m",
+             "exp_samples": [{"labels": gpu_rules.STRANDED, "value": 0}]},
+        ]}])
+
+
+def test_fragmentation_alert_when_enough_gpus_are_free_in_total(promtool_bin, tmp_path):
+    pending = {"namespace": "team-a", "pod": "waiting", "severity": "warning"}
+    run_promtool_tests(promtool_bin, tmp_path, [
+        {"interval": "1m", "input_series": fragmented_cluster(2),
+         "alert_rule_test": [fires("GpuPodFragmentationPending", "14m", []),
+                             fires("GpuPodFragmentationPending", "15m", [pending])]},
+        # More than is free in total: a capacity problem, not fragmentation.
+        {"interval": "1m", "input_series": fragmented_cluster(3),
+         "alert_rule_test": [fires("GpuPodFragmentationPending", "30m", [])]},
+        # Pending but not (yet) found unschedulable.
+        {"interval": "1m", "input_series": fragmented_cluster(2, unschedulable=False),
+         "alert_rule_test": [fires("GpuPodFragmentationPending", "30m", [])]},
+    ])
+
+
+@pytest.mark.parametrize("failure_policy, severity", [("Fail", "critical"),
+                                                      ("Ignore", "warning")])
+def test_scheduler_and_admission_availability(promtool_bin, tmp_path, failure_policy, severity):
+    settings = load_settings(raw(with_changes(admission={"failurePolicy": failure_policy})))
+
+    def available(namespace, deployment, values):
+        return {"series": f'kube_deployment_status_replicas_available{{namespace="{namespace}", '
+                          f'deployment="{deployment}"}}', "values": values}
+
+    run_promtool_tests(promtool_bin, tmp_path, [
+        {"interval": "1m", "input_series": [
+            available("gpu-scheduler", "gpu-binpack-scheduler", "1x20"),
+            available("gpu-admission", "opa", "2x20")],
+         "alert_rule_test": [fires("BinpackSchedulerUnavailable", "10m", []),
+                             fires("GpuAdmissionUnavailable", "10m", [])]},
+        {"interval": "1m", "input_series": [
+            available("gpu-scheduler", "gpu-binpack-scheduler", "0x20"),
+            available("gpu-admission", "opa", "0x20")],
+         "alert_rule_test": [
+             fires("BinpackSchedulerUnavailable", "4m", []),
+             fires("BinpackSchedulerUnavailable", "5m", [{
+                 "namespace": "gpu-scheduler", "deployment": "gpu-binpack-scheduler",
+                 "severity": "critical"}]),
+             fires("GpuAdmissionUnavailable", "5m", [{
+                 "namespace": "gpu-admission", "deployment": "opa", "severity": severity}])]},
+    ], settings=settings)
+
+
+def test_thresholds_are_stack_settings(promtool_bin, tmp_path):
+    settings = load_settings(raw(with_changes(monitoring={"alerts": {
+        "gpuTemperatureCelsius": 75, "gpuTemperatureFor": "2m"}})))
+    run_promtool_tests(promtool_bin, tmp_path, [
+        {"interval": "1m", "input_series": [
+            {"series": f"DCGM_FI_DEV_GPU_TEMP{{{GPU0}}}", "values": "76x10"}],
+         "alert_rule_test": [fires("GpuTemperatureHigh", "2m",
+                                   [{**GPU0_LABELS, "severity": "warning"}])]}],
+        settings=settings)
+
+
+def test_alert_descriptions_name_what_a_responder_needs(promtool_bin, tmp_path):
+    run_promtool_tests(promtool_bin, tmp_path, [{
+        "interval": "1m", "input_series": fragmented_cluster(2),
+        "alert_rule_test": [{"eval_time": "15m", "alertname": "GpuPodFragmentationPending",
+                             "exp_alerts": [{
+                                 "exp_labels": {"namespace": "team-a", "pod": "waiting",
+                                                "severity": "warning"},
+                                 "exp_annotations": {
+                                     "summary": "GPU pod pending although enough GPUs are free",
+                                     "description": next(
+                                         r["annotations"]["description"]
+                                         for r in gpu_rules.alert_rules(SETTINGS)
+                                         if r["alert"] == "GpuPodFragmentationPending")
+                                     .replace("{{ $labels.namespace }}", "team-a")
+                                     .replace("{{ $labels.pod }}", "waiting")
+                                     .replace("{{ $value }}", "2")}}]}]}],
+        annotations=True)
+    for rule in gpu_rules.alert_rules(SETTINGS):
+        assert rule["labels"]["severity"] in ("critical", "warning", "info")
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+        assert re.fullmatch(r"[0-9]+[smh]", rule["for"])
+
+
+def test_every_alert_is_exercised_by_a_rule_test():
+    source = Path(__file__).read_text()
+    for rule in gpu_rules.alert_rules(SETTINGS):
+        assert f'"{rule["alert"]}"' in source, rule["alert"]
+
+
+# --- The dashboard ---------------------------------------------------------------------------
+
+def test_dashboard_has_what_grafana_needs_to_load_it():
+    board = dashboard.dashboard(SETTINGS)
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids)) and all(isinstance(i, int) and i > 0 for i in ids)
+    variables = {v["name"] for v in board["templating"]["list"]}
+    assert {"datasource", "namespace", "node", "model"} <= variables
+    used = set(re.findall(r"\$\{?([A-Za-z_]\w*)", json.dumps(board["panels"])))
+    assert used <= variables | {"__all"}
+    for panel in board["panels"]:
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+        assert panel["targets"] and all(t["datasource"] == panel["datasource"]
+                                        for t in panel["targets"])
+        refs = [t["refId"] for t in panel["targets"]]
+        assert len(refs) == len(set(refs))
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24 and grid["h"] > 0
+    assert board["uid"] == dashboard.UID
+
+
+def test_dashboard_answers_the_platform_teams_questions():
+    board = dashboard.dashboard(SETTINGS)
+    by_title = {p["title"]: " ".join(t["expr"] for t in p.get("targets", []))
+                for p in board["panels"]}
+    expected = {
+        "Free GPUs per node": gpu_rules.NODE_FREE,
+        "Nodes that can take an N-GPU pod now": ">= 8",
+        "Stranded GPUs": gpu_rules.STRANDED,
+        "Largest GPU pod that can be placed": f"max({gpu_rules.NODE_FREE}",
+        "GPUs allocated by namespace": gpu_rules.NAMESPACE_ALLOCATED,
+        "GPU utilization by namespace": "DCGM_FI_DEV_GPU_UTIL",
+        "GPUs by pod": gpu_rules.POD_ALLOCATED,
+        "GPU memory used by pod": "DCGM_FI_DEV_FB_USED",
+        "Allocated but idle": "max_over_time(DCGM_FI_DEV_GPU_UTIL",
+        "Temperature per GPU": "DCGM_FI_DEV_GPU_TEMP",
+        "Power per GPU": "DCGM_FI_DEV_POWER_USAGE",
+        "XID errors": "DCGM_FI_DEV_XID_ERRORS",
+        "DCGM exporters up": 'up{job="nvidia-dcgm-exporter"',
+    }
+    for title, fragment in expected.items():
+        assert fragment in by_title[title], title
