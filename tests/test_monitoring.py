@@ -209,18 +209,21 @@ def fragmented_cluster(pending_gpus: int, unschedulable: bool = True) -> list[di
             *ksm_pod("waiting", "", pending_gpus, phase="Pending", unschedulable=unschedulable)]
 
 
+def recorded(series: str, samples: dict[str, float], at: str = "5m") -> dict:
+    """A promtool expression test: `series` has these values (by label set) at `at`."""
+    return {"expr": series, "eval_time": at,
+            "exp_samples": [{"labels": series + labels, "value": value}
+                            for labels, value in samples.items()]}
+
+
 def test_recorded_capacity_of_a_fragmented_cluster(promtool_bin, tmp_path):
     run_promtool_tests(promtool_bin, tmp_path, [{
         "interval": "1m", "input_series": fragmented_cluster(2),
         "promql_expr_test": [
-            {"expr": gpu_rules.NODE_FREE, "eval_time": "5m",
-             "exp_samples": [{"labels": f'{gpu_rules.NODE_FREE}{{node="n1"}}', "value": 1},
-                             {"labels": f'{gpu_rules.NODE_FREE}{{node="n2"}}', "value": 1}]},
-            {"expr": gpu_rules.STRANDED, "eval_time": "5m",
-             "exp_samples": [{"labels": gpu_rules.STRANDED, "value": 2}]},
-            {"expr": f'{gpu_rules.NAMESPACE_ALLOCATED}', "eval_time": "5m",
-             "exp_samples": [{"labels": f'{gpu_rules.NAMESPACE_ALLOCATED}{{namespace="team-a"}}',
-                              "value": 6}]},
+            recorded(gpu_rules.NODE_FREE, {'{node="n1"}': 1, '{node="n2"}': 1}),
+            recorded(gpu_rules.STRANDED, {"": 2}),
+            # The finished 4-GPU pod holds nothing; the pending one is not bound.
+            recorded(gpu_rules.NAMESPACE_ALLOCATED, {'{namespace="team-a"}': 6}),
         ]}])
 
 
@@ -229,11 +232,8 @@ def test_empty_node_counts_as_all_free_and_not_stranded(promtool_bin, tmp_path):
         "interval": "1m", "input_series": [ksm_node("n1", 8), ksm_node("n2", 8),
                                            *ksm_pod("p", "n2", 8)],
         "promql_expr_test": [
-            {"expr": gpu_rules.NODE_FREE, "eval_time": "5m",
-             "exp_samples": [{"labels": f'{gpu_rules.NODE_FREE}{{node="n1"}}', "value": 8},
-                             {"labels": f'{gpu_rules.NODE_FREE}{{node="n2"}}', "value": 0}]},
-            {"expr": gpu_rules.STRANDED, "eval_time": "5m",
-             "exp_samples": [{"labels": gpu_rules.STRANDED, "value": 0}]},
+            recorded(gpu_rules.NODE_FREE, {'{node="n1"}': 8, '{node="n2"}': 0}),
+            recorded(gpu_rules.STRANDED, {"": 0}),
         ]}])
 
 
