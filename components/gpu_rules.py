@@ -148,8 +148,9 @@ def prometheus_rule(settings: StackSettings) -> dict:
                      # label keeps it selected should the selectors be narrowed to the release.
                      "labels": {**kube.labels(RULE_NAME, COMPONENT),
                                 "release": mon.release_name}},
+        # One group: its rules run in order, so the alerts read the series recorded in the same
+        # evaluation (separate groups run independently, a step apart in either order).
         "spec": {"groups": [
-            {"name": "gpu-platform.recording", "rules": recording_rules(settings)},
-            {"name": "gpu-platform.alerts", "rules": alert_rules(settings)},
+            {"name": "gpu-platform", "rules": recording_rules(settings) + alert_rules(settings)},
         ]},
     }
