@@ -115,6 +115,9 @@ def _rows(settings: StackSettings) -> list[tuple[str, list]]:
                         "Average utilization of the GPUs allocated to the namespace's pods.",
                         [_query(f"avg by (namespace) (DCGM_FI_DEV_GPU_UTIL{{{WORKLOAD_FILTER}}})",
                                 "{{namespace}}")], unit="percent"),
+            _timeseries("GPU memory used by namespace", "Framebuffer memory, MiB.",
+                        [_query(f"sum by (namespace) (DCGM_FI_DEV_FB_USED{{{WORKLOAD_FILTER}}})",
+                                "{{namespace}}")], unit="decmbytes", width=24, height=6),
             _table("GPUs by pod", "Allocated GPUs, their average utilization and framebuffer "
                                   "memory used, per pod.",
                    [_query(f'{POD_ALLOCATED}{{namespace=~"$namespace"}}', "", "A", True),

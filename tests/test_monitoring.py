@@ -355,6 +355,7 @@ def test_dashboard_answers_the_platform_teams_questions():
         "GPUs allocated by namespace": gpu_rules.NAMESPACE_ALLOCATED,
         "GPU utilization by namespace": "DCGM_FI_DEV_GPU_UTIL",
         "GPUs by pod": gpu_rules.POD_ALLOCATED,
+        "GPU memory used by namespace": "sum by (namespace) (DCGM_FI_DEV_FB_USED",
         "GPU memory used by pod": "DCGM_FI_DEV_FB_USED",
         "Allocated but idle": "max_over_time(DCGM_FI_DEV_GPU_UTIL",
         "Temperature per GPU": "DCGM_FI_DEV_GPU_TEMP",
