@@ -109,44 +109,31 @@ def waits_for(recording, dependent, dependency) -> bool:
     return False
 
 
+WEBHOOK = (f"{K8S}admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
+           "gpu-platform-admission")
+KPS = (f"{K8S}helm.sh/v3:Release", "kube-prometheus-stack")
+OPERATOR = (f"{K8S}helm.sh/v3:Release", "gpu-operator")
+OPA_NOT_READY = "a webhook registered before OPA answers rejects or stalls pod creation"
+
 EDGES = [
     # (dependent, dependency, why)
-    ((f"{K8S}helm.sh/v3:Release", "gpu-operator"), (f"{K8S}core/v1:NodePatch", "gpu-node-1"),
-     "taint the nodes before the operator's DaemonSets and the first GPU pods arrive"),
-    ((f"{K8S}helm.sh/v3:Release", "gpu-operator"), (f"{K8S}core/v1:NodePatch", "gpu-node-2"),
-     "taint the nodes before the operator's DaemonSets and the first GPU pods arrive"),
-    ((f"{K8S}admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
-      "gpu-platform-admission"),
-     (f"{K8S}apps/v1:Deployment", "gpu-scheduler/gpu-binpack-scheduler"),
+    *[(OPERATOR, (f"{K8S}core/v1:NodePatch", node),
+       "taint the nodes before the operator's DaemonSets and the first GPU pods arrive")
+      for node in ("gpu-node-1", "gpu-node-2")],
+    (WEBHOOK, (f"{K8S}apps/v1:Deployment", "gpu-scheduler/gpu-binpack-scheduler"),
      "never force GPU pods onto a scheduler that is not running"),
-    ((f"{K8S}admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
-      "gpu-platform-admission"),
-     (f"{K8S}apps/v1:Deployment", "gpu-admission/opa"),
-     "a webhook registered before OPA answers rejects or stalls pod creation"),
-    ((f"{K8S}admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
-      "gpu-platform-admission"),
-     (f"{K8S}core/v1:ConfigMap", "gpu-admission/gpu-platform-admission-policy"),
-     "a webhook registered before OPA answers rejects or stalls pod creation"),
-    ((f"{K8S}admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
-      "gpu-platform-admission"),
-     (f"{K8S}core/v1:ConfigMap", "gpu-admission/gpu-platform-admission-params"),
-     "a webhook registered before OPA answers rejects or stalls pod creation"),
-    ((f"{K8S}admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
-      "gpu-platform-admission"),
-     (f"{K8S}core/v1:Secret", "gpu-admission/opa-tls"),
-     "a webhook registered before OPA answers rejects or stalls pod creation"),
+    *[(WEBHOOK, dependency, OPA_NOT_READY) for dependency in (
+        (f"{K8S}apps/v1:Deployment", "gpu-admission/opa"),
+        (f"{K8S}core/v1:ConfigMap", "gpu-admission/gpu-platform-admission-policy"),
+        (f"{K8S}core/v1:ConfigMap", "gpu-admission/gpu-platform-admission-params"),
+        (f"{K8S}core/v1:Secret", "gpu-admission/opa-tls"))],
+    *[(dependent, KPS, "its CRD or the Grafana sidecar that loads it comes from the chart")
+      for dependent in ((f"{K8S}monitoring.coreos.com/v1:ServiceMonitor",
+                         "monitoring/nvidia-dcgm-exporter"),
+                        (f"{K8S}core/v1:ConfigMap", "monitoring/gpu-platform-dashboard"),
+                        (f"{K8S}monitoring.coreos.com/v1:PrometheusRule", "monitoring/gpu-platform"))],
     ((f"{K8S}monitoring.coreos.com/v1:ServiceMonitor", "monitoring/nvidia-dcgm-exporter"),
-     (f"{K8S}helm.sh/v3:Release", "kube-prometheus-stack"),
-     "the ServiceMonitor CRD comes from the chart"),
-    ((f"{K8S}core/v1:ConfigMap", "monitoring/gpu-platform-dashboard"),
-     (f"{K8S}helm.sh/v3:Release", "kube-prometheus-stack"),
-     "the Grafana sidecar that loads dashboards comes from the chart"),
-    ((f"{K8S}monitoring.coreos.com/v1:PrometheusRule", "monitoring/gpu-platform"),
-     (f"{K8S}helm.sh/v3:Release", "kube-prometheus-stack"),
-     "the PrometheusRule CRD comes from the chart"),
-    ((f"{K8S}monitoring.coreos.com/v1:ServiceMonitor", "monitoring/nvidia-dcgm-exporter"),
-     (f"{K8S}helm.sh/v3:Release", "gpu-operator"),
-     "the DCGM exporter Service it selects is created by the operator"),
+     OPERATOR, "the DCGM exporter Service it selects is created by the operator"),
 ]
 
 
