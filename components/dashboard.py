@@ -36,35 +36,31 @@ def _query(expr: str, legend: str = "", ref: str = "A", instant: bool = False):
     return query.instant() if instant else query.range()
 
 
-def _place(panel, title: str, description: str, unit: str, width: int, height: int):
-    return (panel.title(title).description(description).datasource(DATASOURCE).unit(unit)
-            .span(width).height(height))
+def _place(panel, title: str, description: str, targets: list, unit: str, width: int,
+           height: int):
+    panel = (panel.title(title).description(description).datasource(DATASOURCE).unit(unit)
+             .span(width).height(height))
+    for target in targets:
+        panel = panel.with_target(target)
+    return panel
 
 
 def _timeseries(title, description, targets, unit="short", width=12, height=8):
-    panel = _place(timeseries.Panel(), title, description, unit, width, height)
-    for target in targets:
-        panel = panel.with_target(target)
-    return panel
+    return _place(timeseries.Panel(), title, description, targets, unit, width, height)
 
 
 def _stat(title, description, targets, unit="short", width=6, height=5):
-    panel = _place(stat.Panel(), title, description, unit, width, height)
-    for target in targets:
-        panel = panel.with_target(target)
-    return panel
+    return _place(stat.Panel(), title, description, targets, unit, width, height)
 
 
 def _bars(title, description, target, unit="short", width=12, height=8):
-    return _place(bargauge.Panel(), title, description, unit, width, height).with_target(target)
+    return _place(bargauge.Panel(), title, description, [target], unit, width, height)
 
 
 def _table(title, description, targets, unit="short", width=12, height=8):
-    panel = _place(table.Panel(), title, description, unit, width, height)
-    for target in targets:
-        panel = panel.with_target(target)
     # One row per pod: the instant queries' results joined on their labels.
-    return panel.with_transformation(model.DataTransformerConfig(id_val="merge", options={}))
+    return (_place(table.Panel(), title, description, targets, unit, width, height)
+            .with_transformation(model.DataTransformerConfig(id_val="merge", options={})))
 
 
 def _variable(name: str, label: str, query: str):

@@ -82,9 +82,10 @@ def operator_namespace(settings: StackSettings) -> dict:
 
 
 class GpuOperator(pulumi.ComponentResource):
-    """Namespace and pinned `gpu-operator` release; installed after the GPU nodes are tainted."""
+    """Namespace and pinned `gpu-operator` release (with `values` from `chart_values`);
+    installed after the GPU nodes are tainted."""
 
-    def __init__(self, name: str, settings: StackSettings,
+    def __init__(self, name: str, settings: StackSettings, values: dict,
                  after: Optional[Sequence[pulumi.Resource]] = None,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:GpuOperator", name, None, opts)
@@ -92,7 +93,7 @@ class GpuOperator(pulumi.ComponentResource):
         self.namespace = kube.declare(operator_namespace(settings), self)
         self.release = charts.release(
             op.release_name, chart=CHART, version=op.chart_version, repository=op.repository,
-            namespace=op.namespace, values=chart_values(settings), parent=self,
+            namespace=op.namespace, values=values, parent=self,
             depends_on=[self.namespace, *(after or [])])
         self.register_outputs({"namespace": op.namespace, "chartVersion": op.chart_version,
                                "releaseStatus": self.release.status})

@@ -103,11 +103,11 @@ def grafana_admin_secret(settings: StackSettings, password: Any) -> dict:
 
 
 class Monitoring(pulumi.ComponentResource):
-    """kube-prometheus-stack first; the ServiceMonitor and dashboard after it (their CRDs and the
+    """kube-prometheus-stack (with `values` from `chart_values`) first; the ServiceMonitor and dashboard after it (their CRDs and the
     Grafana sidecar come from the chart) and after the resources in `after` (the GPU Operator,
     which creates the DCGM exporter Service)."""
 
-    def __init__(self, name: str, settings: StackSettings,
+    def __init__(self, name: str, settings: StackSettings, values: dict,
                  after: Optional[Sequence[pulumi.Resource]] = None,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:Monitoring", name, None, opts)
@@ -122,7 +122,7 @@ class Monitoring(pulumi.ComponentResource):
         admin = kube.declare(grafana_admin_secret(settings, password), self, [namespace])
         self.release = charts.release(
             mon.release_name, chart=CHART, version=mon.chart_version, repository=mon.repository,
-            namespace=mon.namespace, values=chart_values(settings), parent=self,
+            namespace=mon.namespace, values=values, parent=self,
             depends_on=[namespace, admin])
         self.service_monitor = kube.declare(dcgm_service_monitor(settings), self,
                                             [self.release, *(after or [])])

@@ -32,24 +32,24 @@ def stack_config() -> dict[str, Any]:
 class GpuPlatform(pulumi.ComponentResource):
     def __init__(self, name: str, settings: StackSettings,
                  opts: pulumi.ResourceOptions | None = None):
-        # Chart values are checked before anything is registered: a refused extra value must
-        # leave the run with nothing declared.
-        gpu_operator.chart_values(settings)
-        monitoring.chart_values(settings)
+        # Chart values are merged (and refused extra values raised) before anything is
+        # registered, so a bad stack leaves the run with nothing declared.
+        operator_values = gpu_operator.chart_values(settings)
+        monitoring_values = monitoring.chart_values(settings)
         super().__init__("gpu-platform:index:GpuPlatform", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
         # Taint the nodes before the operator's DaemonSets and the first GPU pods arrive.
         self.gpu_nodes = GpuNodes("gpu-nodes", settings, opts=child)
-        self.gpu_operator = GpuOperator("gpu-operator", settings, after=[self.gpu_nodes],
-                                        opts=child)
+        self.gpu_operator = GpuOperator("gpu-operator", settings, operator_values,
+                                        after=[self.gpu_nodes], opts=child)
         self.scheduler = BinpackScheduler("binpack-scheduler", settings, opts=child)
         # Never force GPU pods onto a scheduler that is not running.
         self.admission = OpaAdmission("opa-admission", settings, after=[self.scheduler],
                                       opts=child)
         # The DCGM exporter Service the ServiceMonitor selects is created by the operator.
-        self.monitoring = Monitoring("monitoring", settings, after=[self.gpu_operator],
-                                     opts=child)
+        self.monitoring = Monitoring("monitoring", settings, monitoring_values,
+                                     after=[self.gpu_operator], opts=child)
 
         self.outputs = {
             "schedulerName": self.scheduler.scheduler_name,
