@@ -31,10 +31,10 @@ WEBHOOK_PORT = 8443        # TLS, for the API server
 LOCAL_PORT = 8181          # plain HTTP on 127.0.0.1, for kube-mgmt
 DIAGNOSTIC_PORT = 8282     # /health and /metrics, for probes and Prometheus
 
-# The rule the webhook asks for: data.gpu_platform.admission.review in
+# The rule the webhook asks for: data.gpuplatform.admission.review in
 # policy/admission/gpu_scheduler.rego. /v0/data takes the AdmissionReview as input and returns
 # the rule's value as the response body.
-DECISION_PATH = ("v0", "data", "gpu_platform", "admission", "review")
+DECISION_PATH = ("v0", "data", "gpuplatform", "admission", "review")
 
 # kube-mgmt loads ConfigMaps with these labels; data lands at data.<namespace>.<name>.<key>.
 POLICY_LABEL = ("openpolicyagent.org/policy", "rego")

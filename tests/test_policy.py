@@ -239,6 +239,6 @@ def test_opa_api_is_locked_down(opa_bin, example_run, deployed, tmp_path):
     assert allowed("PUT", ["v1", "policies", "gpu-admission", "x"]) is False
     assert allowed("PUT", ["v1", "data", "gpu-admission"]) is False
     assert allowed("GET", ["v1", "data"]) is False
-    assert allowed("POST", ["v1", "data", "gpu_platform", "admission", "params"]) is False
+    assert allowed("POST", ["v1", "data", "gpuplatform", "admission", "params"]) is False
     assert allowed("PUT", ["v1", "policies", "x"], identity="not-the-token") is False
     assert allowed("PUT", ["v1", "policies", "x"], identity=token) is True

@@ -1,6 +1,8 @@
 """Every Kubernetes object the program declares directly validates, strictly, against the
 official OpenAPI schema of the stack's Kubernetes version."""
 
+import re
+
 import kubernetes_validate
 import pytest
 
@@ -51,3 +53,16 @@ def test_validation_catches_a_wrong_field():
     wrong = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"},
              "datas": {"a": "b"}}
     assert "datas" in validate(wrong, "1.35.10")
+
+
+# The API server checks what the OpenAPI schema does not: each segment of a webhook's service
+# path must be a lowercase RFC 1123 subdomain (so a Rego package with `_` cannot be the path).
+RFC1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def test_webhook_service_path_is_one_the_api_server_accepts(example_run):
+    (webhook,) = [o for o in example_run.manifests()
+                  if o["kind"] == "ValidatingWebhookConfiguration"]
+    path = webhook["webhooks"][0]["clientConfig"]["service"]["path"]
+    bad = [s for s in path.strip("/").split("/") if not RFC1123_SUBDOMAIN.fullmatch(s)]
+    assert path.startswith("/") and not bad, f"path {path}: invalid segments {bad}"

@@ -5,7 +5,7 @@
 # kube-mgmt from the ConfigMap gpu-platform-admission-params (key params.json) into
 # data.<namespace>.<configmap>.<key>; the namespace is a stack setting, so the policy finds the
 # document by ConfigMap name and key.
-package gpu_platform.admission
+package gpuplatform.admission
 
 params_documents contains doc if {
 	some namespace

@@ -1,6 +1,6 @@
-package gpu_platform.admission_test
+package gpuplatform.admission_test
 
-import data.gpu_platform.admission
+import data.gpuplatform.admission
 
 params := {
 	"schedulerName": "gpu-binpack-scheduler",

@@ -4,7 +4,7 @@ import data.system.authz
 
 server := {
 	"kube_mgmt_token": "0123456789abcdef0123456789abcdef",
-	"admission_decision_path": ["v0", "data", "gpu_platform", "admission", "review"],
+	"admission_decision_path": ["v0", "data", "gpuplatform", "admission", "review"],
 }
 
 test_kube_mgmt_token_may_write_policies if {

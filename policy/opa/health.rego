@@ -7,6 +7,6 @@ package system.health
 
 default ready := false
 
-ready if is_string(data.gpu_platform.admission.params.schedulerName)
+ready if is_string(data.gpuplatform.admission.params.schedulerName)
 
 default live := true

@@ -7,5 +7,5 @@ test_not_ready_before_the_policy_is_loaded if {
 }
 
 test_ready_once_parameters_are_loaded if {
-	health.ready with data.gpu_platform.admission.params as {"schedulerName": "gpu-binpack-scheduler"}
+	health.ready with data.gpuplatform.admission.params as {"schedulerName": "gpu-binpack-scheduler"}
 }
