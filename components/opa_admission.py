@@ -159,7 +159,9 @@ def opa_args(settings: StackSettings) -> list[str]:
         "run", "--server",
         f"--addr=https://0.0.0.0:{WEBHOOK_PORT}",
         f"--addr=http://127.0.0.1:{LOCAL_PORT}",
-        f"--diagnostic-addr=0.0.0.0:{DIAGNOSTIC_PORT}",
+        # Plain HTTP for the kubelet's probes: without a scheme, OPA serves this address over
+        # TLS too once it has a certificate.
+        f"--diagnostic-addr=http://0.0.0.0:{DIAGNOSTIC_PORT}",
         "--tls-cert-file=/certs/tls.crt",
         "--tls-private-key-file=/certs/tls.key",
         # Picks up a renewed certificate from the Secret volume without a restart.

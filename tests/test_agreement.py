@@ -209,3 +209,24 @@ def test_readme_documents_every_setting_with_its_default(example_settings):
         else:
             shown = value if isinstance(value, str) else json.dumps(value)
         assert rows[path].strip() == shown, (path, shown, rows[path])
+
+
+def test_opa_serves_each_probe_port_in_the_scheme_the_probe_uses(run):
+    """Each probed OPA address names its scheme, and it is the probe's: an address without one
+    is served over TLS once OPA has a certificate, and an HTTP probe of it would always fail."""
+    settings, recording = run
+    deployment = recording.one(f"{K8S}apps/v1:Deployment",
+                               f"{settings.admission.namespace}/{opa_admission.SERVICE}").inputs
+    opa = next(c for c in deployment["spec"]["template"]["spec"]["containers"]
+               if c["name"] == "opa")
+    listeners = {}
+    for arg in opa["args"]:
+        if arg.startswith(("--addr=", "--diagnostic-addr=")):
+            address = arg.split("=", 1)[1]
+            assert "://" in address, f"OPA listener {arg} has no scheme"
+            scheme, _, host_port = address.partition("://")
+            listeners[int(host_port.rsplit(":", 1)[1])] = scheme
+    for probe in ("readinessProbe", "livenessProbe"):
+        check = opa[probe]["httpGet"]
+        assert listeners.get(check["port"]) == check["scheme"].lower(), \
+            f"{probe} uses {check['scheme']} on port {check['port']}; OPA serves {listeners}"
