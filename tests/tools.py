@@ -2,7 +2,8 @@
 
 Binaries are cached outside the repository, keyed by version
 ($GPU_PLATFORM_TOOLS, default ~/.cache/gpu-platform-tools/<tool>-<version>/), so only the first
-run builds them.
+run builds them. `python tests/tools.py [unit|integration|all]` builds what a suite needs and
+prints where each binary is; every version is pinned here or comes from the settings model.
 """
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from components.settings import AdmissionSettings  # noqa: E402
+from components.settings import AdmissionSettings, load_settings  # noqa: E402
 
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE_STACK = ROOT / "Pulumi.dev.yaml"
 TOOLS_DIR = Path(os.environ.get("GPU_PLATFORM_TOOLS",
                                 Path.home() / ".cache" / "gpu-platform-tools"))
 
@@ -28,6 +33,36 @@ def opa_version() -> str:
     return AdmissionSettings().opa.tag.removesuffix("-static")
 
 
+def kubernetes_version() -> str:
+    """The control plane the integration suite runs is the example stack's
+    `kubernetesVersion`."""
+    import yaml
+    config = yaml.safe_load(EXAMPLE_STACK.read_text())["config"]
+    return load_settings({key.split(":", 1)[1]: value
+                          for key, value in config.items()}).kubernetes_version
+
+
+@dataclass(frozen=True)
+class GoTool:
+    name: str
+    module: str
+    version: str                  # what `go get` resolves: a release tag or a commit
+    package: str
+    label: str = ""               # the version in the cache key and messages, if not `version`
+    stamp: dict[str, str] = field(default_factory=dict)   # -X ldflags: variable -> value
+    # Replace every requirement the module pins at v0.0.0 with this version of it (how
+    # k8s.io/kubernetes refers to its staging modules).
+    zero_requires_at: str = ""
+
+    @property
+    def binary(self) -> Path:
+        return TOOLS_DIR / f"{self.name}-{self.label or self.version}" / self.name
+
+
+class ModuleUnavailable(RuntimeError):
+    """The Go module proxy refuses the tool's module version (it is not served here)."""
+
+
 def _go() -> str:
     go = shutil.which("go")
     if go is None:
@@ -35,51 +70,89 @@ def _go() -> str:
     return go
 
 
-def _run(tool: str, version: str, args: list[str], cwd: Path, env: dict) -> str:
-    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"building {tool} {version} failed at `{' '.join(args[1:])}`:\n"
-                           f"{result.stderr[-4000:]}")
-    return result.stdout
+def _say(message: str) -> None:
+    print(message, file=sys.__stderr__, flush=True)
 
 
-def go_build(tool: str, module: str, version: str, package: str) -> Path:
-    """Build `package` of `module` at `version` into the tool cache, unless already built.
+class _Build:
+    def __init__(self, tool: GoTool, cwd: Path):
+        self.tool, self.cwd = tool, cwd
+        self.env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod", "GOWORK": "off"}
+
+    def run(self, *args: str) -> str:
+        result = subprocess.run([_go(), *args], cwd=self.cwd, env=self.env, capture_output=True,
+                                text=True)
+        if result.returncode != 0:
+            # `go mod download -json` reports its error in the JSON on stdout.
+            detail = (result.stderr.strip() or result.stdout.strip())[-4000:]
+            error = ModuleUnavailable if "module version is not available" in detail \
+                else RuntimeError
+            raise error(f"building {self.tool.name} {self.tool.label or self.tool.version}"
+                        f" failed at `go {' '.join(args)}`:\n{detail}")
+        return result.stdout
+
+    def compile(self, *args: str, started: float) -> None:
+        """`go build -v`, reporting how many packages have been compiled as it goes."""
+        process = subprocess.Popen([_go(), *args], cwd=self.cwd, env=self.env, text=True,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        lines: list[str] = []
+        reported = time.monotonic()
+        for line in process.stderr:
+            lines.append(line.rstrip())
+            if time.monotonic() - reported >= 30:
+                reported = time.monotonic()
+                _say(f"  {self.tool.name}: {len(lines)} packages compiled "
+                     f"({reported - started:.0f}s)")
+        if process.wait() != 0:
+            tail = "\n".join(lines[-60:])
+            raise RuntimeError(f"building {self.tool.name} {self.tool.label or self.tool.version}"
+                               f" failed at `go {' '.join(args)}`:\n{tail}")
+
+
+def go_build(tool: GoTool) -> Path:
+    """Build the tool into the cache, unless already built.
 
     It is built inside a throwaway wrapper module that requires the tool's module and repeats
     its replace directives (`go install module@version` refuses modules that have any).
     """
-    target = TOOLS_DIR / f"{tool}-{version}"
-    binary = target / tool
+    binary = tool.binary
     if binary.exists():
         return binary
-    go = _go()
-    print(f"building {tool} {version} from {module} (first run only) ...", file=sys.__stderr__,
-          flush=True)
-    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod", "GOWORK": "off"}
+    started = time.monotonic()
+    _say(f"building {tool.name} {tool.label or tool.version} from {tool.module} "
+         f"(first run only) ...")
     with tempfile.TemporaryDirectory() as work:
-        cwd = Path(work)
-        _run(tool, version, [go, "mod", "init", f"gpu-platform.test/{tool}"], cwd, env)
-        info = json.loads(_run(tool, version, [go, "mod", "download", "-json",
-                                               f"{module}@{version}"], cwd, env))
-        gomod = _run(tool, version, [go, "mod", "edit", "-json", info["GoMod"]], cwd, env)
-        for replace in json.loads(gomod).get("Replace") or []:
+        build = _Build(tool, Path(work))
+        build.run("mod", "init", f"gpu-platform.test/{tool.name}")
+        info = json.loads(build.run("mod", "download", "-json", f"{tool.module}@{tool.version}"))
+        gomod = json.loads(build.run("mod", "edit", "-json", info["GoMod"]))
+        replaces = []
+        for replace in gomod.get("Replace") or []:
             old, new = replace["Old"], replace["New"]
-            if not new.get("Version"):
-                continue      # a local directory replacement cannot apply outside the module
-            source = old["Path"] + (f"@{old['Version']}" if old.get("Version") else "")
-            _run(tool, version, [go, "mod", "edit",
-                                 f"-replace={source}={new['Path']}@{new['Version']}"], cwd, env)
-        _run(tool, version, [go, "get", f"{package}@{version}"], cwd, env)
-        target.mkdir(parents=True, exist_ok=True)
-        _run(tool, version, [go, "build", "-trimpath", "-o", str(binary), package], cwd, env)
-    print(f"built {binary}", file=sys.__stderr__, flush=True)
+            if new.get("Version"):   # a local directory replacement cannot apply outside it
+                source = old["Path"] + (f"@{old['Version']}" if old.get("Version") else "")
+                replaces.append(f"-replace={source}={new['Path']}@{new['Version']}")
+        if tool.zero_requires_at:
+            replaces += [f"-replace={req['Path']}={req['Path']}@{tool.zero_requires_at}"
+                         for req in gomod.get("Require") or [] if req["Version"] == "v0.0.0"]
+        if replaces:
+            build.run("mod", "edit", *replaces)
+        _say(f"  {tool.name}: resolving modules ({time.monotonic() - started:.0f}s)")
+        build.run("get", f"{tool.package}@{info['Version']}")
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        ldflags = " ".join(f"-X '{name}={value}'" for name, value in tool.stamp.items())
+        partial = binary.with_suffix(".partial")
+        build.compile("build", "-v", "-trimpath", "-ldflags", ldflags, "-o", str(partial),
+                      tool.package, started=started)
+        partial.rename(binary)      # a build that was cut short never looks finished
+    size = binary.stat().st_size / 2**20
+    _say(f"built {binary} ({size:.0f} MiB) in {time.monotonic() - started:.0f}s")
     return binary
 
 
 def opa() -> Path:
     module = "github.com/open-policy-agent/opa"
-    return go_build("opa", module, f"v{opa_version()}", module)
+    return go_build(GoTool("opa", module, f"v{opa_version()}", module))
 
 
 # Prometheus v3.14.0, the version kube-prometheus-stack 88.5.3 deploys, is Go module v0.314.0.
@@ -88,13 +161,90 @@ PROMETHEUS_MODULE_VERSION = "v0.314.0"
 
 def promtool() -> Path:
     module = "github.com/prometheus/prometheus"
-    return go_build("promtool", module, PROMETHEUS_MODULE_VERSION, f"{module}/cmd/promtool")
+    return go_build(GoTool("promtool", module, PROMETHEUS_MODULE_VERSION,
+                           f"{module}/cmd/promtool"))
+
+
+# etcd v3.6, the line kube-apiserver 1.36 requires (its go.mod pins the v3.6 client).
+ETCD_VERSION = "v3.6.16"
+
+
+def etcd() -> Path:
+    module = "go.etcd.io/etcd/server/v3"
+    return go_build(GoTool("etcd", module, ETCD_VERSION, module,
+                           stamp={"go.etcd.io/etcd/api/v3/version.GitSHA": ETCD_VERSION}))
+
+
+def _kubernetes(component: str) -> Path:
+    version = f"v{kubernetes_version()}"
+    major, minor = version.removeprefix("v").split(".")[:2]
+    stamp = {}
+    for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        stamp |= {f"{package}.gitVersion": version, f"{package}.gitMajor": major,
+                  f"{package}.gitMinor": minor, f"{package}.gitTreeState": "clean"}
+    return go_build(GoTool(component, "k8s.io/kubernetes", version,
+                           f"k8s.io/kubernetes/cmd/{component}", stamp=stamp,
+                           zero_requires_at=f"v0.{minor}.{version.split('.')[2]}"))
+
+
+def kube_apiserver() -> Path:
+    return _kubernetes("kube-apiserver")
+
+
+def kube_scheduler() -> Path:
+    return _kubernetes("kube-scheduler")
+
+
+# kube-mgmt's release tags are not Go versions ("11.0.7"), so it is pinned by the tag's commit.
+KUBE_MGMT_COMMITS = {"11.0.7": "9b4deae0b9080ecd500ff601cf4e2a180223337d"}
+
+
+def kube_mgmt_version() -> str:
+    """The kube-mgmt the suite runs is the kube-mgmt the platform ships (the image tag)."""
+    return AdmissionSettings().kube_mgmt.tag
+
+
+def kube_mgmt() -> Path:
+    """kube-mgmt at the shipped release. The Go module proxy reachable from CI does not serve
+    kube-mgmt (ModuleUnavailable); a binary built elsewhere from that commit, placed at
+    the cache path (see README), is used as is."""
+    release = kube_mgmt_version()
+    if release not in KUBE_MGMT_COMMITS:
+        raise RuntimeError(f"kube-mgmt {release} (the shipped image tag) has no pinned commit in "
+                           f"tests/tools.py KUBE_MGMT_COMMITS; known: {sorted(KUBE_MGMT_COMMITS)}")
+    commit = KUBE_MGMT_COMMITS[release]
+    module = "github.com/open-policy-agent/kube-mgmt"
+    return go_build(GoTool("kube-mgmt", module, commit, f"{module}/cmd/kube-mgmt",
+                           label=f"{release}-{commit[:12]}",
+                           stamp={f"{module}/pkg/version.Version": release,
+                                  f"{module}/pkg/version.Git": commit}))
+
+
+SUITES = {
+    "unit": (opa, promtool),
+    "integration": (opa, etcd, kube_apiserver, kube_scheduler, kube_mgmt),
+}
+# Tools a suite runs without, saying so, when their module cannot be had.
+OPTIONAL = {kube_mgmt}
+
+
+def main(suites: list[str]) -> None:
+    unknown = [s for s in suites if s not in SUITES]
+    if unknown:
+        sys.exit(f"tests/tools.py: unknown suite {unknown}; allowed: {sorted(SUITES)}")
+    for build_tool in dict.fromkeys(b for suite in suites for b in SUITES[suite]):
+        try:
+            build_tool()
+        except ModuleUnavailable as error:
+            if build_tool not in OPTIONAL:
+                sys.exit(f"tests/tools.py: {error}")
+            _say(f"tests/tools.py: going on without it: {error.args[0].splitlines()[0]} "
+                 "(the Go module proxy does not serve it)")
+        except RuntimeError as error:
+            sys.exit(f"tests/tools.py: {error}")
 
 
 if __name__ == "__main__":
-    # `tests/run` builds the tools before pytest starts, so that the build's progress is shown.
-    try:
-        opa()
-        promtool()
-    except RuntimeError as error:
-        sys.exit(f"tests/run: {error}")
+    # The test commands build the tools before pytest starts, so that the build's progress is
+    # shown.
+    main(sys.argv[1:] or ["unit"])

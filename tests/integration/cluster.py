@@ -1,0 +1,346 @@
+"""What the integration suite puts on the local control plane: the program's declared objects
+(with real certificates in place of the mocks' placeholders), fake GPU nodes, GPU pods, and real
+kube-schedulers started from a KubeSchedulerConfiguration."""
+
+from __future__ import annotations
+
+import base64
+import copy
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import requests
+import yaml
+
+import harness
+import tools
+from components import binpack_scheduler, opa_admission
+from components.settings import StackSettings
+from controlplane import ApiError, CertificateAuthority, ControlPlane, Kube, free_port, wait_until
+
+GPU = "nvidia.com/gpu"
+TEST_MANAGER = "gpu-platform-integration"
+NODE_PATCH_TYPE = "kubernetes:core/v1:NodePatch"
+# API groups whose CustomResourceDefinitions come with a chart (which cannot be fetched here).
+CHART_CRD_GROUPS = {"monitoring.coreos.com": "kube-prometheus-stack (Prometheus Operator CRDs)",
+                    "nvidia.com": "gpu-operator"}
+
+
+@dataclass
+class Declared:
+    """The example stack's objects as `pulumi up` would send them."""
+    objects: list[dict]          # created or applied as they are
+    node_patches: list[dict]     # server-side-apply patches of existing Nodes
+    charts: list[str]            # Helm releases: rendered by Helm at deploy time
+    field_manager: str           # of the node patches
+    force_node_patches: bool
+
+
+class TestCertificates:
+    """A CA and an OPA serving certificate made for the test, in place of pulumi-tls' outputs,
+    valid for the OPA Service's names and for 127.0.0.1, where the test runs OPA."""
+
+    def __init__(self, settings: StackSettings):
+        self.ca = CertificateAuthority("gpu-platform admission test CA")
+        self.server = self.ca.issue("opa", server=True,
+                                    dns_names=tuple(opa_admission.service_dns_names(settings)),
+                                    ip_addresses=("127.0.0.1",))
+
+    def replacements(self) -> dict[str, str]:
+        real = {harness.FAKE_CA_PEM: self.ca.cert_pem, harness.FAKE_SERVER_PEM: self.server.cert_pem,
+                harness.FAKE_KEY_PEM: self.server.key_pem}
+        return real | {_b64(fake): _b64(value) for fake, value in real.items()}
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def _replace(value: Any, replacements: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        return replacements.get(value, value)
+    if isinstance(value, dict):
+        return {k: _replace(v, replacements) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace(v, replacements) for v in value]
+    return value
+
+
+def declared(recording: harness.Recording, certs: TestCertificates) -> Declared:
+    objects, patches, field_manager, force = [], [], "", False
+    for registration in recording.registrations:
+        if not registration.type.startswith("kubernetes:") or "helm.sh" in registration.type:
+            continue
+        obj = _replace(harness.integral_numbers(registration.inputs), certs.replacements())
+        if registration.type == NODE_PATCH_TYPE:
+            annotations = obj["metadata"].pop("annotations")
+            field_manager = annotations.pop("pulumi.com/patchFieldManager")
+            force = annotations.pop("pulumi.com/patchForce", "false") == "true"
+            if annotations:
+                obj["metadata"]["annotations"] = annotations
+            patches.append(obj)
+        else:
+            objects.append(obj)
+    # Namespaces first, as the declared dependencies order them on a real `pulumi up`.
+    objects.sort(key=lambda o: o["kind"] != "Namespace")
+    charts = [r.name for r in recording.of_type("kubernetes:helm.sh/v3:Release")]
+    return Declared(objects, patches, charts, field_manager, force)
+
+
+def apply_declared(kube: Kube, objects: list[dict]) -> tuple[list[dict], dict[str, str]]:
+    """Server-side apply every object the API server serves; the rest are returned as skipped,
+    with the chart whose CRDs they need (an unknown kind is an error)."""
+    applied, skipped = [], {}
+    for obj in objects:
+        group = obj["apiVersion"].rpartition("/")[0]
+        if not kube.serves(obj["apiVersion"], obj["kind"]):
+            if group not in CHART_CRD_GROUPS:
+                raise AssertionError(f"{obj['apiVersion']} {obj['kind']} is served by no API "
+                                     f"server or chart the platform installs")
+            skipped[f"{obj['kind']} {obj['metadata'].get('namespace')}/{obj['metadata']['name']}"] = (
+                f"custom resource; its CRD comes with the {CHART_CRD_GROUPS[group]} chart")
+            continue
+        applied.append(kube.apply(obj, TEST_MANAGER))
+    return applied, skipped
+
+
+def find(objects: list[dict], kind: str, name: str) -> dict:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one declared {kind} {name}, found {len(found)}"
+    return copy.deepcopy(found[0])
+
+
+# --- fake GPU nodes and GPU pods ------------------------------------------------------------
+
+# Per GPU, what a typical GPU node offers besides: CPU cores and memory.
+CPU_PER_GPU = 8
+MEMORY_GIB_PER_GPU = 64
+
+
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
+
+def mark_ready(kube: Kube, node: dict, capacity: dict[str, str]) -> dict:
+    """What a kubelet and the node lifecycle controller do for a new node: report its capacity
+    and a Ready condition, then lift the not-ready taint the API server put on at creation."""
+    kube.patch_status(node, {
+        "capacity": capacity, "allocatable": capacity,
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "message": "fake node: no kubelet"}],
+    })
+    taints = [t for t in kube.get("v1", "Node", node["metadata"]["name"])["spec"].get("taints", [])
+              if t["key"] != NOT_READY_TAINT]
+    return kube.request("PATCH", kube.path("v1", "Node", name=node["metadata"]["name"]),
+                        body={"spec": {"taints": taints or None}},
+                        content_type="application/merge-patch+json",
+                        params={"fieldManager": "node-lifecycle-controller"},
+                        what=f"lift the not-ready taint of {node['metadata']['name']}")
+
+
+def create_node(kube: Kube, name: str) -> dict:
+    return mark_ready(kube, kube.create({"apiVersion": "v1", "kind": "Node",
+                                         "metadata": {"name": name}}),
+                      {"cpu": "16", "memory": "64Gi", "pods": "110"})
+
+
+def create_gpu_node(kube: Kube, settings: StackSettings, name: str, gpus: int,
+                    cpu: Optional[int] = None, memory_gib: Optional[int] = None) -> dict:
+    """A Ready Node that advertises `gpus` GPUs in its status (the extended-resource patch the
+    device plugin's kubelet would make) and carries the platform's GPU taints and labels."""
+    node = kube.create({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
+                                              **settings.gpu_nodes.labels}},
+        "spec": {"taints": [t.as_manifest() for t in settings.gpu_nodes.taints]},
+    })
+    return mark_ready(kube, node, {
+        GPU: str(gpus), "cpu": str(cpu if cpu is not None else gpus * CPU_PER_GPU),
+        "memory": f"{memory_gib if memory_gib is not None else gpus * MEMORY_GIB_PER_GPU}Gi",
+        "pods": "110"})
+
+
+def gpu_tolerations(settings: StackSettings) -> list[dict]:
+    return [{"key": t.key, "operator": "Exists", "effect": t.effect}
+            for t in settings.gpu_nodes.taints]
+
+
+def pod(name: str, namespace: str, *, gpus: int = 0, scheduler: Optional[str] = None,
+        settings: Optional[StackSettings] = None, cpu: Optional[str] = None,
+        memory: Optional[str] = None, node_name: Optional[str] = None) -> dict:
+    """A pod whose requests scale with its GPUs (CPU and memory as a GPU job asks for them);
+    with GPUs it tolerates the GPU taints."""
+    requests_ = {"cpu": cpu or (f"{gpus * CPU_PER_GPU // 2}" if gpus else "100m"),
+                 "memory": memory or (f"{gpus * MEMORY_GIB_PER_GPU // 2}Gi" if gpus else "128Mi")}
+    limits = {}
+    if gpus:
+        requests_[GPU] = limits[GPU] = str(gpus)
+    spec: dict = {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                                  "resources": {"requests": requests_,
+                                                **({"limits": limits} if limits else {})}}]}
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    if gpus and settings is not None:
+        spec["tolerations"] = gpu_tolerations(settings)
+    if node_name:
+        spec["nodeName"] = node_name
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def placement(kube: Kube, namespace: str, name: str, timeout: float = 30.0) -> Optional[str]:
+    """The node the pod was bound to, or None once its scheduler reports it unschedulable."""
+    def decided():
+        current = kube.get("v1", "Pod", name, namespace)
+        if current["spec"].get("nodeName"):
+            return ("bound", current["spec"]["nodeName"])
+        for condition in current.get("status", {}).get("conditions", []):
+            if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
+                return ("unschedulable", None)
+        return None
+    return wait_until(decided, f"pod {namespace}/{name} to be bound or found unschedulable",
+                      timeout=timeout)[1]
+
+
+def ensure_namespace(kube: Kube, name: str) -> None:
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+               TEST_MANAGER)
+
+
+# --- kube-scheduler -------------------------------------------------------------------------
+
+class Scheduler:
+    """A real kube-scheduler running `config` (a KubeSchedulerConfiguration) against the
+    control plane with the given credentials."""
+
+    def __init__(self, cp: ControlPlane, name: str, config: dict, *, kubeconfig,
+                 extra_args: tuple[str, ...] = ()):
+        self.port = free_port()
+        config = copy.deepcopy(config)
+        config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+        path = cp.write(f"schedulers/{name}.yaml", yaml.safe_dump(config))
+        serving = cp.ca.issue(name, server=True, ip_addresses=("127.0.0.1",))
+        self.ca_file = cp.ca_file
+        self.process = cp.start_process(name, [
+            str(tools.kube_scheduler()), f"--config={path}", f"--secure-port={self.port}",
+            "--bind-address=127.0.0.1",
+            f"--tls-cert-file={cp.write(f'schedulers/{name}.crt', serving.cert_pem)}",
+            f"--tls-private-key-file={cp.write(f'schedulers/{name}.key', serving.key_pem)}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}", *extra_args])
+        wait_until(self._healthy, f"kube-scheduler {name} to serve /healthz", timeout=60,
+                   explain=self.process.tail)
+
+    def _healthy(self) -> bool:
+        if not self.process.running():
+            raise RuntimeError(f"kube-scheduler exited\n{self.process.tail()}")
+        try:
+            return requests.get(f"https://127.0.0.1:{self.port}/healthz",
+                                verify=str(self.ca_file), timeout=2).ok
+        except requests.ConnectionError:
+            return False
+
+
+def binpack_scheduler_args(deployment: dict) -> tuple[str, ...]:
+    """The flags of the declared scheduler Deployment, less those the fixture sets itself
+    (config file, port)."""
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    own = ("--config=", "--secure-port=")
+    return tuple(arg for arg in command[1:] if not arg.startswith(own))
+
+
+def start_binpack_scheduler(cp: ControlPlane, settings: StackSettings,
+                            objects: list[dict]) -> Scheduler:
+    """The binpack scheduler as the program deploys it: the KubeSchedulerConfiguration from the
+    declared ConfigMap, the Deployment's flags, and the credentials of its ServiceAccount (so
+    the declared RBAC, leader election included, is what lets it work)."""
+    sched = settings.scheduler
+    config_map = find(objects, "ConfigMap", f"{sched.name}-config")
+    config = yaml.safe_load(config_map["data"][binpack_scheduler.CONFIG_FILE])
+    token = cp.service_account_token(sched.namespace, sched.name)
+    return Scheduler(cp, sched.name, config,
+                     kubeconfig=cp.kubeconfig(sched.name, token=token),
+                     extra_args=binpack_scheduler_args(find(objects, "Deployment", sched.name)))
+
+
+def scheduler_with_strategy(name: str, strategy: Optional[dict] = None) -> dict:
+    """A KubeSchedulerConfiguration with one profile named `name`: the default plugins, with
+    NodeResourcesFit scoring by `strategy` (the default, LeastAllocated, when None)."""
+    profile: dict = {"schedulerName": name}
+    if strategy:
+        profile["pluginConfig"] = [{"name": "NodeResourcesFit",
+                                    "args": {"scoringStrategy": strategy}}]
+    return {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "leaderElection": {"leaderElect": False}, "profiles": [profile]}
+
+
+
+# --- running a declared container on this machine -------------------------------------------
+
+class LocalContainer:
+    """A container of a declared Deployment, run as a local process the way the kubelet would
+    start it: its Secret and ConfigMap volumes written to directories, its flags given with the
+    mount paths pointing there and its listening ports moved to free loopback ports."""
+
+    def __init__(self, cp: ControlPlane, objects: list[dict], deployment: dict, container: str,
+                 ports: dict[int, int]):
+        pod_spec = deployment["spec"]["template"]["spec"]
+        self.spec = next(c for c in pod_spec["containers"] if c["name"] == container)
+        volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
+        namespace = deployment["metadata"]["namespace"]
+        self.mounts: dict[str, str] = {}
+        for mount in self.spec.get("volumeMounts", []):
+            local = cp.dir / "volumes" / container / mount["name"]
+            for key, text in _volume_files(objects, volumes[mount["name"]], namespace).items():
+                cp.write(str((local / key).relative_to(cp.dir)), text)
+            self.mounts[mount["mountPath"]] = str(local)
+        self.ports = ports
+
+    def localize(self, arg: str) -> str:
+        for mount_path, local in self.mounts.items():
+            arg = arg.replace(mount_path + "/", local + "/").replace(
+                ":" + mount_path, ":" + local)
+            if arg == mount_path:
+                arg = local
+        for port, local_port in self.ports.items():
+            for host in ("0.0.0.0", "127.0.0.1"):
+                arg = arg.replace(f"{host}:{port}", f"127.0.0.1:{local_port}")
+        return arg
+
+    def args(self) -> list[str]:
+        return [self.localize(a) for a in self.spec.get("command", []) + self.spec.get("args", [])]
+
+
+def _volume_files(objects: list[dict], volume: dict, namespace: str) -> dict[str, str]:
+    if "secret" in volume:
+        source = volume["secret"]
+        obj = find(objects, "Secret", source["secretName"])
+        data = dict(obj.get("stringData", {}))
+        data |= {k: base64.b64decode(v).decode() for k, v in obj.get("data", {}).items()}
+    elif "configMap" in volume:
+        source = volume["configMap"]
+        obj = find(objects, "ConfigMap", source["name"])
+        data = dict(obj.get("data", {}))
+    else:
+        raise AssertionError(f"volume {volume['name']}: only Secret and ConfigMap volumes can be "
+                             f"run locally")
+    assert obj["metadata"]["namespace"] == namespace
+    items = source.get("items")
+    return {i["path"]: data[i["key"]] for i in items} if items else data
+
+
+def load_configmaps_as_kube_mgmt_does(kube: Kube, settings: StackSettings, opa_url: str,
+                                      opa_token: str) -> None:
+    """What kube-mgmt does with the labelled ConfigMaps of its namespace, for when no kube-mgmt
+    binary can be had: each policy key PUT to /v1/policies/<ns>/<name>/<key>, each data key
+    (JSON) PUT to /v1/data/<ns>/<name>/<key>, with its token. `kube` should hold kube-mgmt's
+    ServiceAccount credentials, so the declared RBAC is still what lets it read them."""
+    ns = settings.admission.namespace
+    headers = {"Authorization": f"Bearer {opa_token}"}
+    for (label, value), endpoint in ((opa_admission.POLICY_LABEL, "policies"),
+                                     (opa_admission.DATA_LABEL, "data")):
+        for config_map in kube.list("v1", "ConfigMap", ns, labelSelector=f"{label}={value}"):
+            name = config_map["metadata"]["name"]
+            for key, text in config_map.get("data", {}).items():
+                response = requests.put(f"{opa_url}/v1/{endpoint}/{ns}/{name}/{key}",
+                                        data=text.encode(), headers=headers, timeout=10)
+                assert response.ok, f"loading {ns}/{name}/{key}: {response.text}"

@@ -1,0 +1,86 @@
+"""Kubernetes accepts everything the program declares directly: every object of the example
+stack, server-side applied to a real kube-apiserver, and the GPU node patches applied to Nodes."""
+
+import copy
+
+import pytest
+
+from cluster import ApiError, TEST_MANAGER, apply_declared, create_node
+
+
+@pytest.fixture(scope="module")
+def applied(control_plane, declared):
+    return apply_declared(control_plane.admin, declared.objects)
+
+
+def test_every_declared_object_is_accepted_or_skipped_with_its_reason(applied, declared):
+    accepted, skipped = applied
+    print(f"\n{len(accepted)} objects applied; skipped:")
+    for name, reason in skipped.items():
+        print(f"  {name}: {reason}")
+    print("charts, rendered by Helm at deploy time:", ", ".join(declared.charts))
+    assert len(accepted) + len(skipped) == len(declared.objects)
+    assert {name.split()[0] for name in skipped} == {"ServiceMonitor", "PrometheusRule"}
+
+
+def test_applied_objects_read_back_as_declared(control_plane, applied, declared):
+    """What the API server stores is what the program said (spot checks where defaulting or
+    conversion could lose something)."""
+    kube = control_plane.admin
+    for obj in declared.objects:
+        if not kube.serves(obj["apiVersion"], obj["kind"]):
+            continue
+        meta = obj["metadata"]
+        stored = kube.get(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+        assert stored["metadata"].get("labels", {}) | meta.get("labels", {}) == \
+            stored["metadata"].get("labels", {}), f"{obj['kind']} {meta['name']} lost labels"
+        if obj["kind"] == "ValidatingWebhookConfiguration":
+            assert stored["webhooks"][0]["matchConditions"] == obj["webhooks"][0]["matchConditions"]
+            assert stored["webhooks"][0]["namespaceSelector"] == obj["webhooks"][0]["namespaceSelector"]
+        if obj["kind"] == "ConfigMap":
+            assert stored["data"] == obj["data"]
+
+
+def test_a_second_apply_changes_nothing(control_plane, applied, declared):
+    """Re-running `pulumi up` on an unchanged stack is a no-op for the API server too."""
+    kube = control_plane.admin
+    for before in applied[0]:
+        meta = before["metadata"]
+        obj = next(o for o in declared.objects if o["kind"] == before["kind"]
+                   and o["metadata"]["name"] == meta["name"]
+                   and o["metadata"].get("namespace") == meta.get("namespace"))
+        after = kube.apply(obj, TEST_MANAGER)
+        assert after["metadata"]["resourceVersion"] == meta["resourceVersion"], \
+            f"{obj['kind']} {meta['name']} changed on a second apply"
+
+
+def test_gpu_node_patches_set_the_taints_and_labels(control_plane, declared, example_settings):
+    kube = control_plane.admin
+    for patch in declared.node_patches:
+        name = patch["metadata"]["name"]
+        create_node(kube, name)
+        kube.apply(patch, declared.field_manager, force=declared.force_node_patches)
+        node = kube.get("v1", "Node", name)
+        assert node["spec"]["taints"] == [t.as_manifest() for t in example_settings.gpu_nodes.taints]
+        assert example_settings.gpu_nodes.labels.items() <= node["metadata"]["labels"].items()
+        managers = {m["manager"] for m in node["metadata"]["managedFields"]}
+        assert declared.field_manager in managers
+
+
+def test_a_node_patch_does_not_silently_take_taints_another_manager_set(control_plane, declared,
+                                                                          example_settings):
+    """Without forceTaintOwnership, a taint list someone else owns stops the apply with a
+    conflict, and that manager's taint stays."""
+    assert not declared.force_node_patches
+    kube = control_plane.admin
+    name = "gpu-node-tainted-elsewhere"
+    patch = copy.deepcopy(declared.node_patches[0])
+    patch["metadata"]["name"] = name
+    foreign = {"key": "example.com/maintenance", "value": "true", "effect": "NoSchedule"}
+    create_node(kube, name)
+    kube.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+                "spec": {"taints": [foreign]}}, "cloud-provider")
+    with pytest.raises(ApiError) as conflict:
+        kube.apply(patch, declared.field_manager)
+    assert conflict.value.status == 409
+    assert kube.get("v1", "Node", name)["spec"]["taints"] == [foreign]
