@@ -187,7 +187,8 @@ def pod(name: str, namespace: str, *, gpus: int = 0, scheduler: Optional[str] = 
             "metadata": {"name": name, "namespace": namespace}, "spec": spec}
 
 
-def placement(kube: Kube, namespace: str, name: str, timeout: float = 30.0) -> Optional[str]:
+def placement(kube: Kube, namespace: str, name: str, timeout: float = 30.0,
+              poll: float = 0.1) -> Optional[str]:
     """The node the pod was bound to, or None once its scheduler reports it unschedulable."""
     def decided():
         current = kube.get("v1", "Pod", name, namespace)
@@ -198,7 +199,7 @@ def placement(kube: Kube, namespace: str, name: str, timeout: float = 30.0) -> O
                 return ("unschedulable", None)
         return None
     return wait_until(decided, f"pod {namespace}/{name} to be bound or found unschedulable",
-                      timeout=timeout)[1]
+                      timeout=timeout, interval=poll)[1]
 
 
 def ensure_namespace(kube: Kube, name: str) -> None:
