@@ -47,12 +47,20 @@ def example_settings() -> StackSettings:
 
 # --- workload -------------------------------------------------------------------------------
 
+# CPU cores and GiB of memory a job asks for per GPU: drawn per job, since real jobs differ
+# (data loading, preprocessing), so CPU and memory do not simply track GPUs.
+CPU_PER_GPU = (2, 4, 6)
+MEMORY_GIB_PER_GPU = (16, 32, 48)
+
+
 @dataclass(frozen=True)
 class Job:
     id: int
     gpus: int
     arrival: float      # simulated hours
     duration: float
+    cpu: int = 0        # cores
+    memory_gib: int = 0
 
     @property
     def gpu_hours(self) -> float:
@@ -74,7 +82,8 @@ def generate_trace(seed: int, jobs: int, total_gpus: int, load: float) -> list[J
         t += rng.expovariate(rate)
         gpus = rng.choices(sizes, weights)[0]
         duration = MEDIAN_HOURS[gpus] * math.exp(rng.gauss(0, SIGMA))
-        trace.append(Job(i, gpus, t, duration))
+        trace.append(Job(i, gpus, t, duration, cpu=gpus * rng.choice(CPU_PER_GPU),
+                         memory_gib=gpus * rng.choice(MEMORY_GIB_PER_GPU)))
     return trace
 
 
@@ -250,18 +259,29 @@ def reference(trace: list[Job], nodes: dict[str, int]) -> Outcome:
 
 # --- replay against a real kube-scheduler ---------------------------------------------------
 
-def profiles(settings: StackSettings) -> dict[str, dict]:
-    """The three KubeSchedulerConfigurations compared: the project's rendered one (leader
-    election off: one replica here), the default profile, and MostAllocated."""
+DEFAULT_PROFILE = "default (LeastAllocated)"
+
+
+def profiles(settings: StackSettings, variants: bool = False) -> dict[str, dict]:
+    """The KubeSchedulerConfigurations compared: the project's rendered one (leader election
+    off: one replica here), the default profile, and MostAllocated; with `variants`, the
+    rendered one with other resource weights, which is how the shipped weights were chosen."""
     shipped = copy.deepcopy(scheduler_configuration(settings))
     shipped["leaderElection"] = {"leaderElect": False}
-    return {
-        settings.scheduler.name: shipped,
-        "default (LeastAllocated)": cluster.scheduler_with_strategy("default-scheduler"),
-        "MostAllocated": cluster.scheduler_with_strategy("most-allocated", {
-            "type": "MostAllocated",
-            "resources": [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}]}),
-    }
+    chosen = {settings.scheduler.name: shipped,
+              DEFAULT_PROFILE: cluster.scheduler_with_strategy("default-scheduler"),
+              "MostAllocated": cluster.scheduler_with_strategy("most-allocated", {
+                  "type": "MostAllocated",
+                  "resources": [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}]})}
+    if variants:
+        for label, weights in (("equal weights", {"cpu": 1, "memory": 1}), ("GPU only", {})):
+            config = copy.deepcopy(shipped)
+            strategy = config["profiles"][0]["pluginConfig"][0]["args"]["scoringStrategy"]
+            strategy["resources"] = [{"name": r["name"], "weight": weights.get(r["name"], 1)}
+                                     for r in strategy["resources"]
+                                     if r["name"] not in ("cpu", "memory") or weights]
+            chosen[f"{settings.scheduler.name}, {label}"] = config
+    return chosen
 
 
 def scheduler_name(config: dict) -> str:
@@ -288,7 +308,8 @@ def replay(label: str, config: dict, trace: list[Job], nodes: dict[str, int],
             pod_name = f"job-{job.id}"
             started = time.monotonic()
             kube.create(cluster.pod(pod_name, NAMESPACE, gpus=job.gpus, scheduler=name_of,
-                                    settings=settings))
+                                    settings=settings, cpu=str(job.cpu),
+                                    memory=f"{job.memory_gib}Gi"))
             node = cluster.placement(kube, NAMESPACE, pod_name, poll=0.005)
             if node is None:
                 kube.delete("v1", "Pod", pod_name, NAMESPACE)

@@ -28,7 +28,7 @@ def progress_printer(label: str):
 
 
 def run(sizes: list[int], clusters: list[str], seed: int, jobs_per_gpu: float, load: float,
-        settings) -> list[dict]:
+        settings, variants: bool) -> list[dict]:
     rows = []
     for kind in clusters:
         for size in sizes:
@@ -38,7 +38,7 @@ def run(sizes: list[int], clusters: list[str], seed: int, jobs_per_gpu: float, l
             print(f"{kind} cluster, {size} nodes, {total} GPUs, {len(trace)} jobs "
                   f"(seed {seed}, offered load {load:.0%})", file=sys.stderr, flush=True)
             outcomes = [binpack.reference(trace, nodes)]
-            for label, config in binpack.profiles(settings).items():
+            for label, config in binpack.profiles(settings, variants).items():
                 outcomes.append(binpack.replay(label, config, trace, nodes, settings,
                                                progress_printer(label)))
             rows += [{"cluster": kind, "nodes": size, "gpus": total, "outcome": o}
@@ -99,6 +99,8 @@ def main(argv: list[str]) -> None:
                         help="trace length: jobs per GPU of the cluster")
     parser.add_argument("--load", type=float, default=0.9,
                         help="offered load: requested GPU-time over GPU capacity")
+    parser.add_argument("--variants", action="store_true",
+                        help="also replay the shipped profile with other resource weights")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     clusters = args.clusters.split(",")
@@ -108,7 +110,7 @@ def main(argv: list[str]) -> None:
     sizes = [int(n) for n in args.nodes.split(",")]
     started = time.monotonic()
     rows = run(sizes, clusters, args.seed, args.jobs_per_gpu, args.load,
-               binpack.example_settings())
+               binpack.example_settings(), args.variants)
     text = table(rows)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ def test_the_shipped_profile_beats_the_default_profile_on_a_small_trace(example_
     shipped_name = example_settings.scheduler.name
     shipped = binpack.replay(shipped_name, configs[shipped_name], TRACE, NODES,
                              example_settings)
-    default = binpack.replay("default", configs["default (LeastAllocated)"], TRACE, NODES,
+    default = binpack.replay("default", configs[binpack.DEFAULT_PROFILE], TRACE, NODES,
                              example_settings)
     best = binpack.reference(TRACE, NODES)
     print(f"\nGPU-time placed: shipped {shipped.placed_share:.1%}, default "
