@@ -3,6 +3,7 @@ into the matching pulumi-kubernetes resource."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from typing import Any, Optional, Sequence
@@ -136,3 +137,8 @@ def declare_all(objs: Sequence[dict], parent: pulumi.Resource,
     """Declare manifests in order; returns them keyed by `Kind/namespace/name`."""
     return {f"{obj['kind']}/{logical_name(obj)}": declare(obj, parent, depends_on)
             for obj in objs}
+
+
+def base64_text(text: str) -> str:
+    """`text` base64-encoded, as Kubernetes carries bytes in JSON (caBundle, Secret data)."""
+    return base64.b64encode(text.encode()).decode()

@@ -10,7 +10,6 @@ decision, health and metrics; only kube-mgmt, holding a generated token, can wri
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -309,10 +308,6 @@ def webhook_configuration(settings: StackSettings, ca_bundle: Any) -> dict:
     }
 
 
-def _base64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
-
-
 class OpaAdmission(pulumi.ComponentResource):
     """Everything OPA needs; the webhook configuration is registered last, after OPA is ready
     and after the resources in `after` (the binpack scheduler) exist."""
@@ -362,7 +357,7 @@ class OpaAdmission(pulumi.ComponentResource):
         pdb = kube.declare(kube.pod_disruption_budget(SERVICE, adm.namespace, COMPONENT), self,
                            after_namespace)
         self.webhook = kube.declare(
-            webhook_configuration(settings, self.ca.cert_pem.apply(_base64)), self,
+            webhook_configuration(settings, self.ca.cert_pem.apply(kube.base64_text)), self,
             [opa, svc, pdb, *config_maps.values(), *secret_resources.values(), *(after or [])])
 
         self.webhook_name = adm.webhook_name

@@ -9,7 +9,6 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import harness  # noqa: E402
 import tools  # noqa: E402
-from components.settings import load_settings  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -25,5 +24,4 @@ def example_run() -> harness.Recording:
 
 @pytest.fixture(scope="session")
 def example_settings():
-    config = harness.example_config()
-    return load_settings({key.split(":", 1)[1]: value for key, value in config.items()})
+    return harness.example_settings()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import pulumi
 import yaml
@@ -15,6 +15,8 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
+
+from components.settings import StackSettings, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_STACK = ROOT / "Pulumi.dev.yaml"
@@ -86,15 +88,18 @@ class Recording:
         return objs
 
 
+def map_leaves(value: Any, change: Callable[[Any], Any]) -> Any:
+    """`value` with `change` applied to every scalar inside its dicts and lists."""
+    if isinstance(value, dict):
+        return {k: map_leaves(v, change) for k, v in value.items()}
+    if isinstance(value, list):
+        return [map_leaves(v, change) for v in value]
+    return change(value)
+
+
 def integral_numbers(value: Any) -> Any:
     """The mock protocol carries numbers as floats; Kubernetes integers come back as ints."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: integral_numbers(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [integral_numbers(v) for v in value]
-    return value
+    return map_leaves(value, lambda v: int(v) if isinstance(v, float) and v.is_integer() else v)
 
 
 class FakeProviders(pulumi.runtime.Mocks):
@@ -143,6 +148,15 @@ def example_config() -> dict[str, str]:
     config = yaml.safe_load(EXAMPLE_STACK.read_text())["config"]
     return {key: value if isinstance(value, str) else json.dumps(value)
             for key, value in config.items()}
+
+
+def settings_of(config: dict[str, str]) -> StackSettings:
+    """The validated settings of a stack's config (keys with the `gpu-platform:` prefix)."""
+    return load_settings({key.split(":", 1)[1]: value for key, value in config.items()})
+
+
+def example_settings() -> StackSettings:
+    return settings_of(example_config())
 
 
 def stack_file_config(settings: dict[str, Any]) -> dict[str, str]:

@@ -53,7 +53,7 @@ def run(request):
         config = harness.example_config()
     else:
         config = harness.stack_file_config(CUSTOM)
-    settings = load_settings({key.split(":", 1)[1]: value for key, value in config.items()})
+    settings = harness.settings_of(config)
     return settings, harness.run_program(config)
 
 

@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from components.settings import AdmissionSettings, load_settings  # noqa: E402
+import harness  # noqa: E402
+from components.settings import AdmissionSettings  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE_STACK = ROOT / "Pulumi.dev.yaml"
 TOOLS_DIR = Path(os.environ.get("GPU_PLATFORM_TOOLS",
                                 Path.home() / ".cache" / "gpu-platform-tools"))
 
@@ -36,10 +35,7 @@ def opa_version() -> str:
 def kubernetes_version() -> str:
     """The control plane the integration suite runs is the example stack's
     `kubernetesVersion`."""
-    import yaml
-    config = yaml.safe_load(EXAMPLE_STACK.read_text())["config"]
-    return load_settings({key.split(":", 1)[1]: value
-                          for key, value in config.items()}).kubernetes_version
+    return harness.example_settings().kubernetes_version
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "integratio
 import cluster  # noqa: E402
 import harness  # noqa: E402
 from components.binpack_scheduler import scheduler_configuration  # noqa: E402
-from components.settings import StackSettings, load_settings  # noqa: E402
+from components.settings import StackSettings  # noqa: E402
 from controlplane import ControlPlane  # noqa: E402
 
 # GPUs per pod and their probabilities (see README for where the shape comes from).
@@ -38,11 +38,6 @@ SIZE_MIX = {1: 0.60, 2: 0.15, 4: 0.15, 8: 0.10}
 MEDIAN_HOURS = {1: 1.0, 2: 2.0, 4: 3.0, 8: 4.0}
 SIGMA = 1.0
 NAMESPACE = "bench"
-
-
-def example_settings() -> StackSettings:
-    config = harness.example_config()
-    return load_settings({key.split(":", 1)[1]: value for key, value in config.items()})
 
 
 # --- workload -------------------------------------------------------------------------------
@@ -220,6 +215,10 @@ class RepackingLedger(Ledger):
     """The reference's cluster: every change repacks all live jobs from scratch, as if running
     pods could be moved for free."""
 
+    def __init__(self, nodes: dict[str, int]):
+        super().__init__(nodes)
+        self.jobs: dict[int, Job] = {}
+
     def _repack(self) -> None:
         jobs = list(self.jobs.values())
         layout = best_fit_decreasing([j.gpus for j in jobs], self.capacity)
@@ -239,10 +238,6 @@ class RepackingLedger(Ledger):
         node = self.where[job.id]
         self._repack()
         return node
-
-    def __init__(self, nodes: dict[str, int]):
-        super().__init__(nodes)
-        self.jobs: dict[int, Job] = {}
 
 
 def reference(trace: list[Job], nodes: dict[str, int]) -> Outcome:

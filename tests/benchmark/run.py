@@ -110,7 +110,7 @@ def main(argv: list[str]) -> None:
     sizes = [int(n) for n in args.nodes.split(",")]
     started = time.monotonic()
     rows = run(sizes, clusters, args.seed, args.jobs_per_gpu, args.load,
-               binpack.example_settings(), args.variants)
+               binpack.harness.example_settings(), args.variants)
     text = table(rows)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)

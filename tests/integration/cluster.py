@@ -7,14 +7,15 @@ from __future__ import annotations
 import base64
 import copy
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 import requests
 import yaml
 
 import harness
 import tools
-from components import binpack_scheduler, opa_admission
+from components import binpack_scheduler, gpu_operator, opa_admission
+from components.kube import base64_text
 from components.settings import StackSettings
 from controlplane import ApiError, CertificateAuthority, ControlPlane, Kube, free_port, wait_until
 
@@ -49,21 +50,7 @@ class TestCertificates:
     def replacements(self) -> dict[str, str]:
         real = {harness.FAKE_CA_PEM: self.ca.cert_pem, harness.FAKE_SERVER_PEM: self.server.cert_pem,
                 harness.FAKE_KEY_PEM: self.server.key_pem}
-        return real | {_b64(fake): _b64(value) for fake, value in real.items()}
-
-
-def _b64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
-
-
-def _replace(value: Any, replacements: dict[str, str]) -> Any:
-    if isinstance(value, str):
-        return replacements.get(value, value)
-    if isinstance(value, dict):
-        return {k: _replace(v, replacements) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_replace(v, replacements) for v in value]
-    return value
+        return real | {base64_text(fake): base64_text(value) for fake, value in real.items()}
 
 
 def declared(recording: harness.Recording, certs: TestCertificates) -> Declared:
@@ -71,7 +58,9 @@ def declared(recording: harness.Recording, certs: TestCertificates) -> Declared:
     for registration in recording.registrations:
         if not registration.type.startswith("kubernetes:") or "helm.sh" in registration.type:
             continue
-        obj = _replace(harness.integral_numbers(registration.inputs), certs.replacements())
+        replacements = certs.replacements()
+        obj = harness.map_leaves(harness.integral_numbers(registration.inputs),
+                                 lambda v: replacements.get(v, v) if isinstance(v, str) else v)
         if registration.type == NODE_PATCH_TYPE:
             annotations = obj["metadata"].pop("annotations")
             field_manager = annotations.pop("pulumi.com/patchFieldManager")
@@ -115,8 +104,6 @@ def find(objects: list[dict], kind: str, name: str) -> dict:
 # Per GPU, what a typical GPU node offers besides: CPU cores and memory.
 CPU_PER_GPU = 8
 MEMORY_GIB_PER_GPU = 64
-
-
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
 
@@ -143,8 +130,7 @@ def create_node(kube: Kube, name: str) -> dict:
                       {"cpu": "16", "memory": "64Gi", "pods": "110"})
 
 
-def create_gpu_node(kube: Kube, settings: StackSettings, name: str, gpus: int,
-                    cpu: Optional[int] = None, memory_gib: Optional[int] = None) -> dict:
+def create_gpu_node(kube: Kube, settings: StackSettings, name: str, gpus: int) -> dict:
     """A Ready Node that advertises `gpus` GPUs in its status (the extended-resource patch the
     device plugin's kubelet would make) and carries the platform's GPU taints and labels."""
     node = kube.create({
@@ -154,14 +140,8 @@ def create_gpu_node(kube: Kube, settings: StackSettings, name: str, gpus: int,
         "spec": {"taints": [t.as_manifest() for t in settings.gpu_nodes.taints]},
     })
     return mark_ready(kube, node, {
-        GPU: str(gpus), "cpu": str(cpu if cpu is not None else gpus * CPU_PER_GPU),
-        "memory": f"{memory_gib if memory_gib is not None else gpus * MEMORY_GIB_PER_GPU}Gi",
-        "pods": "110"})
-
-
-def gpu_tolerations(settings: StackSettings) -> list[dict]:
-    return [{"key": t.key, "operator": "Exists", "effect": t.effect}
-            for t in settings.gpu_nodes.taints]
+        GPU: str(gpus), "cpu": str(gpus * CPU_PER_GPU),
+        "memory": f"{gpus * MEMORY_GIB_PER_GPU}Gi", "pods": "110"})
 
 
 def pod(name: str, namespace: str, *, gpus: int = 0, scheduler: Optional[str] = None,
@@ -180,7 +160,7 @@ def pod(name: str, namespace: str, *, gpus: int = 0, scheduler: Optional[str] = 
     if scheduler:
         spec["schedulerName"] = scheduler
     if gpus and settings is not None:
-        spec["tolerations"] = gpu_tolerations(settings)
+        spec["tolerations"] = gpu_operator.gpu_node_tolerations(settings)
     if node_name:
         spec["nodeName"] = node_name
     return {"apiVersion": "v1", "kind": "Pod",
@@ -272,7 +252,6 @@ def scheduler_with_strategy(name: str, strategy: Optional[dict] = None) -> dict:
                                     "args": {"scoringStrategy": strategy}}]
     return {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
             "leaderElection": {"leaderElect": False}, "profiles": [profile]}
-
 
 
 # --- running a declared container on this machine -------------------------------------------

@@ -4,7 +4,6 @@ from the ConfigMaps the program declares (with the RBAC it declares), and the pr
 ValidatingWebhookConfiguration with only its client config pointed at the local OPA."""
 
 import copy
-import re
 from dataclasses import dataclass
 
 import pytest
@@ -53,7 +52,7 @@ class Admission:
 
 
 @pytest.fixture(scope="module")
-def admission(control_plane, declared, example_settings, kube_mgmt_bin):  # noqa: C901
+def admission(control_plane, declared, example_settings, kube_mgmt_bin):
     cp, settings = control_plane, example_settings
     webhook = find(declared.objects, "ValidatingWebhookConfiguration", "gpu-platform-admission")
     # The program registers the webhook only after OPA is ready; so does the test.
@@ -192,9 +191,7 @@ def test_with_opa_stopped_the_failure_policy_holds_and_other_pods_still_schedule
         with pytest.raises(ApiError) as refused:
             kube.create(gpu_pod)
         assert refused.value.status == 500
-        assert re.search(r"failed calling webhook .*"
-                         + re.escape(example_settings.admission.webhook_name), refused.value.message) \
-            or example_settings.admission.webhook_name in refused.value.message
+        assert example_settings.admission.webhook_name in refused.value.message
     else:
         kube.create(gpu_pod)
     kube.create(pod("web-while-opa-down", USER_NAMESPACE))
