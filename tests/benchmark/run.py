@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import binpack
+import harness  # noqa: E402  (on the path binpack sets)
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
@@ -110,7 +111,7 @@ def main(argv: list[str]) -> None:
     sizes = [int(n) for n in args.nodes.split(",")]
     started = time.monotonic()
     rows = run(sizes, clusters, args.seed, args.jobs_per_gpu, args.load,
-               binpack.harness.example_settings(), args.variants)
+               harness.example_settings(), args.variants)
     text = table(rows)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
