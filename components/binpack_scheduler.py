@@ -22,10 +22,48 @@ def leader_elect(settings: StackSettings) -> bool:
     return settings.scheduler.replicas > 1
 
 
+def score_plugins(settings: StackSettings) -> dict:
+    """The profile's `plugins.score`: the configured weights over kube-scheduler's defaults (a
+    plugin listed here overrides the default profile's multiPoint entry at the score point)."""
+    weights = settings.scheduler.score_plugin_weights
+    plugins = {}
+    if enabled := [{"name": n, "weight": w} for n, w in weights.items() if w]:
+        plugins["enabled"] = enabled
+    if disabled := [{"name": n} for n, w in weights.items() if not w]:
+        plugins["disabled"] = disabled
+    return plugins
+
+
+def plugin_config(settings: StackSettings) -> list[dict]:
+    sched = settings.scheduler
+    scoring = sched.scoring_strategy
+    config = [{
+        "name": "NodeResourcesFit",
+        "args": {
+            "scoringStrategy": {
+                "type": "RequestedToCapacityRatio",
+                "resources": [{"name": r.name, "weight": r.weight}
+                              for r in settings.scored_resources],
+                "requestedToCapacityRatio": {
+                    "shape": [{"utilization": p.utilization, "score": p.score}
+                              for p in scoring.requested_to_capacity_ratio.shape],
+                },
+            },
+        },
+    }]
+    if not sched.system_default_spread:
+        # `List` with no constraints of its own: only what a pod declares is spread.
+        config.append({"name": "PodTopologySpread", "args": {"defaultingType": "List"}})
+    return config
+
+
 def scheduler_configuration(settings: StackSettings) -> dict:
     """KubeSchedulerConfiguration (v1) with one profile: the binpack scheduler."""
     sched = settings.scheduler
-    scoring = sched.scoring_strategy
+    profile = {"schedulerName": sched.name}
+    if plugins := score_plugins(settings):
+        profile["plugins"] = {"score": plugins}
+    profile["pluginConfig"] = plugin_config(settings)
     return {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
@@ -35,23 +73,8 @@ def scheduler_configuration(settings: StackSettings) -> dict:
             "resourceName": sched.name,
             "resourceNamespace": sched.namespace,
         },
-        "profiles": [{
-            "schedulerName": sched.name,
-            "pluginConfig": [{
-                "name": "NodeResourcesFit",
-                "args": {
-                    "scoringStrategy": {
-                        "type": "RequestedToCapacityRatio",
-                        "resources": [{"name": r.name, "weight": r.weight}
-                                      for r in scoring.resources],
-                        "requestedToCapacityRatio": {
-                            "shape": [{"utilization": p.utilization, "score": p.score}
-                                      for p in scoring.requested_to_capacity_ratio.shape],
-                        },
-                    },
-                },
-            }],
-        }],
+        "percentageOfNodesToScore": sched.percentage_of_nodes_to_score,
+        "profiles": [profile],
     }
 
 

@@ -30,6 +30,10 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # MIG slices are advertised as nvidia.com/mig-<profile> (mixed strategy).
 MIG_RESOURCE_PATTERN = "nvidia.com/mig-*"
 
+
+def mig_resource(profile: str) -> str:
+    return MIG_RESOURCE_PATTERN.replace("*", profile)
+
 # Oldest Kubernetes minor the program supports: matchConditions on admission webhooks are GA
 # from 1.30, and the scheduler configuration API is kubescheduler.config.k8s.io/v1.
 MIN_KUBERNETES = (1, 30)
@@ -253,11 +257,50 @@ class GpuNodesSettings(Model):
         return [self.taint, *self.extra_taints]
 
 
+_MIG_PROFILE = re.compile(r"^([1-8]c\.)?[1-8]g\.[0-9]+gb([.-][a-z0-9]+)*$")
+
+
 class MigSettings(Model):
     strategy: Literal["none", "single", "mixed"] = Field(
         default="single",
         description="How MIG slices are advertised: `single` as nvidia.com/gpu, `mixed` as "
                     "nvidia.com/mig-<profile>.")
+    profiles: list[str] = Field(
+        default_factory=list,
+        description="With the mixed strategy: the MIG profiles the nodes are partitioned into "
+                    "(e.g. 1g.10gb, 3g.40gb); the binpack scheduler scores each "
+                    "nvidia.com/mig-<profile> as it scores whole GPUs.")
+
+    @field_validator("profiles")
+    @classmethod
+    def profiles_are_mig_profiles(cls, profiles: list[str]) -> list[str]:
+        for index, profile in enumerate(profiles):
+            if not _MIG_PROFILE.match(profile) or not is_qualified_name(mig_resource(profile)):
+                raise Invalid("not a MIG profile", "a profile name as the device plugin "
+                              "advertises it after nvidia.com/mig-, such as 1g.10gb or 3g.40gb",
+                              at=(index,), value=profile, has_value=True)
+            if profile in profiles[:index]:
+                raise Invalid("profile listed twice", "each profile once", at=(index,),
+                              value=profile, has_value=True)
+        return profiles
+
+    @model_validator(mode="after")
+    def profiles_only_with_mixed(self) -> "MigSettings":
+        if self.strategy == "mixed" and not self.profiles:
+            raise Invalid("the mixed strategy advertises each MIG profile as a resource of its "
+                          "own, which the binpack scheduler can only score when it is listed",
+                          "the profiles in use, such as [1g.10gb, 3g.40gb]", at=("profiles",),
+                          value=[], has_value=True)
+        if self.strategy != "mixed" and self.profiles:
+            raise Invalid(f"the {self.strategy} strategy advertises no nvidia.com/mig-<profile> "
+                          "resources", "no profiles, or strategy: mixed", at=("profiles",),
+                          value=self.profiles, has_value=True)
+        return self
+
+    @property
+    def resources(self) -> list[str]:
+        """The extended resources MIG slices are advertised as (none unless mixed)."""
+        return [mig_resource(p) for p in self.profiles]
 
 
 class TimeSlicingSettings(Model):
@@ -381,6 +424,19 @@ class ContainerResources(Model):
                                    description="CPU and memory limits (Kubernetes quantities).")
 
 
+# Score plugins of kube-scheduler's default profile and their weights there
+# (pkg/scheduler/apis/config/v1/default_plugins.go of k8s.io/kubernetes, 1.30 to 1.36).
+DEFAULT_SCORE_WEIGHTS = {"TaintToleration": 3, "NodeAffinity": 2, "NodeResourcesFit": 1,
+                         "PodTopologySpread": 2, "InterPodAffinity": 2,
+                         "NodeResourcesBalancedAllocation": 1, "ImageLocality": 1}
+# What the binpack profile changes (0: the plugin does not score). BalancedAllocation favours
+# nodes whose CPU and memory are equally used, which is unrelated to where GPUs are free;
+# ImageLocality favours nodes that already hold the image, which an idle node often does.
+# Either can outweigh one GPU's worth of NodeResourcesFit, so both are off (README, "Binpack
+# scheduler").
+BINPACK_SCORE_WEIGHTS = {"NodeResourcesBalancedAllocation": 0, "ImageLocality": 0}
+
+
 class SchedulerSettings(Model):
     name: str = Field(default="gpu-binpack-scheduler",
                       description="schedulerName GPU pods must use; also names the scheduler's "
@@ -390,6 +446,24 @@ class SchedulerSettings(Model):
                           description="Scheduler pods (1..5); leader election is on when >1.")
     scoring_strategy: ScoringStrategy = Field(default_factory=ScoringStrategy,
                                               description="NodeResourcesFit scoring.")
+    score_plugin_weights: dict[str, int] = Field(
+        default_factory=lambda: dict(BINPACK_SCORE_WEIGHTS),
+        description="Weights of kube-scheduler's score plugins in the binpack profile, merged "
+                    "over the defaults NodeResourcesBalancedAllocation: 0 and ImageLocality: 0 "
+                    "(0 turns a plugin's scoring off); plugins not named keep kube-scheduler's "
+                    "weights (TaintToleration 3, NodeAffinity 2, PodTopologySpread 2, "
+                    "InterPodAffinity 2, NodeResourcesFit 1).")
+    system_default_spread: bool = Field(
+        default=False,
+        description="Apply kube-scheduler's system default topology spread (hostname maxSkew 3, "
+                    "zone maxSkew 5, ScheduleAnyway) to pods a Service, ReplicaSet or "
+                    "StatefulSet selects. Off: replicas pack like any GPU pod; spread "
+                    "constraints that pods declare themselves still apply.")
+    percentage_of_nodes_to_score: int = Field(
+        default=100, ge=0, le=100,
+        description="Share of feasible nodes kube-scheduler scores before it picks one, percent "
+                    "(0: its adaptive default, which above 100 nodes stops early and can miss "
+                    "the busiest node).")
     resources: ContainerResources = Field(
         default_factory=lambda: ContainerResources(
             requests={"cpu": "100m", "memory": "128Mi"}, limits={"memory": "512Mi"}),
@@ -397,6 +471,27 @@ class SchedulerSettings(Model):
     log_level: int = Field(default=2, ge=0, le=10, description="kube-scheduler -v verbosity.")
 
     _check_names = field_validator("name", "namespace")(classmethod(lambda cls, v: _dns_label(v)))
+
+    @field_validator("score_plugin_weights", mode="before")
+    @classmethod
+    def weights_over_binpack_defaults(cls, weights: Any) -> Any:
+        return {**BINPACK_SCORE_WEIGHTS, **weights} if isinstance(weights, dict) else weights
+
+    @field_validator("score_plugin_weights")
+    @classmethod
+    def weights_of_score_plugins(cls, weights: dict[str, int]) -> dict[str, int]:
+        for name, weight in weights.items():
+            if name not in DEFAULT_SCORE_WEIGHTS:
+                raise Invalid("not a score plugin of kube-scheduler's default profile",
+                              ", ".join(DEFAULT_SCORE_WEIGHTS), at=(name,), value=name,
+                              has_value=True)
+            lowest = 1 if name == "NodeResourcesFit" else 0
+            if not lowest <= weight <= 100:
+                raise Invalid("weight out of range", f"{lowest}..100" + (
+                    " (NodeResourcesFit is the plugin that packs)" if lowest else
+                    ", 0 to turn the plugin's scoring off"), at=(name,), value=weight,
+                    has_value=True)
+        return weights
 
 
 class ImageSettings(Model):
@@ -622,6 +717,18 @@ class StackSettings(Model):
                           at=("scheduler", "scoringStrategy", "resources"),
                           value=sorted(scored), has_value=True)
         return self
+
+    @property
+    def scored_resources(self) -> list[ResourceWeight]:
+        """What the binpack scheduler's NodeResourcesFit scores: the configured resources, and
+        with the mixed MIG strategy each MIG resource at the GPU weight (unless configured), so
+        a MIG slice packs as a whole GPU does."""
+        configured = self.scheduler.scoring_strategy.resources
+        weights = {r.name: r.weight for r in configured}
+        gpu_weight = weights.get(GPU_RESOURCE, max(weights.values()))
+        return [*configured, *(ResourceWeight(name=name, weight=gpu_weight)
+                               for name in self.gpu_operator.mig.resources
+                               if name not in weights)]
 
     @property
     def kubernetes_minor(self) -> tuple[int, int]:

@@ -46,7 +46,7 @@ def test_taking_over_the_taint_list_is_explicit():
 def test_operator_switches_follow_the_settings():
     values = gpu_operator.chart_values(settings_of(gpuOperator={
         "driver": {"enabled": True}, "migManager": {"enabled": True},
-        "mig": {"strategy": "mixed"}}))
+        "mig": {"strategy": "mixed", "profiles": ["1g.10gb"]}}))
     assert values["driver"] == {"enabled": True}
     assert values["migManager"] == {"enabled": True}
     assert values["mig"] == {"strategy": "mixed"}
@@ -98,14 +98,51 @@ def test_scheduler_profile_packs_by_requested_to_capacity_ratio():
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
     assert config["kind"] == "KubeSchedulerConfiguration"
     (profile,) = config["profiles"]
-    (fit,) = profile["pluginConfig"]
-    assert fit["name"] == "NodeResourcesFit"
-    strategy = fit["args"]["scoringStrategy"]
+    strategy = plugin_args(profile, "NodeResourcesFit")["scoringStrategy"]
     assert strategy["type"] == "RequestedToCapacityRatio"
     assert strategy["resources"] == [{"name": "nvidia.com/gpu", "weight": 50},
                                      {"name": "cpu", "weight": 2}]
     assert [p["utilization"] for p in strategy["requestedToCapacityRatio"]["shape"]] == [0, 80,
                                                                                          100]
+
+
+def plugin_args(profile: dict, plugin: str) -> dict | None:
+    return next((c["args"] for c in profile["pluginConfig"] if c["name"] == plugin), None)
+
+
+def test_score_plugin_weights_merge_over_the_binpack_defaults():
+    """Naming one plugin changes that plugin only: the other binpack defaults stay."""
+    settings = settings_of(scheduler={"scorePluginWeights": {"ImageLocality": 1,
+                                                             "NodeResourcesFit": 3}})
+    (profile,) = binpack_scheduler.scheduler_configuration(settings)["profiles"]
+    score = profile["plugins"]["score"]
+    assert {p["name"]: p["weight"] for p in score["enabled"]} == {"ImageLocality": 1,
+                                                                  "NodeResourcesFit": 3}
+    assert score["disabled"] == [{"name": "NodeResourcesBalancedAllocation"}]
+
+
+def test_system_default_spread_is_off_unless_asked_for():
+    def spread_args(**scheduler):
+        (profile,) = binpack_scheduler.scheduler_configuration(
+            settings_of(scheduler=scheduler))["profiles"]
+        return plugin_args(profile, "PodTopologySpread")
+
+    # List defaulting with no constraints of its own: only pods' own constraints are spread.
+    assert spread_args() == {"defaultingType": "List"}
+    assert spread_args(systemDefaultSpread=True) is None    # kube-scheduler's System default
+
+
+def test_mixed_mig_slices_are_scored_at_the_gpu_weight():
+    settings = settings_of(
+        gpuOperator={"mig": {"strategy": "mixed", "profiles": ["1g.10gb", "3g.40gb"]}},
+        scheduler={"scoringStrategy": {"resources": [
+            {"name": "nvidia.com/gpu", "weight": 7}, {"name": "cpu", "weight": 1},
+            {"name": "nvidia.com/mig-3g.40gb", "weight": 2}]}})
+    (profile,) = binpack_scheduler.scheduler_configuration(settings)["profiles"]
+    resources = plugin_args(profile, "NodeResourcesFit")["scoringStrategy"]["resources"]
+    # A weight configured for a MIG resource wins; a listed profile without one gets the GPU's.
+    assert {r["name"]: r["weight"] for r in resources} == {
+        "nvidia.com/gpu": 7, "cpu": 1, "nvidia.com/mig-3g.40gb": 2, "nvidia.com/mig-1g.10gb": 7}
 
 
 @pytest.mark.parametrize("replicas, elect", [(1, False), (2, True), (3, True)])
