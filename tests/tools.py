@@ -137,10 +137,12 @@ def go_build(tool: GoTool) -> Path:
         build.run("get", f"{tool.package}@{info['Version']}")
         binary.parent.mkdir(parents=True, exist_ok=True)
         ldflags = " ".join(f"-X '{name}={value}'" for name, value in tool.stamp.items())
-        partial = binary.with_suffix(".partial")
+        # A name of this build's own: two runs may build the same tool at once, and the
+        # second rename then replaces one finished binary with another.
+        partial = binary.with_name(f"{binary.name}.{os.getpid()}.partial")
         build.compile("build", "-v", "-trimpath", "-ldflags", ldflags, "-o", str(partial),
                       tool.package, started=started)
-        partial.rename(binary)      # a build that was cut short never looks finished
+        partial.replace(binary)     # a build that was cut short never looks finished
     size = binary.stat().st_size / 2**20
     _say(f"built {binary} ({size:.0f} MiB) in {time.monotonic() - started:.0f}s")
     return binary
