@@ -193,6 +193,10 @@ def kube_scheduler() -> Path:
     return _kubernetes("kube-scheduler")
 
 
+def kube_controller_manager() -> Path:
+    return _kubernetes("kube-controller-manager")
+
+
 # kube-mgmt's release tags are not Go versions ("11.0.7"), so it is pinned by the tag's commit.
 KUBE_MGMT_COMMITS = {"11.0.7": "9b4deae0b9080ecd500ff601cf4e2a180223337d"}
 
@@ -220,7 +224,8 @@ def kube_mgmt() -> Path:
 
 SUITES = {
     "unit": (opa, promtool),
-    "integration": (opa, etcd, kube_apiserver, kube_scheduler, kube_mgmt),
+    "integration": (opa, etcd, kube_apiserver, kube_scheduler, kube_controller_manager,
+                    kube_mgmt),
 }
 # Tools a suite runs without, saying so, when their module cannot be had.
 OPTIONAL = {kube_mgmt}

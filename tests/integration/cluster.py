@@ -130,16 +130,18 @@ def create_node(kube: Kube, name: str) -> dict:
                       {"cpu": "16", "memory": "64Gi", "pods": "110"})
 
 
-def create_gpu_node(kube: Kube, settings: StackSettings, name: str, gpus: int) -> dict:
+def create_gpu_node(kube: Kube, settings: StackSettings, name: str, gpus: int,
+                    capacity: Optional[dict[str, str]] = None) -> dict:
     """A Ready Node that advertises `gpus` GPUs in its status (the extended-resource patch the
-    device plugin's kubelet would make) and carries the platform's GPU taints and labels."""
+    device plugin's kubelet would make) and carries the platform's GPU taints and labels;
+    `capacity`, if given, is its whole status capacity instead."""
     node = kube.create({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
                                               **settings.gpu_nodes.labels}},
         "spec": {"taints": [t.as_manifest() for t in settings.gpu_nodes.taints]},
     })
-    return mark_ready(kube, node, {
+    return mark_ready(kube, node, capacity or {
         GPU: str(gpus), "cpu": str(gpus * CPU_PER_GPU),
         "memory": f"{gpus * MEMORY_GIB_PER_GPU}Gi", "pods": "110"})
 
@@ -219,6 +221,46 @@ class Scheduler:
                                 verify=str(self.ca_file), timeout=2).ok
         except requests.ConnectionError:
             return False
+
+
+class ControllerManager:
+    """A real kube-controller-manager with the workload controllers only, so that
+    Deployments, StatefulSets and Jobs create and remove their pods as on a cluster. The node
+    lifecycle controller stays off: fake nodes send no heartbeats, and it would taint them
+    unreachable and evict their pods."""
+
+    CONTROLLERS = ("deployment-controller", "replicaset-controller", "statefulset-controller",
+                   "job-controller", "garbage-collector-controller")
+
+    def __init__(self, cp: ControlPlane):
+        self.port = free_port()
+        kubeconfig = cp.kubeconfig("kube-controller-manager")
+        serving = cp.ca.issue("kube-controller-manager", server=True, ip_addresses=("127.0.0.1",))
+        self.ca_file = cp.ca_file
+        self.process = cp.start_process("kube-controller-manager", [
+            str(tools.kube_controller_manager()), f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            f"--controllers={','.join(self.CONTROLLERS)}", "--leader-elect=false",
+            f"--secure-port={self.port}", "--bind-address=127.0.0.1",
+            f"--tls-cert-file={cp.write('pki/kcm.crt', serving.cert_pem)}",
+            f"--tls-private-key-file={cp.write('pki/kcm.key', serving.key_pem)}",
+            # Hundreds of nodes and pods: the default client rate (20/s) would be the bottleneck.
+            "--kube-api-qps=500", "--kube-api-burst=1000"])
+        wait_until(self._healthy, "kube-controller-manager to serve /healthz", timeout=60,
+                   explain=self.process.tail)
+
+    def _healthy(self) -> bool:
+        if not self.process.running():
+            raise RuntimeError(f"kube-controller-manager exited\n{self.process.tail()}")
+        try:
+            return requests.get(f"https://127.0.0.1:{self.port}/healthz",
+                                verify=str(self.ca_file), timeout=2).ok
+        except requests.ConnectionError:
+            return False
+
+    def stop(self) -> None:
+        self.process.stop()
 
 
 def binpack_scheduler_args(deployment: dict) -> tuple[str, ...]:
