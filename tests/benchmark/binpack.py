@@ -1,205 +1,214 @@
-"""How well a kube-scheduler profile packs GPU pods: a seeded trace of GPU pods arriving and
-leaving in simulated time, replayed event by event against a real kube-scheduler on a local
-control plane, and an offline reference for the same events.
+"""How well a kube-scheduler profile packs GPU pods, with queueing: a seeded trace (workload.py)
+of batch Jobs and scaling inference Deployments, replayed in simulated time against a real
+kube-scheduler and kube-controller-manager on a local control plane, and against an offline
+reference that moves running pods freely.
 
-The workload (see README, "Binpack benchmark"): request sizes of 1, 2, 4 and 8 GPUs with
-probabilities SIZE_MIX, most jobs small; run times log-normal and longer for bigger jobs; Poisson
-arrivals at the rate that offers `load` of the cluster's GPUs. Every pod also asks for CPU and
-memory in proportion to its GPUs, so the scheduler weighs more than GPUs.
-
-A pod that cannot be placed when it arrives is refused (deleted) and its GPU-time counts as not
-placed: the replay measures placement at request time, with no queueing.
+A pod that cannot be placed waits, as on a real cluster, and the scheduler retries it whenever
+the cluster changes. After every trace event the replay waits until the cluster has settled: the
+controllers have created or removed the pods the event asks for, and no waiting pod fits on any
+node any more (by the same arithmetic the scheduler's resource filter does). Simulated time stands
+still meanwhile, so a pod bound during that wait started at the event's time.
 """
 
 from __future__ import annotations
 
-import copy
-import math
-import random
+import heapq
+import json
+import queue
+import re
+import socket
 import statistics
 import sys
+import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
+
+import requests
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "integration")]
 
 import cluster  # noqa: E402
-import harness  # noqa: E402
+import workload  # noqa: E402
 from components.binpack_scheduler import scheduler_configuration  # noqa: E402
+from components.gpu_operator import gpu_node_tolerations  # noqa: E402
 from components.settings import StackSettings  # noqa: E402
-from controlplane import ControlPlane  # noqa: E402
+from controlplane import ControlPlane, wait_until  # noqa: E402
+from workload import BatchJob, NodeShape, Scale, Task, Trace  # noqa: E402
 
-# GPUs per pod and their probabilities (see README for where the shape comes from).
-SIZE_MIX = {1: 0.60, 2: 0.15, 4: 0.15, 8: 0.10}
-# Median run time in simulated hours by size, and the spread of the log-normal around it.
-MEDIAN_HOURS = {1: 1.0, 2: 2.0, 4: 3.0, 8: 4.0}
-SIGMA = 1.0
 NAMESPACE = "bench"
+GPU = "nvidia.com/gpu"
+SAMPLES = 200          # points of the over-time figures
 
 
-# --- workload -------------------------------------------------------------------------------
+# --- what happened to each pod --------------------------------------------------------------
 
-# CPU cores and GiB of memory a job asks for per GPU: drawn per job, since real jobs differ
-# (data loading, preprocessing), so CPU and memory do not simply track GPUs.
-CPU_PER_GPU = (2, 4, 6)
-MEMORY_GIB_PER_GPU = (16, 32, 48)
-
-
-@dataclass(frozen=True)
-class Job:
-    id: int
-    gpus: int
-    arrival: float      # simulated hours
-    duration: float
-    cpu: int = 0        # cores
-    memory_gib: int = 0
+@dataclass(eq=False)
+class PodRecord:
+    name: str
+    task: Task
+    created: float                  # simulated hours
+    job: Optional[BatchJob] = None  # None: an inference replica
+    service: Optional[int] = None
+    node: Optional[str] = None
+    started: Optional[float] = None
+    ended: Optional[float] = None
 
     @property
-    def gpu_hours(self) -> float:
-        return self.gpus * self.duration
+    def pending(self) -> bool:
+        return self.started is None and self.ended is None
 
+    @property
+    def running(self) -> bool:
+        return self.started is not None and self.ended is None
 
-def mean_gpu_hours() -> float:
-    # E[lognormal] = median * exp(sigma^2 / 2)
-    return sum(p * g * MEDIAN_HOURS[g] * math.exp(SIGMA ** 2 / 2) for g, p in SIZE_MIX.items())
-
-
-def generate_trace(seed: int, jobs: int, total_gpus: int, load: float) -> list[Job]:
-    """`jobs` jobs whose arrivals offer `load` x `total_gpus` GPUs on average."""
-    rng = random.Random(seed)
-    rate = load * total_gpus / mean_gpu_hours()       # arrivals per simulated hour
-    sizes, weights = zip(*SIZE_MIX.items())
-    t, trace = 0.0, []
-    for i in range(jobs):
-        t += rng.expovariate(rate)
-        gpus = rng.choices(sizes, weights)[0]
-        duration = MEDIAN_HOURS[gpus] * math.exp(rng.gauss(0, SIGMA))
-        trace.append(Job(i, gpus, t, duration, cpu=gpus * rng.choice(CPU_PER_GPU),
-                         memory_gib=gpus * rng.choice(MEMORY_GIB_PER_GPU)))
-    return trace
-
-
-def events(trace: list[Job]) -> list[tuple[float, int, Job]]:
-    """(time, kind, job) in time order; kind 0 = departure, 1 = arrival, so that at equal times
-    GPUs are freed before they are asked for."""
-    out = [(j.arrival, 1, j) for j in trace] + [(j.arrival + j.duration, 0, j) for j in trace]
-    return sorted(out, key=lambda e: (e[0], e[1], e[2].id))
-
-
-# --- clusters -------------------------------------------------------------------------------
-
-CLUSTERS: dict[str, Callable[[int], dict[str, int]]] = {
-    "homogeneous": lambda n: {f"gpu-{i:03d}": 8 for i in range(n)},
-    "mixed": lambda n: {f"gpu-{i:03d}": 8 if i % 2 == 0 else 4 for i in range(n)},
-}
-
-
-# --- outcome of one replay ------------------------------------------------------------------
 
 @dataclass
 class Sample:
     time: float
-    placed_share: float       # of GPU-time requested so far
-    stranded: int             # free GPUs on partially used nodes
-    free_nodes: int           # nodes with every GPU free (8-GPU nodes counted)
+    free_nodes: int          # nodes of the largest size with every GPU free
+    stranded: int            # free GPUs on partly used nodes
+    waiting_gpus: int        # GPUs asked for by waiting pods
 
 
 @dataclass
 class Outcome:
     scheduler: str
-    requested_gpu_hours: float = 0.0
-    placed_gpu_hours: float = 0.0
-    refused: int = 0
-    fragmentation_failures: int = 0     # refused although enough GPUs were free in total
-    latencies: list[float] = field(default_factory=list)    # seconds, create to bound
-    samples: list[Sample] = field(default_factory=list)
+    horizon: float
+    total_gpus: int
+    records: list[PodRecord]
+    samples: list[Sample]
+    scheduler_metrics: dict = field(default_factory=dict)
+
+    def delivered_gpu_hours(self) -> float:
+        """GPU-time that ran within the observed window (batch and inference)."""
+        return sum(r.task.gpus * (min(r.ended if r.ended is not None else self.horizon,
+                                      self.horizon) - r.started)
+                   for r in self.records if r.started is not None and r.started < self.horizon)
 
     @property
-    def placed_share(self) -> float:
-        return self.placed_gpu_hours / self.requested_gpu_hours if self.requested_gpu_hours else 1
+    def batch(self) -> list[PodRecord]:
+        return [r for r in self.records if r.job is not None]
+
+    def waits(self, gpus: Optional[int] = None) -> list[float]:
+        """Simulated hours each batch job waited; one still waiting at the end counts up to the
+        end (a lower bound)."""
+        return [(r.started if r.started is not None else self.horizon) - r.created
+                for r in self.batch if gpus is None or r.task.gpus == gpus]
+
+    def wait(self, gpus: int, quantile: float) -> Optional[float]:
+        return percentile(self.waits(gpus), quantile)
+
+    def started_on_arrival(self) -> float:
+        """Share of the batch GPU-time asked for that started the moment it arrived."""
+        asked = sum(r.job.gpu_hours for r in self.batch)
+        first = sum(r.job.gpu_hours for r in self.batch if r.started == r.created)
+        return first / asked if asked else 1.0
 
     def mean_after_warmup(self, metric: str) -> float:
-        """The mean over the second half of the samples (one per arrival), once the cluster has
-        filled and churned."""
         tail = self.samples[len(self.samples) // 2:]
         return statistics.fmean(getattr(s, metric) for s in tail) if tail else 0.0
 
-    def latency(self, quantile: float) -> float:
-        if not self.latencies:
-            return 0.0
-        ordered = sorted(self.latencies)
-        return ordered[min(len(ordered) - 1, int(quantile * len(ordered)))]
+
+def percentile(values: list[float], quantile: float) -> Optional[float]:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(quantile * len(ordered)))]
+
+
+# --- the replay loop, shared by the reference and the real cluster --------------------------
+
+class Backend:
+    """A cluster the trace is played on. Records pods as they are created, started and ended."""
+    records: list[PodRecord]
+
+    def submit(self, job: BatchJob, now: float) -> None: ...
+    def scale(self, service: int, replicas: int, now: float) -> None: ...
+    def finish(self, record: PodRecord, now: float) -> None: ...
+    def settle(self, now: float) -> list[PodRecord]:
+        """Wait until nothing more can happen at `now`; the pods that started meanwhile (their
+        `started` set to `now`)."""
+    def sample(self, now: float) -> Sample: ...
+
+
+def play(label: str, trace: Trace, backend: Backend, total_gpus: int,
+         progress: Callable[[int, int], None] = lambda done, total: None) -> Outcome:
+    """Walk the trace in simulated time: arrivals and scalings from the trace, and the end of
+    each batch job `duration` after it started. At equal times jobs end before others arrive."""
+    events: list = []
+    order = 0
+    for when, kind, item in trace.arrivals():
+        heapq.heappush(events, (when, 1, order, item))
+        order += 1
+    sample_times = [trace.horizon * (i + 1) / SAMPLES for i in range(SAMPLES)]
+    samples: list[Sample] = []
+    total, done = len(events), 0
+    while events and events[0][0] <= trace.horizon:
+        now, _, _, item = heapq.heappop(events)
+        while sample_times and sample_times[0] < now:
+            samples.append(backend.sample(sample_times.pop(0)))
+        if isinstance(item, BatchJob):
+            backend.submit(item, now)
+            done += 1
+        elif isinstance(item, Scale):
+            backend.scale(item.service, item.replicas, now)
+            done += 1
+        else:
+            backend.finish(item, now)
+        for record in backend.settle(now):
+            if record.job is not None:
+                heapq.heappush(events, (now + record.job.duration, 0, order, record))
+                order += 1
+        progress(done, total)
+    while sample_times:
+        samples.append(backend.sample(sample_times.pop(0)))
+    return Outcome(label, trace.horizon, total_gpus, backend.records, samples)
 
 
 class Ledger:
-    """Which node holds which job's GPUs; the same bookkeeping for replays and the reference."""
+    """Which node holds which pod, and what is free where."""
 
-    def __init__(self, nodes: dict[str, int]):
-        self.capacity = dict(nodes)
-        self.used = {n: 0 for n in nodes}
-        self.where: dict[int, str] = {}
+    def __init__(self, nodes: dict[str, NodeShape]):
+        self.nodes = nodes
+        self.free = {n: [s.gpus, s.cpu_milli, s.memory_mib] for n, s in nodes.items()}
 
-    def add(self, job: Job, node: str) -> None:
-        self.where[job.id] = node
-        self.used[node] += job.gpus
+    def place(self, record: PodRecord, node: str) -> None:
+        record.node = node
+        free = self.free[node]
+        free[0] -= record.task.gpus
+        free[1] -= record.task.cpu_milli
+        free[2] -= record.task.memory_mib
 
-    def remove(self, job: Job) -> Optional[str]:
-        node = self.where.pop(job.id, None)
-        if node is not None:
-            self.used[node] -= job.gpus
-        return node
+    def release(self, record: PodRecord) -> None:
+        free = self.free[record.node]
+        free[0] += record.task.gpus
+        free[1] += record.task.cpu_milli
+        free[2] += record.task.memory_mib
 
-    def free_total(self) -> int:
-        return sum(self.capacity[n] - self.used[n] for n in self.capacity)
+    def fits_somewhere(self, task: Task) -> bool:
+        return any(f[0] >= task.gpus and f[1] >= task.cpu_milli and f[2] >= task.memory_mib
+                   for f in self.free.values())
 
-    def stranded(self) -> int:
-        return sum(self.capacity[n] - self.used[n] for n in self.capacity
-                   if 0 < self.used[n] < self.capacity[n])
-
-    def free_big_nodes(self) -> int:
-        biggest = max(self.capacity.values())
-        return sum(1 for n, c in self.capacity.items() if c == biggest and self.used[n] == 0)
-
-
-def simulate(name: str, trace: list[Job], ledger: Ledger,
-             place: Callable[[Job, Ledger], Optional[str]],
-             release: Callable[[Job, str], None] = lambda job, node: None,
-             progress: Callable[[int, int], None] = lambda done, total: None) -> Outcome:
-    """Walk the events; `place` returns the node a job was given, or None if refused."""
-    outcome = Outcome(name)
-    timeline = events(trace)
-    for done, (t, kind, job) in enumerate(timeline):
-        if kind == 0:
-            node = ledger.remove(job)
-            if node is not None:
-                release(job, node)
-        else:
-            outcome.requested_gpu_hours += job.gpu_hours
-            free = ledger.free_total()
-            node = place(job, ledger)
-            if node is None:
-                outcome.refused += 1
-                if free >= job.gpus:
-                    outcome.fragmentation_failures += 1
-            else:
-                ledger.add(job, node)
-                outcome.placed_gpu_hours += job.gpu_hours
-            outcome.samples.append(Sample(t, outcome.placed_share, ledger.stranded(),
-                                          ledger.free_big_nodes()))
-        progress(done + 1, len(timeline))
-    return outcome
+    def sample(self, now: float, waiting: Iterable[PodRecord]) -> Sample:
+        biggest = max(s.gpus for s in self.nodes.values())
+        free_nodes = sum(1 for n, s in self.nodes.items()
+                         if s.gpus == biggest and self.free[n][0] == s.gpus)
+        stranded = sum(self.free[n][0] for n, s in self.nodes.items()
+                       if 0 < self.free[n][0] < s.gpus)
+        return Sample(now, free_nodes, stranded, sum(r.task.gpus for r in waiting))
 
 
 # --- the offline reference ------------------------------------------------------------------
 
-def best_fit_decreasing(sizes: list[int], nodes: dict[str, int]) -> Optional[list[str]]:
-    """Nodes for `sizes` (in the given order) by best-fit decreasing, or None if they do not
-    all fit. With every size and node size a power of two, as here, decreasing-order packing
-    is optimal for the GPU dimension."""
-    free = dict(nodes)
+def best_fit_decreasing(sizes: list[int], capacity: dict[str, int]) -> Optional[list[str]]:
+    """Nodes for `sizes` (in the given order) by best-fit decreasing on GPUs, or None if they do
+    not all fit. With every size and node size a power of two, as here, decreasing-order
+    packing is optimal for the GPU dimension."""
+    free = dict(capacity)
     placed: dict[int, str] = {}
     for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
         fits = [n for n in free if free[n] >= sizes[i]]
@@ -211,58 +220,128 @@ def best_fit_decreasing(sizes: list[int], nodes: dict[str, int]) -> Optional[lis
     return [placed[i] for i in range(len(sizes))]
 
 
-class RepackingLedger(Ledger):
-    """The reference's cluster: every change repacks all live jobs from scratch, as if running
-    pods could be moved for free."""
+class PowerOfTwoPacking:
+    """Whether GPU requests of power-of-two sizes can all be packed onto the nodes, in constant
+    time: for such sizes, packing largest first succeeds exactly when, for every size s, the
+    requests of s GPUs or more fit into the nodes' whole blocks of s GPUs."""
 
-    def __init__(self, nodes: dict[str, int]):
-        super().__init__(nodes)
-        self.jobs: dict[int, Job] = {}
+    SIZES = (8, 4, 2, 1)
 
-    def _repack(self) -> None:
-        jobs = list(self.jobs.values())
-        layout = best_fit_decreasing([j.gpus for j in jobs], self.capacity)
-        assert layout is not None, "reference accepted a job it cannot pack"
-        self.used = {n: 0 for n in self.capacity}
-        self.where = {}
-        for job, node in zip(jobs, layout):
-            super().add(job, node)
+    def __init__(self, capacities: Iterable[int]):
+        capacities = list(capacities)
+        self.blocks = {s: sum(c // s * s for c in capacities) for s in self.SIZES}
+        self.count = {s: 0 for s in self.SIZES}
 
-    def add(self, job: Job, node: str) -> None:
-        self.jobs[job.id] = job
-        self._repack()
+    def _check(self, gpus: int) -> None:
+        if gpus not in self.count:
+            raise ValueError(f"the reference packs power-of-two requests up to 8 GPUs, not {gpus}")
 
-    def remove(self, job: Job) -> Optional[str]:
-        if self.jobs.pop(job.id, None) is None:
-            return None
-        node = self.where[job.id]
-        self._repack()
-        return node
+    def fits_with(self, gpus: int) -> bool:
+        self._check(gpus)
+        demand = 0
+        for s in self.SIZES:
+            demand += s * (self.count[s] + (gpus == s))
+            if demand > self.blocks[s]:
+                return False
+        return True
 
-
-def reference(trace: list[Job], nodes: dict[str, int]) -> Outcome:
-    """An upper bound for any scheduler on GPUs: an arrival is accepted whenever the live jobs
-    and it can be packed at all."""
-    def place(job: Job, ledger: RepackingLedger) -> Optional[str]:
-        sizes = [j.gpus for j in ledger.jobs.values()] + [job.gpus]
-        layout = best_fit_decreasing(sizes, nodes)
-        return layout[-1] if layout else None
-
-    return simulate("reference (repacking, best fit decreasing)", trace,
-                    RepackingLedger(nodes), place)
+    def add(self, gpus: int, sign: int = 1) -> None:
+        self._check(gpus)
+        self.count[gpus] += sign
 
 
-# --- replay against a real kube-scheduler ---------------------------------------------------
+class RepackingReference(Backend):
+    """Running pods move for free: a waiting pod starts, in arrival order, as soon as the
+    running pods and it can be packed at all, by GPUs, and the cluster's CPU and memory in
+    total suffice. No scheduler can place more (CPU and memory per node are left out, which
+    only makes the bound looser)."""
+
+    def __init__(self, nodes: dict[str, NodeShape]):
+        self.nodes = nodes
+        self.packing = PowerOfTwoPacking(s.gpus for s in nodes.values())
+        self.spare = [sum(s.cpu_milli for s in nodes.values()),
+                      sum(s.memory_mib for s in nodes.values())]
+        self.records: list[PodRecord] = []
+        self.waiting: list[PodRecord] = []
+        self.running: dict[int, list[PodRecord]] = {}      # inference replicas by service
+
+    def submit(self, job: BatchJob, now: float) -> None:
+        record = PodRecord(f"job-{job.id}", job.task, now, job=job)
+        self.records.append(record)
+        self.waiting.append(record)
+
+    def scale(self, service: int, replicas: int, now: float) -> None:
+        mine_waiting = [r for r in self.waiting if r.service == service]
+        mine_running = self.running.setdefault(service, [])
+        task = self._service_tasks[service]
+        change = replicas - len(mine_waiting) - len(mine_running)
+        for _ in range(change):
+            record = PodRecord(f"svc-{service}", task, now, service=service)
+            self.records.append(record)
+            self.waiting.append(record)
+        # Scaling down removes waiting replicas first, as the ReplicaSet controller does.
+        for record in (mine_waiting[::-1] + mine_running[::-1])[:max(0, -change)]:
+            if record.running:
+                self._stop(record)
+                mine_running.remove(record)
+            else:
+                self.waiting.remove(record)
+            record.ended = now
+
+    def finish(self, record: PodRecord, now: float) -> None:
+        self._stop(record)
+        record.ended = now
+
+    def _stop(self, record: PodRecord) -> None:
+        self.packing.add(record.task.gpus, -1)
+        self.spare[0] += record.task.cpu_milli
+        self.spare[1] += record.task.memory_mib
+
+    def settle(self, now: float) -> list[PodRecord]:
+        started = []
+        for record in list(self.waiting):
+            task = record.task
+            if (self.packing.fits_with(task.gpus) and task.cpu_milli <= self.spare[0]
+                    and task.memory_mib <= self.spare[1]):
+                self.packing.add(task.gpus)
+                self.spare[0] -= task.cpu_milli
+                self.spare[1] -= task.memory_mib
+                self.waiting.remove(record)
+                if record.service is not None:
+                    self.running[record.service].append(record)
+                record.started = now
+                started.append(record)
+        return started
+
+    def sample(self, now: float) -> Sample:
+        running = [r for r in self.records if r.running]
+        capacity = {n: s.gpus for n, s in self.nodes.items()}
+        layout = best_fit_decreasing([r.task.gpus for r in running], capacity)
+        ledger = Ledger(self.nodes)
+        for record, node in zip(running, layout or []):
+            ledger.place(PodRecord(record.name, record.task, record.created), node)
+        return ledger.sample(now, self.waiting)
+
+    def with_services(self, trace: Trace) -> "RepackingReference":
+        self._service_tasks = {s.id: s.task for s in trace.services}
+        return self
+
+
+def reference(trace: Trace, nodes: dict[str, NodeShape]) -> Outcome:
+    return play("reference (repacking)", trace, RepackingReference(nodes).with_services(trace),
+                sum(s.gpus for s in nodes.values()))
+
+
+# --- the real cluster -----------------------------------------------------------------------
 
 DEFAULT_PROFILE = "default (LeastAllocated)"
 
 
 def profiles(settings: StackSettings, variants: bool = False) -> dict[str, dict]:
     """The KubeSchedulerConfigurations compared: the project's rendered one (leader election
-    off: one replica here), the default profile, and MostAllocated; with `variants`, the
-    rendered one with other resource weights, which is how the shipped weights were chosen."""
-    shipped = copy.deepcopy(scheduler_configuration(settings))
-    shipped["leaderElection"] = {"leaderElect": False}
+    off: one replica here), the default profile and MostAllocated; with `variants`, the rendered
+    one with other resource weights and with kube-scheduler's adaptive share of nodes scored."""
+    shipped = replay_configuration(scheduler_configuration(settings))
     chosen = {settings.scheduler.name: shipped,
               DEFAULT_PROFILE: cluster.scheduler_with_strategy("default-scheduler"),
               "MostAllocated": cluster.scheduler_with_strategy("most-allocated", {
@@ -270,53 +349,376 @@ def profiles(settings: StackSettings, variants: bool = False) -> dict[str, dict]
                   "resources": [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}]})}
     if variants:
         for label, weights in (("equal weights", {"cpu": 1, "memory": 1}), ("GPU only", {})):
-            config = copy.deepcopy(shipped)
-            strategy = config["profiles"][0]["pluginConfig"][0]["args"]["scoringStrategy"]
+            config = json.loads(json.dumps(shipped))
+            fit = next(c for c in config["profiles"][0]["pluginConfig"]
+                       if c["name"] == "NodeResourcesFit")
+            strategy = fit["args"]["scoringStrategy"]
             strategy["resources"] = [{"name": r["name"], "weight": weights.get(r["name"], 1)}
                                      for r in strategy["resources"]
                                      if r["name"] not in ("cpu", "memory") or weights]
             chosen[f"{settings.scheduler.name}, {label}"] = config
-    return chosen
+        adaptive = json.loads(json.dumps(shipped))
+        adaptive["percentageOfNodesToScore"] = 0
+        chosen[f"{settings.scheduler.name}, adaptive nodes scored"] = adaptive
+    # Each profile's scheduler name is its own, so the pods name the scheduler under test.
+    return {label: replay_configuration(config) for label, config in chosen.items()}
+
+
+def replay_configuration(config: dict) -> dict:
+    """`config` as the replay runs it: one replica (no leader election), and a retry backoff of
+    one second, kube-scheduler's least. Neither changes where a pod lands; the backoff only
+    keeps the wall-clock wait for a retry short (simulated time stands still meanwhile)."""
+    config = json.loads(json.dumps(config))
+    config["leaderElection"] = {"leaderElect": False}
+    config["podInitialBackoffSeconds"] = 1
+    config["podMaxBackoffSeconds"] = 1
+    return config
 
 
 def scheduler_name(config: dict) -> str:
     return config["profiles"][0]["schedulerName"]
 
 
-def replay(label: str, config: dict, trace: list[Job], nodes: dict[str, int],
+def node_status_capacity(shape: NodeShape) -> dict[str, str]:
+    return {GPU: str(shape.gpus), "cpu": f"{shape.cpu_milli}m",
+            "memory": f"{shape.memory_mib}Mi", "pods": "110"}
+
+
+def pod_template(labels: dict[str, str], task: Task, scheduler: str, settings: StackSettings,
+                 restart: str = "Always") -> dict:
+    return {"metadata": {"labels": labels}, "spec": {
+        "schedulerName": scheduler,
+        "restartPolicy": restart,
+        "tolerations": gpu_node_tolerations(settings),
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {
+            "requests": {GPU: str(task.gpus), "cpu": f"{task.cpu_milli}m",
+                         "memory": f"{task.memory_mib}Mi"},
+            "limits": {GPU: str(task.gpus)}}}]}}
+
+
+class PodWatch:
+    """Every change to the pods of one namespace, from a watch stream read by a thread."""
+
+    def __init__(self, kube, namespace: str):
+        self.kube, self.namespace = kube, namespace
+        self.events: "queue.Queue[tuple[str, dict]]" = queue.Queue()
+        self.session = requests.Session()
+        self.session.trust_env = False
+        self.session.verify = kube.session.verify
+        self.session.cert = kube.session.cert
+        self.session.headers.update(kube.session.headers)
+        listing = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods",
+                               what="list benchmark pods")
+        self.resource_version = listing["metadata"]["resourceVersion"]
+        self.stopped = threading.Event()
+        self.reply: Optional[requests.Response] = None
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                with self.session.get(
+                        f"{self.kube.server}/api/v1/namespaces/{self.namespace}/pods",
+                        params={"watch": "true", "resourceVersion": self.resource_version,
+                                "timeoutSeconds": "300"}, stream=True, timeout=(5, 330)) as reply:
+                    self.reply = reply
+                    for line in reply.iter_lines():
+                        if not line:
+                            continue
+                        event = json.loads(line)
+                        if event["type"] == "ERROR":
+                            raise RuntimeError(f"pod watch failed: {event['object']}")
+                        self.resource_version = event["object"]["metadata"]["resourceVersion"]
+                        self.events.put((event["type"], event["object"]))
+            except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError, OSError):
+                if self.stopped.is_set():   # the control plane, or its files, went away
+                    return
+
+    def next(self, timeout: float) -> Optional[tuple[str, dict]]:
+        try:
+            return self.events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def stop(self) -> None:
+        """End the stream (an open watch would hold the API server's shutdown up)."""
+        self.stopped.set()
+        if self.reply is not None and self.reply.raw.connection is not None:
+            self.reply.raw.connection.sock.shutdown(socket.SHUT_RDWR)
+        self.thread.join(timeout=10)
+        self.session.close()
+
+
+class RealCluster(Backend):
+    """The trace on a local control plane: fake GPU nodes, one kube-scheduler running the
+    profile under test, kube-controller-manager for Jobs and Deployments, and this class doing
+    what kubelets would: pods bound to a node run; a job's pod succeeds when its time is up; a
+    pod a controller deletes goes at once."""
+
+    SETTLE_TIMEOUT = 60.0
+
+    def __init__(self, cp: ControlPlane, config: dict, nodes: dict[str, NodeShape],
+                 trace: Trace, settings: StackSettings):
+        self.kube, self.settings = cp.admin, settings
+        self.scheduler_name = scheduler_name(config)
+        self.ledger = Ledger(nodes)
+        self.records: list[PodRecord] = []
+        self.by_name: dict[str, PodRecord] = {}
+        self.owner_of: dict[str, tuple[str, object]] = {}
+        self.expected_jobs: set[int] = set()
+        self.jobs_by_name: dict[str, BatchJob] = {}
+        self.waiting: dict[str, PodRecord] = {}         # created, not yet bound
+        self.live: Counter = Counter()                   # replicas not yet gone, by service
+        self.replicas: dict[int, int] = {}
+        self.services = {s.id: s for s in trace.services}
+        self.pending_finish: set[str] = set()
+        self.now = 0.0
+        for name, shape in nodes.items():
+            cluster.create_gpu_node(self.kube, settings, name, shape.gpus,
+                                    capacity=node_status_capacity(shape))
+        cluster.ensure_namespace(self.kube, NAMESPACE)
+        self.watch = PodWatch(self.kube, NAMESPACE)
+        for service in trace.services:
+            self._create_service(service)
+        self.controllers = cluster.ControllerManager(cp)
+        self.scheduler = cluster.Scheduler(cp, "scheduler", config,
+                                           kubeconfig=cp.kubeconfig("scheduler"))
+
+    # trace events
+
+    def _create_service(self, service) -> None:
+        labels = {"app": f"svc-{service.id}"}
+        self.kube.create({"apiVersion": "v1", "kind": "Service",
+                          "metadata": {"name": f"svc-{service.id}", "namespace": NAMESPACE},
+                          "spec": {"selector": labels, "ports": [{"port": 80}]}})
+        self.kube.create({"apiVersion": "apps/v1", "kind": "Deployment",
+                          "metadata": {"name": f"svc-{service.id}", "namespace": NAMESPACE},
+                          "spec": {"replicas": 0, "selector": {"matchLabels": labels},
+                                   "template": pod_template(labels, service.task,
+                                                            self.scheduler_name,
+                                                            self.settings)}})
+        self.replicas[service.id] = 0
+
+    def submit(self, job: BatchJob, now: float) -> None:
+        self.now = now
+        name = f"job-{job.id}"
+        self.expected_jobs.add(job.id)
+        self.kube.create({"apiVersion": "batch/v1", "kind": "Job",
+                          "metadata": {"name": name, "namespace": NAMESPACE},
+                          "spec": {"backoffLimit": 0, "completions": 1, "parallelism": 1,
+                                   "template": pod_template({"job": name}, job.task,
+                                                            self.scheduler_name, self.settings,
+                                                            restart="Never")}})
+        self.jobs_by_name[name] = job
+
+    def scale(self, service: int, replicas: int, now: float) -> None:
+        self.now = now
+        self.replicas[service] = replicas
+        self.kube.request("PATCH", self.kube.path("apps/v1", "Deployment", NAMESPACE,
+                                                  f"svc-{service}", "scale"),
+                          body={"spec": {"replicas": replicas}},
+                          content_type="application/merge-patch+json",
+                          what=f"scale svc-{service} to {replicas}")
+
+    def finish(self, record: PodRecord, now: float) -> None:
+        self.now = now
+        self.pending_finish.add(record.name)
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": record.name, "namespace": NAMESPACE}}
+        self.kube.patch_status(pod, {"phase": "Succeeded", "conditions": [
+            {"type": "Ready", "status": "False", "reason": "PodCompleted"}]})
+
+    # what the watch says
+
+    def _on_event(self, kind: str, pod: dict, started: list[PodRecord]) -> None:
+        name = pod["metadata"]["name"]
+        record = self.by_name.get(name)
+        if record is None:
+            if kind == "DELETED":
+                return
+            record = self._record_for(pod)
+        if record.ended is not None:
+            return
+        node = pod["spec"].get("nodeName")
+        phase = pod.get("status", {}).get("phase")
+        if kind == "DELETED" or phase in ("Succeeded", "Failed") or \
+                pod["metadata"].get("deletionTimestamp"):
+            if pod["metadata"].get("deletionTimestamp") and kind != "DELETED":
+                # A kubelet would stop the containers; the grace period is 0 anyway.
+                self.kube.delete("v1", "Pod", name, NAMESPACE)
+            if record.node is not None:
+                self.ledger.release(record)
+            record.ended = self.now
+            self.pending_finish.discard(name)
+            self.waiting.pop(name, None)
+            if record.service is not None:
+                self.live[record.service] -= 1
+            return
+        if node and record.node is None:
+            self.ledger.place(record, node)
+            record.started = self.now
+            del self.waiting[name]
+            started.append(record)
+            self.kube.patch_status(pod, {"phase": "Running", "conditions": [
+                {"type": "Ready", "status": "True"}]})
+
+    def _record_for(self, pod: dict) -> PodRecord:
+        labels = pod["metadata"].get("labels", {})
+        name = pod["metadata"]["name"]
+        if "job" in labels:
+            job = self.jobs_by_name[labels["job"]]
+            self.expected_jobs.discard(job.id)
+            record = PodRecord(name, job.task, job.arrival, job=job)
+        else:
+            service = int(labels["app"].removeprefix("svc-"))
+            record = PodRecord(name, self.services[service].task, self.now, service=service)
+        self.records.append(record)
+        self.by_name[name] = record
+        self.waiting[name] = record
+        if record.service is not None:
+            self.live[record.service] += 1
+        return record
+
+    def _unsettled(self) -> str:
+        if self.expected_jobs:
+            return f"{len(self.expected_jobs)} Jobs without a pod yet"
+        off = [s for s, n in self.replicas.items() if self.live[s] != n]
+        if off:
+            return f"Deployments {off} not at their replica count"
+        if self.pending_finish:
+            return f"{len(self.pending_finish)} finished pods not seen as finished"
+        fitting = [r.name for r in self.waiting.values() if self.ledger.fits_somewhere(r.task)]
+        if fitting:
+            return f"waiting pods that fit on a node: {fitting[:5]}"
+        return ""
+
+    def settle(self, now: float) -> list[PodRecord]:
+        self.now = now
+        started: list[PodRecord] = []
+        deadline = time.monotonic() + self.SETTLE_TIMEOUT
+        while True:
+            event = self.watch.next(timeout=0)
+            while event is not None:
+                self._on_event(*event, started)
+                event = self.watch.next(timeout=0)
+            reason = self._unsettled()
+            if not reason:
+                return started
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the cluster did not settle at simulated hour {now:.2f}: "
+                                   f"{reason}\n{self.scheduler.process.tail()}")
+            event = self.watch.next(timeout=1.0)
+            if event is not None:
+                self._on_event(*event, started)
+
+    def sample(self, now: float) -> Sample:
+        return self.ledger.sample(now, self.waiting.values())
+
+    def stop(self) -> None:
+        self.watch.stop()
+
+
+def histogram_quantile(buckets: list[tuple[float, float]], quantile: float) -> Optional[float]:
+    """The quantile of a Prometheus histogram from its cumulative (upper bound, count) buckets,
+    interpolated within the bucket as Prometheus' histogram_quantile does."""
+    if not buckets or buckets[-1][1] == 0:
+        return None
+    rank = quantile * buckets[-1][1]
+    lower, below = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if bound == float("inf"):
+                return lower
+            return lower + (bound - lower) * (rank - below) / (count - below) if count > below \
+                else bound
+        lower, below = bound, count
+    return lower
+
+
+def histogram(text: str, metric: str, match: str = "") -> list[tuple[float, float]]:
+    """A histogram's cumulative buckets from Prometheus text, summed over the series whose
+    labels contain `match`."""
+    buckets: dict[float, float] = {}
+    for line in text.splitlines():
+        if line.startswith(metric + "_bucket{") and match in line:
+            bound = float(re.search(r'[{,]le="([^"]+)"', line)[1])
+            buckets[bound] = buckets.get(bound, 0) + float(line.rsplit(" ", 1)[1])
+    return sorted(buckets.items())
+
+
+def counter(text: str, metric: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(metric + " ") or line.startswith(metric + "{"))
+
+
+def scrape(scheduler: "cluster.Scheduler", cp: ControlPlane) -> dict:
+    """The scheduler's own figures: the duration of successful scheduling attempts and of their
+    scheduling algorithm (filter and score, without binding), attempts, CPU seconds, and the
+    peak resident memory of its process."""
+    text = requests.get(f"https://127.0.0.1:{scheduler.port}/metrics", cert=cp.admin_cert,
+                        verify=str(cp.ca_file), timeout=10).text
+    attempt = histogram(text, "scheduler_scheduling_attempt_duration_seconds",
+                        'result="scheduled"')
+    algorithm = histogram(text, "scheduler_scheduling_algorithm_duration_seconds")
+    status = Path(f"/proc/{scheduler.process.pid}/status").read_text()
+    peak_kib = next(int(line.split()[1]) for line in status.splitlines()
+                    if line.startswith("VmHWM:"))
+    return {"attempt_p50": histogram_quantile(attempt, 0.5),
+            "attempt_p95": histogram_quantile(attempt, 0.95),
+            "algorithm_p50": histogram_quantile(algorithm, 0.5),
+            "algorithm_p95": histogram_quantile(algorithm, 0.95),
+            "attempts": counter(text, "scheduler_schedule_attempts_total"),
+            "cpu_seconds": counter(text, "process_cpu_seconds_total"),
+            "peak_rss_mib": peak_kib / 1024}
+
+
+def replay(label: str, config: dict, trace: Trace, nodes: dict[str, NodeShape],
            settings: StackSettings,
            progress: Callable[[int, int], None] = lambda done, total: None) -> Outcome:
-    """A fresh control plane with `nodes` as fake GPU nodes and one kube-scheduler running
-    `config`; each arrival creates a pod and waits for it to be bound or found unschedulable
-    (then deletes it); each departure deletes the pod."""
+    """The trace against one kube-scheduler running `config`, on a fresh control plane."""
+    cp = ControlPlane().start()
+    backend = None
+    try:
+        backend = RealCluster(cp, config, nodes, trace, settings)
+        outcome = play(label, trace, backend, sum(s.gpus for s in nodes.values()), progress)
+        outcome.scheduler_metrics = scrape(backend.scheduler, cp)
+        return outcome
+    finally:
+        if backend is not None:
+            backend.stop()
+        cp.stop()
+
+
+def latency_probe(config: dict, node_count: int, pods: int, settings: StackSettings) -> dict:
+    """What one profile's scheduling attempts cost on `node_count` 8-GPU nodes: a Deployment of
+    `pods` 1-GPU replicas is placed, then the scheduler's own figures are read."""
+    nodes = workload.CLUSTERS["homogeneous"](node_count)
     cp = ControlPlane().start()
     try:
         kube = cp.admin
-        for name, gpus in nodes.items():
-            cluster.create_gpu_node(kube, settings, name, gpus)
+        for name, shape in nodes.items():
+            cluster.create_gpu_node(kube, settings, name, shape.gpus,
+                                    capacity=node_status_capacity(shape))
         cluster.ensure_namespace(kube, NAMESPACE)
-        cluster.Scheduler(cp, "scheduler", config, kubeconfig=cp.kubeconfig("scheduler"))
-        name_of = scheduler_name(config)
-        latencies: list[float] = []
+        controllers = cluster.ControllerManager(cp)
+        scheduler = cluster.Scheduler(cp, "scheduler", config,
+                                      kubeconfig=cp.kubeconfig("scheduler"))
+        labels = {"app": "probe"}
+        started = time.monotonic()
+        kube.create({"apiVersion": "apps/v1", "kind": "Deployment",
+                     "metadata": {"name": "probe", "namespace": NAMESPACE},
+                     "spec": {"replicas": pods, "selector": {"matchLabels": labels},
+                              "template": pod_template(labels, Task(1, 4000, 32768),
+                                                       scheduler_name(config), settings)}})
 
-        def place(job: Job, ledger: Ledger) -> Optional[str]:
-            pod_name = f"job-{job.id}"
-            started = time.monotonic()
-            kube.create(cluster.pod(pod_name, NAMESPACE, gpus=job.gpus, scheduler=name_of,
-                                    settings=settings, cpu=str(job.cpu),
-                                    memory=f"{job.memory_gib}Gi"))
-            node = cluster.placement(kube, NAMESPACE, pod_name, poll=0.005)
-            if node is None:
-                kube.delete("v1", "Pod", pod_name, NAMESPACE)
-            else:
-                latencies.append(time.monotonic() - started)
-            return node
-
-        def release(job: Job, node: str) -> None:
-            kube.delete("v1", "Pod", f"job-{job.id}", NAMESPACE)
-
-        outcome = simulate(label, trace, Ledger(nodes), place, release, progress)
-        outcome.latencies = latencies
-        return outcome
+        def bound() -> bool:
+            listed = kube.list("v1", "Pod", NAMESPACE)
+            return len([p for p in listed if p["spec"].get("nodeName")]) == pods
+        wait_until(bound, f"{pods} probe pods to be bound", timeout=600, interval=1.0)
+        figures = scrape(scheduler, cp) | {"wall_seconds": time.monotonic() - started}
+        controllers.stop()
+        return figures
     finally:
         cp.stop()

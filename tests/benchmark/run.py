@@ -1,20 +1,26 @@
 """The binpack benchmark: `bash tests/run benchmark [options]` (see README, "Binpack benchmark").
 
-Replays one seeded trace per cluster against the real kube-scheduler with each profile, prints a
-table and writes a plot of placed GPU share and stranded GPUs over the trace.
+Replays seeded traces against the real kube-scheduler with each profile and against the
+repacking reference, keeps every replay's figures in results/runs.jsonl (so a long run can be
+split and resumed), and writes the table of medians over seeds and a plot.
+`--latency NODES` instead measures what scoring every node costs at those cluster sizes.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import sys
 import time
 from pathlib import Path
 
 import binpack
 import harness  # noqa: E402  (on the path binpack sets)
+import workload
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+SIZES = (1, 2, 4, 8)
 
 
 def progress_printer(label: str):
@@ -22,67 +28,144 @@ def progress_printer(label: str):
 
     def report(done: int, total: int) -> None:
         now = time.monotonic()
-        if done == total or now - state["last"] >= 5:
+        if done == total or now - state["last"] >= 10:
             state["last"] = now
-            print(f"  {label}: {done}/{total} events", file=sys.stderr, flush=True)
+            print(f"  {label}: {done}/{total} trace events", file=sys.stderr, flush=True)
     return report
 
 
-def run(sizes: list[int], clusters: list[str], seed: int, jobs_per_gpu: float, load: float,
-        settings, variants: bool) -> list[dict]:
-    rows = []
-    for kind in clusters:
-        for size in sizes:
-            nodes = binpack.CLUSTERS[kind](size)
-            total = sum(nodes.values())
-            trace = binpack.generate_trace(seed, int(jobs_per_gpu * total), total, load)
-            print(f"{kind} cluster, {size} nodes, {total} GPUs, {len(trace)} jobs "
-                  f"(seed {seed}, offered load {load:.0%})", file=sys.stderr, flush=True)
-            outcomes = [binpack.reference(trace, nodes)]
-            for label, config in binpack.profiles(settings, variants).items():
-                outcomes.append(binpack.replay(label, config, trace, nodes, settings,
-                                               progress_printer(label)))
-            rows += [{"cluster": kind, "nodes": size, "gpus": total, "outcome": o}
-                     for o in outcomes]
-    return rows
+def figures(outcome: binpack.Outcome, reference: binpack.Outcome) -> dict:
+    """One replay's figures, as kept in runs.jsonl."""
+    row = {"scheduler": outcome.scheduler,
+           "delivered_share": outcome.delivered_gpu_hours() / reference.delivered_gpu_hours(),
+           "utilization": outcome.delivered_gpu_hours() / (outcome.total_gpus * outcome.horizon),
+           "started_on_arrival": outcome.started_on_arrival(),
+           "free_nodes": outcome.mean_after_warmup("free_nodes"),
+           "stranded": outcome.mean_after_warmup("stranded"),
+           "waiting_gpus": outcome.mean_after_warmup("waiting_gpus"),
+           "samples": [[s.time, s.free_nodes, s.stranded, s.waiting_gpus]
+                       for s in outcome.samples],
+           **outcome.scheduler_metrics}
+    for gpus in SIZES:
+        row[f"wait_p50_{gpus}"] = outcome.wait(gpus, 0.5)
+        row[f"wait_p95_{gpus}"] = outcome.wait(gpus, 0.95)
+    return row
+
+
+def run(args, settings) -> None:
+    """Replay every configuration asked for, keeping each replay's figures in runs.jsonl as
+    soon as it ends; a replay already kept there (same trace and scheduler) is skipped."""
+    configs = binpack.profiles(settings, args.variants)
+    if args.profiles:
+        unknown = set(args.profiles) - set(configs)
+        if unknown:
+            sys.exit(f"--profile: unknown {sorted(unknown)}; allowed: {list(configs)}")
+        configs = {k: v for k, v in configs.items() if k in args.profiles}
+    for mix in args.mixes:
+        kind = args.cluster or workload.DEFAULT_CLUSTER[mix]
+        for size in args.nodes:
+            nodes = workload.CLUSTERS[kind](size)
+            total = sum(s.gpus for s in nodes.values())
+            for seed in args.seeds:
+                trace = workload.generate(mix, seed, int(args.jobs_per_gpu * total), total,
+                                          args.load, args.inference_share)
+                key = {"mix": mix, "cluster": kind, "nodes": size, "gpus": total, "seed": seed,
+                       "jobs": len(trace.jobs), "load": args.load,
+                       "inference_share": args.inference_share}
+                done = {r["scheduler"] for r in kept(args.out)
+                        if all(r.get(k) == v for k, v in key.items())}
+                print(f"{mix} on {size} {kind} nodes ({total} GPUs), seed {seed}: "
+                      f"{len(trace.jobs)} jobs, {len(trace.services)} inference services, "
+                      f"{trace.horizon:.0f} simulated hours", file=sys.stderr, flush=True)
+                best = binpack.reference(trace, nodes)
+                if best.scheduler not in done:
+                    keep(args.out, key | figures(best, best))
+                for label, config in configs.items():
+                    if label in done:
+                        continue
+                    started = time.monotonic()
+                    outcome = binpack.replay(label, config, trace, nodes, settings,
+                                             progress_printer(label))
+                    print(f"  {label}: {time.monotonic() - started:.0f}s", file=sys.stderr,
+                          flush=True)
+                    keep(args.out, key | figures(outcome, best))
+
+
+def kept(out: Path) -> list[dict]:
+    """Every replay's figures so far."""
+    path = out / "runs.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def keep(out: Path, row: dict) -> None:
+    with open(out / "runs.jsonl", "a") as runs:
+        runs.write(json.dumps(row) + "\n")
+
+
+def spread(values: list[float], fmt: str) -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
+    median = format(statistics.median(values), fmt)
+    if len(values) == 1:
+        return median
+    return f"{median} ({format(min(values), fmt)}–{format(max(values), fmt)})"
+
+
+def hours(values: list[float]) -> str:
+    return spread([v * 60 for v in values if v is not None], ".0f")
 
 
 def table(rows: list[dict]) -> str:
-    header = ("| cluster | nodes | scheduler | GPU-time placed | fragmentation failures | "
-              "stranded GPUs | free 8-GPU nodes | latency p50 / p95 |")
-    lines = [header, "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    """Median over seeds, with the range in brackets."""
+    header = ("| mix | nodes | scheduler | seeds | GPU-time vs reference | started on arrival | "
+              "8-GPU wait p50 / p95, min | 1-GPU wait p95, min | free 8-GPU nodes | "
+              "stranded GPUs | attempt p50 / p95, ms | scheduler CPU s / peak MiB |")
+    lines = [header, "|" + " --- |" * 3 + " ---: |" * 9]
+    groups: dict = {}
     for row in rows:
-        o: binpack.Outcome = row["outcome"]
-        latency = (f"{o.latency(0.5) * 1000:.0f} / {o.latency(0.95) * 1000:.0f} ms"
-                   if o.latencies else "-")
-        lines.append(f"| {row['cluster']} | {row['nodes']} | {o.scheduler} | "
-                     f"{o.placed_share:.1%} | {o.fragmentation_failures} | "
-                     f"{o.mean_after_warmup('stranded'):.1f} | "
-                     f"{o.mean_after_warmup('free_nodes'):.1f} | {latency} |")
+        groups.setdefault((row["mix"], row["nodes"], row["scheduler"]), []).append(row)
+    for (mix, nodes, scheduler), group in groups.items():
+        def col(name):
+            return [r.get(name) for r in group]
+        ms = lambda v: None if v is None else v * 1000  # noqa: E731
+        latency = (f"{spread([ms(v) for v in col('attempt_p50')], '.1f')} / "
+                   f"{spread([ms(v) for v in col('attempt_p95')], '.1f')}"
+                   if group[0].get("attempt_p50") is not None else "-")
+        costs = (f"{spread(col('cpu_seconds'), '.0f')} / {spread(col('peak_rss_mib'), '.0f')}"
+                 if group[0].get("cpu_seconds") is not None else "-")
+        lines.append(
+            f"| {mix} | {nodes} | {scheduler} | {len(group)} | "
+            f"{spread([100 * v for v in col('delivered_share')], '.1f')}% | "
+            f"{spread([100 * v for v in col('started_on_arrival')], '.1f')}% | "
+            f"{hours(col('wait_p50_8'))} / {hours(col('wait_p95_8'))} | "
+            f"{hours(col('wait_p95_1'))} | {spread(col('free_nodes'), '.1f')} | "
+            f"{spread(col('stranded'), '.1f')} | {latency} | {costs} |")
     return "\n".join(lines)
 
 
 def plot(rows: list[dict], path: Path) -> None:
+    """Whole free 8-GPU nodes and GPUs waiting over the trace (first seed of each group)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = list(dict.fromkeys((r["cluster"], r["nodes"]) for r in rows))
-    fig, axes = plt.subplots(2, len(groups), figsize=(5 * len(groups), 6.5), squeeze=False,
-                             sharex="col")
-    for col, (kind, size) in enumerate(groups):
-        for row in (r for r in rows if (r["cluster"], r["nodes"]) == (kind, size)):
-            o = row["outcome"]
-            t = [s.time for s in o.samples]
-            style = {"linestyle": "--", "color": "black"} if o.scheduler.startswith("reference") \
-                else {}
-            axes[0][col].plot(t, [100 * s.placed_share for s in o.samples], label=o.scheduler,
-                              **style)
-            axes[1][col].plot(t, [s.stranded for s in o.samples], label=o.scheduler, **style)
-        gpus = next(r["gpus"] for r in rows if (r["cluster"], r["nodes"]) == (kind, size))
-        axes[0][col].set_title(f"{kind}, {size} nodes ({gpus} GPUs)")
-        axes[0][col].set_ylabel("GPU-time placed when requested, %")
-        axes[1][col].set_ylabel("free GPUs stranded on busy nodes")
+    groups = list(dict.fromkeys((r["mix"], r["nodes"]) for r in rows))
+    fig, axes = plt.subplots(2, len(groups), figsize=(5 * len(groups), 6.5), squeeze=False)
+    for col, (mix, size) in enumerate(groups):
+        mine = [r for r in rows if (r["mix"], r["nodes"]) == (mix, size)]
+        first = min(r["seed"] for r in mine)
+        for row in (r for r in mine if r["seed"] == first):
+            style = {"linestyle": "--", "color": "black"} \
+                if row["scheduler"].startswith("reference") else {}
+            t = [s[0] for s in row["samples"]]
+            axes[0][col].plot(t, [s[1] for s in row["samples"]], label=row["scheduler"], **style)
+            axes[1][col].plot(t, [s[3] for s in row["samples"]], label=row["scheduler"], **style)
+        axes[0][col].set_title(f"{mix}, {size} nodes (seed {first})")
+        axes[0][col].set_ylabel("whole free 8-GPU nodes")
+        axes[1][col].set_ylabel("GPUs asked for by waiting pods")
         axes[1][col].set_xlabel("simulated hours")
     axes[0][0].legend(fontsize="small")
     fig.tight_layout()
@@ -90,35 +173,89 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=90)
 
 
-def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="bash tests/run benchmark", description=__doc__)
-    parser.add_argument("--nodes", default="16,64", help="cluster sizes, comma separated")
-    parser.add_argument("--clusters", default="homogeneous,mixed",
-                        help=f"of {', '.join(binpack.CLUSTERS)}")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--jobs-per-gpu", type=float, default=3.0,
-                        help="trace length: jobs per GPU of the cluster")
-    parser.add_argument("--load", type=float, default=0.9,
-                        help="offered load: requested GPU-time over GPU capacity")
-    parser.add_argument("--variants", action="store_true",
-                        help="also replay the shipped profile with other resource weights")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    args = parser.parse_args(argv)
-    clusters = args.clusters.split(",")
-    unknown = [c for c in clusters if c not in binpack.CLUSTERS]
-    if unknown:
-        parser.error(f"--clusters: unknown {unknown}; allowed: {', '.join(binpack.CLUSTERS)}")
-    sizes = [int(n) for n in args.nodes.split(",")]
-    started = time.monotonic()
-    rows = run(sizes, clusters, args.seed, args.jobs_per_gpu, args.load,
-               harness.example_settings(), args.variants)
+def report(out: Path) -> None:
+    rows = kept(out)
     text = table(rows)
     print(text)
+    (out / "binpack.md").write_text(text + "\n")
+    plot(rows, out / "binpack.png")
+    print(f"\nwrote {out / 'binpack.md'} and {out / 'binpack.png'}", file=sys.stderr)
+
+
+def latency(args, settings) -> None:
+    """Scheduling attempt cost of the shipped profile (every node scored) against the same
+    profile with kube-scheduler's adaptive share, at each size."""
+    shipped = binpack.profiles(settings)[settings.scheduler.name]
+    adaptive = json.loads(json.dumps(shipped))
+    adaptive["percentageOfNodesToScore"] = 0
+    lines = ["| nodes | nodes scored | pods | attempt p50 / p95, ms | filter and score p50 / "
+             "p95, ms | scheduler CPU s | peak memory, MiB | wall s |",
+             "| ---: | --- |" + " ---: |" * 6]
+    for size in args.latency:
+        for label, config in (("all (shipped)", shipped), ("adaptive", adaptive)):
+            print(f"latency probe: {size} nodes, {label}", file=sys.stderr, flush=True)
+            m = binpack.latency_probe(config, size, args.probe_pods, settings)
+            lines.append(f"| {size} | {label} | {args.probe_pods} | "
+                         f"{m['attempt_p50'] * 1000:.1f} / {m['attempt_p95'] * 1000:.1f} | "
+                         f"{m['algorithm_p50'] * 1000:.1f} / {m['algorithm_p95'] * 1000:.1f} | "
+                         f"{m['cpu_seconds']:.1f} | {m['peak_rss_mib']:.0f} | "
+                         f"{m['wall_seconds']:.0f} |")
+            print(lines[-1], file=sys.stderr, flush=True)
+    text = "\n".join(lines)
+    print(text)
+    (args.out / "latency.md").write_text(text + "\n")
+
+
+def seeds(text: str) -> list[int]:
+    first, _, last = text.partition("-")
+    return list(range(int(first), int(last or first) + 1))
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="bash tests/run benchmark", description=__doc__)
+    parser.add_argument("--mixes", default="synthetic,alibaba-multigpu50",
+                        help=f"size mixes, of {', '.join(workload.MIXES)}")
+    parser.add_argument("--cluster", choices=list(workload.CLUSTERS),
+                        help="node shapes (default: homogeneous for synthetic, alibaba-g2 for "
+                             "the Alibaba mixes)")
+    parser.add_argument("--nodes", default="16,64", help="cluster sizes, comma separated")
+    parser.add_argument("--seeds", type=seeds, default=seeds("1-5"), help="e.g. 1-5 or 3")
+    parser.add_argument("--jobs-per-gpu", type=float, default=2.0,
+                        help="trace length: batch jobs per GPU of the cluster")
+    parser.add_argument("--load", type=float, default=0.9,
+                        help="offered load: GPU-time asked for over GPU capacity")
+    parser.add_argument("--inference-share", type=float, default=0.25,
+                        help="share of the offered load that inference Deployments ask for")
+    parser.add_argument("--variants", action="store_true",
+                        help="also replay the shipped profile with other resource weights and "
+                             "with kube-scheduler's adaptive share of nodes scored")
+    parser.add_argument("--profile", dest="profiles", action="append",
+                        help="only this scheduler (a label as in the table); repeatable")
+    parser.add_argument("--report", action="store_true",
+                        help="rewrite the table and plot from runs.jsonl without replaying")
+    parser.add_argument("--fresh", action="store_true", help="start a new runs.jsonl")
+    parser.add_argument("--latency", type=lambda s: [int(n) for n in s.split(",")],
+                        help="instead: measure scheduling latency at these node counts")
+    parser.add_argument("--probe-pods", type=int, default=500,
+                        help="with --latency: 1-GPU pods placed per measurement")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    args.mixes = args.mixes.split(",")
+    unknown = [m for m in args.mixes if m not in workload.MIXES]
+    if unknown:
+        parser.error(f"--mixes: unknown {unknown}; allowed: {', '.join(workload.MIXES)}")
+    args.nodes = [int(n) for n in args.nodes.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "binpack.md").write_text(text + "\n")
-    plot(rows, args.out / "binpack.png")
-    print(f"\nwrote {args.out / 'binpack.md'} and {args.out / 'binpack.png'} "
-          f"in {time.monotonic() - started:.0f}s", file=sys.stderr)
+    if args.latency:
+        latency(args, harness.example_settings())
+        return
+    if not args.report:
+        if args.fresh:
+            (args.out / "runs.jsonl").unlink(missing_ok=True)
+        started = time.monotonic()
+        run(args, harness.example_settings())
+        print(f"replayed in {time.monotonic() - started:.0f}s", file=sys.stderr)
+    report(args.out)
 
 
 if __name__ == "__main__":
