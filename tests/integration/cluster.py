@@ -1,13 +1,16 @@
 """What the integration suite puts on the local control plane: the program's declared objects
-(with real certificates in place of the mocks' placeholders), fake GPU nodes, GPU pods, and real
-kube-schedulers started from a KubeSchedulerConfiguration."""
+(with real certificates in place of the mocks' placeholders), fake GPU nodes, GPU pods, real
+kube-schedulers started from a KubeSchedulerConfiguration, a real kube-controller-manager, and a
+fake kubelet that runs the pods."""
 
 from __future__ import annotations
 
 import base64
 import copy
+import datetime
+import threading
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import requests
 import yaml
@@ -110,13 +113,12 @@ NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 def mark_ready(kube: Kube, node: dict, capacity: dict[str, str]) -> dict:
     """What a kubelet and the node lifecycle controller do for a new node: report its capacity
     and a Ready condition, then lift the not-ready taint the API server put on at creation."""
-    kube.patch_status(node, {
+    reported = kube.patch_status(node, {
         "capacity": capacity, "allocatable": capacity,
         "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                         "message": "fake node: no kubelet"}],
     })
-    taints = [t for t in kube.get("v1", "Node", node["metadata"]["name"])["spec"].get("taints", [])
-              if t["key"] != NOT_READY_TAINT]
+    taints = [t for t in reported["spec"].get("taints", []) if t["key"] != NOT_READY_TAINT]
     return kube.request("PATCH", kube.path("v1", "Node", name=node["metadata"]["name"]),
                         body={"spec": {"taints": taints or None}},
                         content_type="application/merge-patch+json",
@@ -131,14 +133,16 @@ def create_node(kube: Kube, name: str) -> dict:
 
 
 def create_gpu_node(kube: Kube, settings: StackSettings, name: str, gpus: int,
-                    capacity: Optional[dict[str, str]] = None) -> dict:
+                    capacity: Optional[dict[str, str]] = None,
+                    labels: Optional[dict[str, str]] = None) -> dict:
     """A Ready Node that advertises `gpus` GPUs in its status (the extended-resource patch the
-    device plugin's kubelet would make) and carries the platform's GPU taints and labels;
-    `capacity`, if given, is its whole status capacity instead."""
+    device plugin's kubelet would make) and carries the platform's GPU taints and labels, and
+    `labels` (as GPU Feature Discovery adds them); `capacity`, if given, is its whole status
+    capacity instead."""
     node = kube.create({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
-                                              **settings.gpu_nodes.labels}},
+                                              **settings.gpu_nodes.labels, **(labels or {})}},
         "spec": {"taints": [t.as_manifest() for t in settings.gpu_nodes.taints]},
     })
     return mark_ready(kube, node, capacity or {
@@ -146,11 +150,22 @@ def create_gpu_node(kube: Kube, settings: StackSettings, name: str, gpus: int,
         "memory": f"{gpus * MEMORY_GIB_PER_GPU}Gi", "pods": "110"})
 
 
-def pod(name: str, namespace: str, *, gpus: int = 0, scheduler: Optional[str] = None,
-        settings: Optional[StackSettings] = None, cpu: Optional[str] = None,
-        memory: Optional[str] = None, node_name: Optional[str] = None) -> dict:
+def pod(name: str, namespace: str, **spec: Any) -> dict:
     """A pod whose requests scale with its GPUs (CPU and memory as a GPU job asks for them);
-    with GPUs it tolerates the GPU taints."""
+    with GPUs it tolerates the GPU taints. `spec`: the arguments of `pod_spec`."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace}, "spec": pod_spec(**spec)}
+
+
+def pod_template(labels: dict[str, str], **spec: Any) -> dict:
+    """The pod of `pod` as a workload's template: labelled for its selector, named by its
+    controller."""
+    return {"metadata": {"labels": labels}, "spec": pod_spec(**spec)}
+
+
+def pod_spec(*, gpus: int = 0, scheduler: Optional[str] = None,
+             settings: Optional[StackSettings] = None, cpu: Optional[str] = None,
+             memory: Optional[str] = None, node_name: Optional[str] = None) -> dict:
     requests_ = {"cpu": cpu or (f"{gpus * CPU_PER_GPU // 2}" if gpus else "100m"),
                  "memory": memory or (f"{gpus * MEMORY_GIB_PER_GPU // 2}Gi" if gpus else "128Mi")}
     limits = {}
@@ -165,8 +180,7 @@ def pod(name: str, namespace: str, *, gpus: int = 0, scheduler: Optional[str] = 
         spec["tolerations"] = gpu_operator.gpu_node_tolerations(settings)
     if node_name:
         spec["nodeName"] = node_name
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    return spec
 
 
 def placement(kube: Kube, namespace: str, name: str, timeout: float = 30.0,
@@ -190,6 +204,10 @@ def ensure_namespace(kube: Kube, name: str) -> None:
 
 
 # --- kube-scheduler -------------------------------------------------------------------------
+
+# The profile name of a kube-scheduler run with the defaults, as on every cluster.
+DEFAULT_SCHEDULER = "default-scheduler"
+
 
 class Scheduler:
     """A real kube-scheduler running `config` (a KubeSchedulerConfiguration) against the
@@ -261,6 +279,99 @@ class ControllerManager:
 
     def stop(self) -> None:
         self.process.stop()
+
+
+# --- what kubelets would do ------------------------------------------------------------------
+
+def pod_status(phase: str, *, ready: bool, reason: str) -> dict:
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"phase": phase, "conditions": [
+        {"type": condition, "status": str(ready), "reason": reason, "lastTransitionTime": now}
+        for condition in ("Ready", "ContainersReady")]}
+
+
+def patch_pod_status(kube: Kube, pod: dict, status: dict, *,
+                     resource_version: Optional[str] = None) -> None:
+    """A strategic merge patch: conditions merge by type, so PodScheduled stays. With
+    `resource_version`, only if the pod has not changed since (else HTTP 409)."""
+    meta = pod["metadata"]
+    body: dict = {"status": status}
+    if resource_version:
+        body["metadata"] = {"resourceVersion": resource_version}
+    kube.request("PATCH", kube.path("v1", "Pod", meta["namespace"], meta["name"], "status"),
+                 body=body, content_type="application/strategic-merge-patch+json",
+                 what=f"set pod {meta['namespace']}/{meta['name']} {status['phase']}")
+
+
+def succeed(kube: Kube, pod: dict) -> None:
+    """End a pod as its containers exiting 0 would: what a Job counts as a completion."""
+    patch_pod_status(kube, pod, pod_status("Succeeded", ready=False, reason="PodCompleted"))
+
+
+class FakeKubelet:
+    """What the kubelets of the fake nodes would do, so that workloads run their course: a pod
+    bound to a node is reported Running and Ready (so a StatefulSet goes on to its next pod and a
+    Deployment counts it available), and a pod being deleted gracefully (a controller scaling
+    down, the garbage collector, a test) is removed at once, as a kubelet does once its
+    containers have stopped. `succeed` ends a pod as its containers exiting 0 would.
+
+    A thread of this process that lists the bound pods every POLL seconds. Simpler than kwok (a
+    second Go binary to build, configure and stop) and than a watch (resource versions to track,
+    an expired or broken stream to resume, a blocking read to interrupt when stopping): each
+    list is the whole current state, so nothing is missed for good, and stopping is setting an
+    event. With the tens of pods these tests run, a list costs milliseconds. Each write names
+    the resourceVersion or uid it was decided on, so a decision taken on an old list never
+    overwrites a newer status or deletes a pod recreated under the same name (StatefulSets).
+    """
+
+    POLL = 0.1
+
+    def __init__(self, cp: ControlPlane):
+        # A client of its own: the caller's session is not to be shared with another thread.
+        self.kube = Kube(cp.server, cp.ca_file, cert=cp.admin_cert)
+        self.error: Optional[Exception] = None
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fake-kubelet", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping.wait(self.POLL):
+                for pod in self.kube.request("GET", "/api/v1/pods",
+                                             params={"fieldSelector": "spec.nodeName!="},
+                                             what="list bound pods")["items"]:
+                    self._sync(pod)
+        except Exception as error:     # reported by check() and stop()
+            self.error = error
+
+    def _sync(self, pod: dict) -> None:
+        meta = pod["metadata"]
+        try:
+            if meta.get("deletionTimestamp"):
+                self.kube.request("DELETE", self.kube.path("v1", "Pod", meta["namespace"],
+                                                           meta["name"]),
+                                  body={"gracePeriodSeconds": 0,
+                                        "preconditions": {"uid": meta["uid"]}},
+                                  what=f"remove pod {meta['namespace']}/{meta['name']}")
+            elif pod["status"].get("phase") == "Pending":
+                patch_pod_status(self.kube, pod,
+                                 pod_status("Running", ready=True, reason="FakeKubelet"),
+                                 resource_version=meta["resourceVersion"])
+        except ApiError as error:
+            if error.status not in (404, 409):     # gone, or changed since it was listed
+                raise
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise RuntimeError(f"the fake kubelet stopped: {self.error}") from self.error
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=10)
+        if self._thread.is_alive():
+            raise RuntimeError("the fake kubelet's thread did not stop within 10 s")
+        self.kube.session.close()
+        self.check()
 
 
 def binpack_scheduler_args(deployment: dict) -> tuple[str, ...]:

@@ -19,6 +19,22 @@ def control_plane():
     cp.stop()
 
 
+@pytest.fixture(scope="module")
+def control_plane_with_schedulers(control_plane, declared, example_settings):
+    """This module's control plane with the binpack scheduler as the program deploys it and a
+    kube-scheduler with the default profile next to it. Everything declared is applied but the
+    webhook, which would (rightly) refuse the default scheduler's GPU pods; admission is proven
+    in test_admission.py."""
+    cp = control_plane
+    cluster.apply_declared(cp.admin, [o for o in declared.objects
+                                      if o["kind"] != "ValidatingWebhookConfiguration"])
+    cluster.start_binpack_scheduler(cp, example_settings, declared.objects)
+    cluster.Scheduler(cp, cluster.DEFAULT_SCHEDULER,
+                      cluster.scheduler_with_strategy(cluster.DEFAULT_SCHEDULER),
+                      kubeconfig=cp.kubeconfig(cluster.DEFAULT_SCHEDULER))
+    return cp
+
+
 @pytest.fixture(scope="session")
 def certificates(example_settings) -> cluster.TestCertificates:
     return cluster.TestCertificates(example_settings)

@@ -1,7 +1,8 @@
 """A local Kubernetes control plane: real etcd and kube-apiserver on loopback, ephemeral ports,
 a temporary directory, client certificates for an admin user, service-account signing keys and
 RBAC authorization. No kubelet and no controller-manager: objects are stored and admitted as on
-a cluster, and pods are bound by whichever kube-scheduler the caller starts, but nothing runs.
+a cluster, and pods are bound by whichever kube-scheduler the caller starts, but nothing runs
+(cluster.py has a kube-controller-manager and a fake kubelet for the tests that need them).
 
 Everything it starts is stopped, and its directory removed, by `stop()` (also at interpreter
 exit, should a caller forget).
@@ -266,11 +267,16 @@ class Kube:
                             what=f"patch status of {obj['kind']} {obj['metadata']['name']}")
 
     def delete(self, api_version: str, kind: str, name: str,
-               namespace: Optional[str] = None) -> None:
-        """Delete at once: with no kubelet to confirm, a graceful pod deletion never ends."""
+               namespace: Optional[str] = None, *, propagation: Optional[str] = None) -> None:
+        """Delete at once: with no kubelet to confirm, a graceful pod deletion never ends.
+        `propagation` (Background, Foreground, Orphan): what becomes of the objects it owns
+        (left to the kind's default when None; a Job's is Orphan)."""
+        params = {"gracePeriodSeconds": "0"}
+        if propagation:
+            params["propagationPolicy"] = propagation
         try:
             self.request("DELETE", self.path(api_version, kind, namespace, name),
-                         params={"gracePeriodSeconds": "0"}, what=f"delete {kind} {name}")
+                         params=params, what=f"delete {kind} {name}")
         except ApiError as error:
             if error.status != 404:
                 raise

@@ -6,24 +6,16 @@ from collections import Counter
 
 import pytest
 
-from cluster import (Scheduler, apply_declared, create_gpu_node, ensure_namespace,
-                     pod, placement, scheduler_with_strategy, start_binpack_scheduler)
+from cluster import DEFAULT_SCHEDULER as DEFAULT
+from cluster import create_gpu_node, ensure_namespace, pod, placement
 
 NAMESPACE = "training"
-DEFAULT = "default-scheduler"
 
 
 @pytest.fixture(scope="module")
-def cluster(control_plane, declared, example_settings):
-    cp = control_plane
-    # Everything but the webhook, which would (rightly) refuse the default scheduler's GPU pods;
-    # admission is proven in test_admission.py.
-    apply_declared(cp.admin, [o for o in declared.objects
-                              if o["kind"] != "ValidatingWebhookConfiguration"])
-    start_binpack_scheduler(cp, example_settings, declared.objects)
-    Scheduler(cp, DEFAULT, scheduler_with_strategy(DEFAULT), kubeconfig=cp.kubeconfig(DEFAULT))
-    ensure_namespace(cp.admin, NAMESPACE)
-    return cp
+def cluster(control_plane_with_schedulers):
+    ensure_namespace(control_plane_with_schedulers.admin, NAMESPACE)
+    return control_plane_with_schedulers
 
 
 class Scenario:
