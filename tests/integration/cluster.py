@@ -220,7 +220,6 @@ class Scheduler:
         config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
         path = cp.write(f"schedulers/{name}.yaml", yaml.safe_dump(config))
         serving = cp.ca.issue(name, server=True, ip_addresses=("127.0.0.1",))
-        self.ca_file = cp.ca_file
         self.process = cp.start_process(name, [
             str(tools.kube_scheduler()), f"--config={path}", f"--secure-port={self.port}",
             "--bind-address=127.0.0.1",
@@ -228,17 +227,20 @@ class Scheduler:
             f"--tls-private-key-file={cp.write(f'schedulers/{name}.key', serving.key_pem)}",
             f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}", *extra_args])
-        wait_until(self._healthy, f"kube-scheduler {name} to serve /healthz", timeout=60,
-                   explain=self.process.tail)
+        wait_healthy(self.process, self.port, cp.ca_file, f"kube-scheduler {name}")
 
-    def _healthy(self) -> bool:
-        if not self.process.running():
-            raise RuntimeError(f"kube-scheduler exited\n{self.process.tail()}")
+
+def wait_healthy(process, port: int, ca_file, what: str) -> None:
+    """Wait until a control-plane component serves /healthz on its loopback port."""
+    def healthy() -> bool:
+        if not process.running():
+            raise RuntimeError(f"{what} exited\n{process.tail()}")
         try:
-            return requests.get(f"https://127.0.0.1:{self.port}/healthz",
-                                verify=str(self.ca_file), timeout=2).ok
+            return requests.get(f"https://127.0.0.1:{port}/healthz", verify=str(ca_file),
+                                timeout=2).ok
         except requests.ConnectionError:
             return False
+    wait_until(healthy, f"{what} to serve /healthz", timeout=60, explain=process.tail)
 
 
 class ControllerManager:
@@ -254,7 +256,6 @@ class ControllerManager:
         self.port = free_port()
         kubeconfig = cp.kubeconfig("kube-controller-manager")
         serving = cp.ca.issue("kube-controller-manager", server=True, ip_addresses=("127.0.0.1",))
-        self.ca_file = cp.ca_file
         self.process = cp.start_process("kube-controller-manager", [
             str(tools.kube_controller_manager()), f"--kubeconfig={kubeconfig}",
             f"--authentication-kubeconfig={kubeconfig}",
@@ -265,17 +266,7 @@ class ControllerManager:
             f"--tls-private-key-file={cp.write('pki/kcm.key', serving.key_pem)}",
             # Hundreds of nodes and pods: the default client rate (20/s) would be the bottleneck.
             "--kube-api-qps=500", "--kube-api-burst=1000"])
-        wait_until(self._healthy, "kube-controller-manager to serve /healthz", timeout=60,
-                   explain=self.process.tail)
-
-    def _healthy(self) -> bool:
-        if not self.process.running():
-            raise RuntimeError(f"kube-controller-manager exited\n{self.process.tail()}")
-        try:
-            return requests.get(f"https://127.0.0.1:{self.port}/healthz",
-                                verify=str(self.ca_file), timeout=2).ok
-        except requests.ConnectionError:
-            return False
+        wait_healthy(self.process, self.port, cp.ca_file, "kube-controller-manager")
 
     def stop(self) -> None:
         self.process.stop()
