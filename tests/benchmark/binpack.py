@@ -34,7 +34,6 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "integratio
 import cluster  # noqa: E402
 import workload  # noqa: E402
 from components.binpack_scheduler import scheduler_configuration  # noqa: E402
-from components.gpu_operator import gpu_node_tolerations  # noqa: E402
 from components.settings import StackSettings  # noqa: E402
 from controlplane import ControlPlane, wait_until  # noqa: E402
 from workload import BatchJob, NodeShape, Scale, Task, Trace  # noqa: E402
@@ -386,15 +385,13 @@ def node_status_capacity(shape: NodeShape) -> dict[str, str]:
 
 def pod_template(labels: dict[str, str], task: Task, scheduler: str, settings: StackSettings,
                  restart: str = "Always") -> dict:
-    return {"metadata": {"labels": labels}, "spec": {
-        "schedulerName": scheduler,
-        "restartPolicy": restart,
-        "tolerations": gpu_node_tolerations(settings),
-        "terminationGracePeriodSeconds": 0,
-        "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {
-            "requests": {GPU: str(task.gpus), "cpu": f"{task.cpu_milli}m",
-                         "memory": f"{task.memory_mib}Mi"},
-            "limits": {GPU: str(task.gpus)}}}]}}
+    """The integration suite's GPU pod template with `task`'s requests; deleted pods go at once
+    (no grace period), as the replay has no kubelet to wait for."""
+    template = cluster.pod_template(labels, gpus=task.gpus, scheduler=scheduler,
+                                    settings=settings, cpu=f"{task.cpu_milli}m",
+                                    memory=f"{task.memory_mib}Mi")
+    template["spec"] |= {"restartPolicy": restart, "terminationGracePeriodSeconds": 0}
+    return template
 
 
 class PodWatch:
