@@ -46,7 +46,7 @@ def test_alibaba_mixes_are_the_trace_tasks(mix, counts):
             "alibaba-multigpu50": "openb_pod_list_multigpu50.csv"}[mix]
     assert Counter(t.gpus for t in workload.trace_tasks(file)) == counts
     total = sum(counts.values())
-    for gpus, share in workload.size_shares(mix).items():
+    for gpus, share in workload.size_shares(workload.MIXES[mix]).items():
         assert share == pytest.approx(counts[gpus] / total, abs=0.01)
 
 
@@ -103,6 +103,16 @@ def test_the_fragmentation_example_fits_only_when_packed():
     for gpus in [2, 2, 1, 1]:
         packing.add(gpus)
     assert packing.fits_with(2)
+
+
+@needs_trace
+def test_tasks_larger_than_any_node_are_left_out_of_the_trace():
+    g2 = workload.CLUSTERS["alibaba-g2"](1)["gpu-0000"]
+    trace = workload.generate("alibaba-multigpu50", 1, 5000, 64, 0.9, fits=workload.fits_on(g2))
+    assert all(job.task.cpu_milli <= g2.cpu_milli and job.task.memory_mib <= g2.memory_mib
+               for job in trace.jobs)
+    assert any(t.cpu_milli > g2.cpu_milli for t in workload.trace_tasks(
+        "openb_pod_list_multigpu50.csv")), "the trace has tasks no G2 node can hold"
 
 
 def test_cpu_and_memory_decide_a_fit_as_well_as_gpus():

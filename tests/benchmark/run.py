@@ -67,8 +67,10 @@ def run(args, settings) -> None:
             nodes = workload.CLUSTERS[kind](size)
             total = sum(s.gpus for s in nodes.values())
             for seed in args.seeds:
+                biggest = max(nodes.values(), key=lambda shape: shape.gpus)
                 trace = workload.generate(mix, seed, int(args.jobs_per_gpu * total), total,
-                                          args.load, args.inference_share)
+                                          args.load, args.inference_share,
+                                          fits=workload.fits_on(biggest))
                 key = {"mix": mix, "cluster": kind, "nodes": size, "gpus": total, "seed": seed,
                        "jobs": len(trace.jobs), "load": args.load,
                        "inference_share": args.inference_share}

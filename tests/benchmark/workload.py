@@ -83,12 +83,22 @@ MIXES: dict[str, Callable[[random.Random], Task]] = {
 }
 
 
-def size_shares(mix: str, draws: int = 20000, seed: int = 0) -> dict[int, float]:
-    """Share of tasks by GPUs asked for, estimated by drawing from the mix."""
+def fitting(mix: str, fits: Callable[[Task], bool]) -> Callable[[random.Random], Task]:
+    """The mix's tasks for which `fits` holds."""
+    def draw(rng: random.Random) -> Task:
+        while not fits(task := MIXES[mix](rng)):
+            pass
+        return task
+    return draw
+
+
+def size_shares(draw: Callable[[random.Random], Task], draws: int = 20000,
+                seed: int = 0) -> dict[int, float]:
+    """Share of tasks by GPUs asked for, estimated by drawing from a mix."""
     rng = random.Random(seed)
     counts: dict[int, int] = {}
     for _ in range(draws):
-        gpus = MIXES[mix](rng).gpus
+        gpus = draw(rng).gpus
         counts[gpus] = counts.get(gpus, 0) + 1
     return {g: counts[g] / draws for g in sorted(counts)}
 
@@ -161,25 +171,35 @@ class Trace:
         return sorted(events, key=lambda e: (e[0], e[1]))
 
 
-def mean_gpu_hours(mix: str, rng_seed: int = 0) -> float:
+def mean_gpu_hours(draw: Callable[[random.Random], Task]) -> float:
     # E[lognormal] = median * exp(sigma^2 / 2), averaged over the mix's sizes
     spread = math.exp(SIGMA ** 2 / 2)
     return sum(share * g * MEDIAN_HOURS[g] * spread
-               for g, share in size_shares(mix, seed=rng_seed).items())
+               for g, share in size_shares(draw).items())
+
+
+def fits_on(shape: NodeShape) -> Callable[[Task], bool]:
+    return lambda task: (task.gpus <= shape.gpus and task.cpu_milli <= shape.cpu_milli
+                         and task.memory_mib <= shape.memory_mib)
 
 
 def generate(mix: str, seed: int, jobs: int, total_gpus: int, load: float,
              inference_share: float = 0.25, services: int = 0,
-             scale_every_hours: float = 1.0) -> Trace:
+             scale_every_hours: float = 1.0,
+             fits: Callable[[Task], bool] = lambda task: True) -> Trace:
     """`jobs` batch jobs whose Poisson arrivals, with the inference replicas, offer `load` x
     `total_gpus` GPUs on average; `inference_share` of that load is inference.
 
     Each inference service scales at Poisson times (mean `scale_every_hours`) to a replica
     count drawn uniformly from 1..2m-1, m its mean share of the inference load, so the
-    inference load averages out at its share while single services swing widely."""
+    inference load averages out at its share while single services swing widely.
+
+    Tasks for which `fits` is false are drawn again: they are larger than any node of the
+    cluster (the Alibaba trace comes from a cluster with bigger nodes than G2), and no scheduler
+    could ever place them."""
     rng = random.Random(seed)
-    draw = MIXES[mix]
-    batch_rate = (1 - inference_share) * load * total_gpus / mean_gpu_hours(mix)
+    draw = fitting(mix, fits)
+    batch_rate = (1 - inference_share) * load * total_gpus / mean_gpu_hours(draw)
     t, batch = 0.0, []
     for i in range(jobs):
         t += rng.expovariate(batch_rate)
