@@ -78,6 +78,43 @@ def scheduler_configuration(settings: StackSettings) -> dict:
     }
 
 
+def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict:
+    return {"apiGroups": groups, "resources": resources, "verbs": verbs}
+
+
+READ = ["get", "list", "watch"]
+
+
+def scheduler_rules() -> list[dict]:
+    """What kube-scheduler needs to place pods, and no more: the rules of the cluster's
+    `system:kube-scheduler` role (v1.36) without its leases (kube-system/kube-scheduler and the
+    coordinated-election candidates), so the binpack scheduler can never take the cluster
+    scheduler's leadership."""
+    return [
+        _rule(["", "events.k8s.io"], ["events"], ["create", "patch", "update"]),
+        _rule([""], ["nodes", "namespaces", "services", "replicationcontrollers",
+                     "persistentvolumeclaims", "persistentvolumes"], READ),
+        # Preemption deletes lower-priority pods.
+        _rule([""], ["pods"], ["delete", *READ]),
+        _rule([""], ["bindings", "pods/binding"], ["create"]),
+        _rule([""], ["pods/status"], ["patch", "update"]),
+        _rule([""], ["pods/finalizers"], ["update"]),
+        _rule(["apps"], ["replicasets", "statefulsets"], READ),
+        _rule(["policy"], ["poddisruptionbudgets"], READ),
+        _rule(["storage.k8s.io"], ["csinodes", "csidrivers", "csistoragecapacities",
+                                   "volumeattachments"], READ),
+        # Dynamic Resource Allocation, which the scheduler serves for claims it places.
+        _rule(["resource.k8s.io"], ["deviceclasses", "resourceslices"], READ),
+        _rule(["resource.k8s.io"], ["resourceclaims"], ["create", "delete", "patch", "update",
+                                                        *READ]),
+        _rule(["resource.k8s.io"], ["resourceclaims/status"], ["patch", "update", *READ]),
+        _rule(["resource.k8s.io"], ["resourceclaims/binding"], ["patch", "update"]),
+        # Delegated authentication and authorization of callers of its secure port.
+        _rule(["authentication.k8s.io"], ["tokenreviews"], ["create"]),
+        _rule(["authorization.k8s.io"], ["subjectaccessreviews"], ["create"]),
+    ]
+
+
 def rbac_objects(settings: StackSettings) -> list[dict]:
     sched = settings.scheduler
     account = {"kind": "ServiceAccount", "name": sched.name, "namespace": sched.namespace}
@@ -92,12 +129,14 @@ def rbac_objects(settings: StackSettings) -> list[dict]:
                             "name": role},
                 "subjects": [account]}
 
+    cluster_role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                    "metadata": {"name": sched.name, "labels": meta_labels},
+                    "rules": scheduler_rules()}
     objects = [
         {"apiVersion": "v1", "kind": "ServiceAccount",
          "metadata": {"name": sched.name, "namespace": sched.namespace, "labels": meta_labels}},
-        # The permissions of the cluster's own scheduler: read pods and nodes, bind pods, events.
-        binding("ClusterRoleBinding", f"{sched.name}:kube-scheduler", "ClusterRole",
-                "system:kube-scheduler"),
+        cluster_role,
+        binding("ClusterRoleBinding", sched.name, "ClusterRole", sched.name),
         # Binding pods that use PersistentVolumeClaims.
         binding("ClusterRoleBinding", f"{sched.name}:volume-scheduler", "ClusterRole",
                 "system:volume-scheduler"),
@@ -106,7 +145,7 @@ def rbac_objects(settings: StackSettings) -> list[dict]:
                 "Role", "extension-apiserver-authentication-reader", "kube-system"),
     ]
     if leader_elect(settings):
-        # system:kube-scheduler only covers the lease named kube-scheduler in kube-system.
+        # Its own lease only, never the cluster scheduler's (kube-system/kube-scheduler).
         role_name = f"{sched.name}:leader-election"
         objects += [
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",

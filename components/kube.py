@@ -26,9 +26,12 @@ _KINDS = {
     ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
     ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): k8s.rbac.v1.ClusterRole,
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): k8s.rbac.v1.ClusterRoleBinding,
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"):
         k8s.admissionregistration.v1.ValidatingWebhookConfiguration,
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"):
+        k8s.admissionregistration.v1.MutatingWebhookConfiguration,
 }
 
 _FIELD_ARGS = {"roleRef": "role_ref", "stringData": "string_data"}

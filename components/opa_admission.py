@@ -1,5 +1,6 @@
-"""OPA admission: OPA with kube-mgmt behind a validating webhook that refuses GPU pods which do
-not use the binpack scheduler.
+"""OPA admission: OPA with kube-mgmt behind a validating webhook (and, in the mutate and audit
+modes, a mutating one) that keeps every GPU, and every place on a GPU node, behind the binpack
+scheduler. The rules are in `policy/admission/gpu_scheduler.rego`; README lists them.
 
 OPA serves the webhook over TLS (a CA and a serving certificate made by pulumi-tls) and listens
 in plain HTTP on localhost only, for kube-mgmt in the same pod. kube-mgmt loads the admission
@@ -19,7 +20,8 @@ import pulumi_random as random
 import pulumi_tls as tls
 
 from . import kube
-from .settings import StackSettings
+from .settings import (AUDIT_LABEL, DAEMONSET_CONTROLLERS, NVIDIA_DEVICE_CLASS_SUFFIX,
+                       StackSettings, Taint)
 
 COMPONENT = "admission"
 POLICY_DIR = Path(__file__).resolve().parent.parent / "policy"
@@ -30,10 +32,12 @@ WEBHOOK_PORT = 8443        # TLS, for the API server
 LOCAL_PORT = 8181          # plain HTTP on 127.0.0.1, for kube-mgmt
 DIAGNOSTIC_PORT = 8282     # /health and /metrics, for probes and Prometheus
 
-# The rule the webhook asks for: data.gpuplatform.admission.review in
-# policy/admission/gpu_scheduler.rego. /v0/data takes the AdmissionReview as input and returns
-# the rule's value as the response body.
+# The rules the webhooks ask for: data.gpuplatform.admission.review (validating) and .mutation
+# (mutating) in policy/admission/gpu_scheduler.rego. /v0/data takes the AdmissionReview as input
+# and returns the rule's value as the response body.
 DECISION_PATH = ("v0", "data", "gpuplatform", "admission", "review")
+MUTATION_PATH = ("v0", "data", "gpuplatform", "admission", "mutation")
+VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 
 # kube-mgmt loads ConfigMaps with these labels; data lands at data.<namespace>.<name>.<key>.
 POLICY_LABEL = ("openpolicyagent.org/policy", "rego")
@@ -63,16 +67,27 @@ def rego_files(subdir: str) -> dict[str, str]:
 
 def policy_params(settings: StackSettings) -> dict:
     """The admission policy's parameters, as the policy reads them (data ... params.json)."""
+    adm = settings.admission
     return {
+        "mode": adm.mode,
         "schedulerName": settings.scheduler.name,
-        "gpuResourceNames": list(settings.admission.gpu_resource_names),
+        "gpuResourceNames": list(adm.gpu_resource_names),
         "exemptNamespaces": settings.exempt_namespaces,
+        "gpuNodeNames": list(settings.gpu_nodes.names),
+        # The first taint keeps other pods off GPU nodes; GPU pods need to tolerate them all.
+        "gpuTaints": [{**taint.as_manifest(), "value": taint.value, "text": str(taint),
+                       "toleration": taint.toleration()} for taint in settings.gpu_nodes.taints],
+        "gpuRuntimeClasses": list(adm.nvidia_runtime_classes),
+        "daemonSetControllers": list(DAEMONSET_CONTROLLERS),
+        "auditLabel": AUDIT_LABEL,
+        "draDeviceClassSuffixes": [NVIDIA_DEVICE_CLASS_SUFFIX],
     }
 
 
 def server_data(token: str) -> str:
     """data.opa_server for the authorization policy."""
-    return json.dumps({"kube_mgmt_token": token, "admission_decision_path": list(DECISION_PATH)})
+    return json.dumps({"kube_mgmt_token": token,
+                       "admission_decision_paths": [list(DECISION_PATH), list(MUTATION_PATH)]})
 
 
 def service_dns_names(settings: StackSettings) -> list[str]:
@@ -87,19 +102,72 @@ def _cel_matches(names: Sequence[str]) -> str:
     return " || ".join(tests)
 
 
+def _cel_list(values: Sequence[str]) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def _cel_any_container(test: str, pod: str = "object") -> str:
+    lists = [f"{pod}.spec.containers",
+             f"(has({pod}.spec.initContainers) ? {pod}.spec.initContainers : [])",
+             f"(has({pod}.spec.ephemeralContainers) ? {pod}.spec.ephemeralContainers : [])"]
+    return " || ".join(f"{lst}.exists(c, {test})" for lst in lists)
+
+
+def _cel_tolerates(taint: Taint, pod: str) -> str:
+    """True when a toleration of the pod matches the taint, as kube-scheduler matches them."""
+    effect = f"(!has(t.effect) || t.effect == '' || t.effect == '{taint.effect}')"
+    operator = "(has(t.operator) ? t.operator : 'Equal')"
+    key = "(has(t.key) ? t.key : '')"
+    value = "(has(t.value) ? t.value : '')"
+    match = (f"({key} == '' && {operator} == 'Exists') || ({key} == '{taint.key}' && "
+             f"({operator} == 'Exists' || ({operator} == 'Equal' && {value} == '{taint.value}')))")
+    return f"(has({pod}.spec.tolerations) && {pod}.spec.tolerations.exists(t, {effect} && ({match})))"
+
+
 def gpu_request_condition(settings: StackSettings) -> str:
-    """CEL for the webhook's matchConditions: true when any container, init container or
-    ephemeral container names a guarded GPU resource in its requests or limits. Pods without
-    GPUs are never sent to OPA, so OPA being down cannot block them."""
+    """CEL: true when any container, init container or ephemeral container names a guarded GPU
+    resource in its requests or limits."""
     match = _cel_matches(settings.admission.gpu_resource_names)
-    per_container = (
+    return _cel_any_container(
         "has(c.resources) && ("
         f"(has(c.resources.requests) && c.resources.requests.exists(r, {match})) || "
         f"(has(c.resources.limits) && c.resources.limits.exists(r, {match})))")
-    lists = ["object.spec.containers",
-             "(has(object.spec.initContainers) ? object.spec.initContainers : [])",
-             "(has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])"]
-    return " || ".join(f"{lst}.exists(c, {per_container})" for lst in lists)
+
+
+def pod_condition(settings: StackSettings) -> str:
+    """CEL for the pod webhooks' matchConditions: true for exactly the requests a rule of the
+    policy can be about, so that pods which cannot break a rule never wait for OPA (and OPA
+    being down cannot block them).
+
+    CREATE: GPU pods; pods bound to a GPU node by name; pods that tolerate the GPU node taint
+    (except a DaemonSet's, created by the DaemonSet controller); pods that set
+    NVIDIA_VISIBLE_DEVICES or name an NVIDIA RuntimeClass. UPDATE: a toleration of the GPU taint
+    added. Ephemeral containers added that set NVIDIA_VISIBLE_DEVICES or run privileged."""
+    adm = settings.admission
+    taint = settings.gpu_nodes.taint
+    visible_devices = f"has(c.env) && c.env.exists(e, e.name == '{VISIBLE_DEVICES_ENV}')"
+    daemonset_pod = (
+        f"request.userInfo.username in {_cel_list(DAEMONSET_CONTROLLERS)} && "
+        "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
+        "o.kind == 'DaemonSet' && has(o.controller) && o.controller)")
+    on_create = " || ".join([
+        f"({gpu_request_condition(settings)})",
+        f"(has(object.spec.nodeName) && object.spec.nodeName in "
+        f"{_cel_list(settings.gpu_nodes.names)})",
+        f"({_cel_tolerates(taint, 'object')} && !({daemonset_pod}))",
+        f"({_cel_any_container(visible_devices)})",
+        f"(has(object.spec.runtimeClassName) && object.spec.runtimeClassName in "
+        f"{_cel_list(adm.nvidia_runtime_classes)})",
+    ])
+    toleration_added = (f"{_cel_tolerates(taint, 'object')} && "
+                        f"!{_cel_tolerates(taint, 'oldObject')}")
+    debug_container = (
+        "has(object.spec.ephemeralContainers) && object.spec.ephemeralContainers.exists(c, "
+        f"({visible_devices}) || (has(c.securityContext) && "
+        "has(c.securityContext.privileged) && c.securityContext.privileged))")
+    return (f"request.operation == 'CREATE' ? ({on_create}) : "
+            f"(has(request.subResource) && request.subResource == 'ephemeralcontainers' ? "
+            f"({debug_container}) : ({toleration_added}))")
 
 
 def _meta(settings: StackSettings, name: str, extra_labels: Optional[dict] = None) -> dict:
@@ -278,34 +346,73 @@ def service(settings: StackSettings) -> dict:
     }
 
 
-def webhook_configuration(settings: StackSettings, ca_bundle: Any) -> dict:
+def _webhook(settings: StackSettings, name: str, path: Sequence[str], ca_bundle: Any,
+             rules: list[dict], match_conditions: list[dict]) -> dict:
     adm = settings.admission
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": "gpu-platform-admission",
-                     "labels": kube.labels(SERVICE, COMPONENT)},
-        "webhooks": [{
-            "name": adm.webhook_name,
-            "admissionReviewVersions": ["v1"],
-            "sideEffects": "None",
-            "failurePolicy": adm.failure_policy,
-            "timeoutSeconds": adm.timeout_seconds,
-            "matchPolicy": "Equivalent",
-            "clientConfig": {
-                "caBundle": ca_bundle,
-                "service": {"name": SERVICE, "namespace": adm.namespace, "port": SERVICE_PORT,
-                            "path": "/" + "/".join(DECISION_PATH)},
-            },
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                       "resources": ["pods"], "scope": "Namespaced"}],
-            "namespaceSelector": {"matchExpressions": [{
-                "key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                "values": settings.exempt_namespaces}]},
-            "matchConditions": [{"name": "requests-gpu",
-                                 "expression": gpu_request_condition(settings)}],
-        }],
+    webhook = {
+        "name": name,
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "failurePolicy": adm.failure_policy,
+        "timeoutSeconds": adm.timeout_seconds,
+        "matchPolicy": "Equivalent",
+        "clientConfig": {
+            "caBundle": ca_bundle,
+            "service": {"name": SERVICE, "namespace": adm.namespace, "port": SERVICE_PORT,
+                        "path": "/" + "/".join(path)},
+        },
+        "rules": rules,
+        "namespaceSelector": {"matchExpressions": [{
+            "key": "kubernetes.io/metadata.name", "operator": "NotIn",
+            "values": settings.exempt_namespaces}]},
     }
+    if match_conditions:
+        webhook["matchConditions"] = match_conditions
+    return webhook
+
+
+def _configuration(kind: str, name: str, webhooks: list[dict]) -> dict:
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+            "metadata": {"name": name, "labels": kube.labels(SERVICE, COMPONENT)},
+            "webhooks": webhooks}
+
+
+def _pod_rules(*operations: str) -> dict:
+    return {"apiGroups": [""], "apiVersions": ["v1"], "operations": list(operations),
+            "resources": ["pods"], "scope": "Namespaced"}
+
+
+def webhook_configuration(settings: StackSettings, ca_bundle: Any) -> dict:
+    """The validating webhooks, in every mode: pods (created, tolerations added, ephemeral
+    containers added) and DRA claims (any version of resource.k8s.io the cluster serves)."""
+    adm = settings.admission
+    pods = _webhook(
+        settings, adm.webhook_name, DECISION_PATH, ca_bundle,
+        [_pod_rules("CREATE", "UPDATE"),
+         {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+          "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"}],
+        [{"name": "gpu-relevant", "expression": pod_condition(settings)}])
+    claims = _webhook(
+        settings, f"dra.{adm.webhook_name}", DECISION_PATH, ca_bundle,
+        [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["*"],
+          "operations": ["CREATE", "UPDATE"],
+          "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"}], [])
+    return _configuration("ValidatingWebhookConfiguration", "gpu-platform-admission",
+                          [pods, claims])
+
+
+def mutating_webhook_configuration(settings: StackSettings, ca_bundle: Any) -> Optional[dict]:
+    """mutate and audit modes: the mutating webhook, on pod CREATE only (what it can fix or label
+    is set at creation). Reinvoked if a later webhook changes the pod; the patch it computes
+    then is empty."""
+    adm = settings.admission
+    if adm.mode == "enforce":
+        return None
+    webhook = _webhook(settings, adm.mutating_webhook_name, MUTATION_PATH, ca_bundle,
+                       [_pod_rules("CREATE")],
+                       [{"name": "gpu-relevant", "expression": pod_condition(settings)}])
+    webhook["reinvocationPolicy"] = "IfNeeded"
+    return _configuration("MutatingWebhookConfiguration", "gpu-platform-admission", [webhook])
 
 
 class OpaAdmission(pulumi.ComponentResource):
@@ -356,11 +463,13 @@ class OpaAdmission(pulumi.ComponentResource):
                             *secret_resources.values()])
         pdb = kube.declare(kube.pod_disruption_budget(SERVICE, adm.namespace, COMPONENT), self,
                            after_namespace)
-        self.webhook = kube.declare(
-            webhook_configuration(settings, self.ca.cert_pem.apply(kube.base64_text)), self,
-            [opa, svc, pdb, *config_maps.values(), *secret_resources.values(), *(after or [])])
+        ca_bundle = self.ca.cert_pem.apply(kube.base64_text)
+        ready = [opa, svc, pdb, *config_maps.values(), *secret_resources.values(), *(after or [])]
+        self.webhook = kube.declare(webhook_configuration(settings, ca_bundle), self, ready)
+        if mutating := mutating_webhook_configuration(settings, ca_bundle):
+            kube.declare(mutating, self, ready)
 
         self.webhook_name = adm.webhook_name
         self.ca_certificate = self.ca.cert_pem
-        self.register_outputs({"webhookName": self.webhook_name,
+        self.register_outputs({"webhookName": self.webhook_name, "mode": adm.mode,
                                "caCertificate": self.ca_certificate})

@@ -29,6 +29,23 @@ CONFIG_NAMESPACE = "gpu-platform"
 GPU_RESOURCE = "nvidia.com/gpu"
 # MIG slices are advertised as nvidia.com/mig-<profile> (mixed strategy).
 MIG_RESOURCE_PATTERN = "nvidia.com/mig-*"
+# Everything NVIDIA's device plugins advertise: whole GPUs, shared GPUs renamed to
+# nvidia.com/gpu.shared, MIG slices (shared or not), vGPU types and passthrough devices.
+NVIDIA_RESOURCES = "nvidia.com/*"
+# Device classes of NVIDIA's Dynamic Resource Allocation driver (gpu.nvidia.com,
+# mig.nvidia.com, compute-domain-*.nvidia.com) end in this.
+NVIDIA_DEVICE_CLASS_SUFFIX = "nvidia.com"
+# Who creates a DaemonSet's pods: the controller-manager's DaemonSet controller, with its own
+# ServiceAccount (--use-service-account-credentials) or with the controller-manager's identity.
+DAEMONSET_CONTROLLERS = ("system:serviceaccount:kube-system:daemon-set-controller",
+                         "system:kube-controller-manager")
+# In audit mode, pods admitted against the rules carry this label (value "violation").
+AUDIT_LABEL = "gpu-platform.io/admission-audit"
+
+
+def resource_matches(name: str, pattern: str) -> bool:
+    """Whether a resource name matches a guarded name or prefix pattern (trailing *)."""
+    return name.startswith(pattern[:-1]) if pattern.endswith("*") else name == pattern
 
 
 def mig_resource(profile: str) -> str:
@@ -541,17 +558,27 @@ class AdmissionSettings(Model):
         default_factory=lambda: ImageSettings(repository="openpolicyagent/kube-mgmt",
                                               tag="11.0.7"),
         description="kube-mgmt image (pinned).")
+    mode: Literal["enforce", "mutate", "audit"] = Field(
+        default="enforce",
+        description="enforce: refuse pods that break a rule. mutate: set the scheduler and the "
+                    "GPU tolerations on GPU pods that lack them, refuse what cannot be fixed. "
+                    "audit: admit, with a warning to the user and a label the dashboard counts.")
     gpu_resource_names: list[str] = Field(
-        default_factory=lambda: [GPU_RESOURCE, MIG_RESOURCE_PATTERN],
+        default_factory=lambda: [NVIDIA_RESOURCES],
         min_length=1,
         description="Resources that make a pod a GPU pod; a trailing * matches a prefix.")
+    nvidia_runtime_classes: list[str] = Field(
+        default_factory=lambda: ["nvidia", "nvidia-cdi", "nvidia-legacy"],
+        description="RuntimeClasses of the NVIDIA container runtime (the GPU Operator creates "
+                    "these); a pod that names one must request a GPU.")
     exempt_namespaces: list[str] = Field(
         default_factory=list,
         description="Namespaces whose pods are never checked (kube-system, the admission and "
                     "GPU Operator namespaces always are).")
     failure_policy: Literal["Fail", "Ignore"] = Field(
         default="Fail",
-        description="What the API server does with a GPU pod when OPA cannot answer.")
+        description="What the API server does with a GPU pod when OPA cannot answer (default: "
+                    "Fail; Ignore in audit mode).")
     timeout_seconds: int = Field(default=5, ge=1, le=30,
                                  description="Webhook call timeout, seconds (1..30).")
     decision_logs: bool = Field(default=False,
@@ -560,6 +587,36 @@ class AdmissionSettings(Model):
                                              description="Webhook TLS.")
 
     _check_namespace = field_validator("namespace")(classmethod(lambda cls, v: _dns_label(v)))
+
+    @model_validator(mode="before")
+    @classmethod
+    def audit_defaults_to_ignore(cls, data: Any) -> Any:
+        # Audit admits every pod; an OPA outage must not refuse one either.
+        if isinstance(data, dict) and data.get("mode") == "audit" and not (
+                {"failurePolicy", "failure_policy"} & data.keys()):
+            return {**data, "failurePolicy": "Ignore"}
+        return data
+
+    @model_validator(mode="after")
+    def mode_fits_failure_policy(self) -> "AdmissionSettings":
+        if self.mode == "audit" and self.failure_policy == "Fail":
+            raise Invalid("audit mode admits every pod, but with Fail an OPA outage would refuse "
+                          "GPU pods", "Ignore (the default in audit mode), or mode enforce or "
+                          "mutate", at=("failurePolicy",), value="Fail", has_value=True)
+        return self
+
+    @property
+    def mutating_webhook_name(self) -> str:
+        return f"mutate.{self.webhook_name}"
+
+    @field_validator("nvidia_runtime_classes")
+    @classmethod
+    def runtime_classes_are_names(cls, names: list[str]) -> list[str]:
+        for index, name in enumerate(names):
+            if not is_dns_subdomain(name):
+                raise Invalid("not a RuntimeClass name", "DNS-1123 subdomains such as nvidia",
+                              at=(index,), value=name, has_value=True)
+        return names
 
     @field_validator("webhook_name")
     @classmethod
@@ -574,12 +631,12 @@ class AdmissionSettings(Model):
     @classmethod
     def resource_patterns(cls, names: list[str]) -> list[str]:
         for index, name in enumerate(names):
-            base = name[:-1] if name.endswith("*") else name
-            if "*" in base or not base or "/" not in base or not is_qualified_name(
-                    base.rstrip("-.") or "x"):
+            # A prefix is valid when some name could complete it.
+            example = name[:-1] + "x" if name.endswith("*") else name
+            if "*" in example or "/" not in example or not is_qualified_name(example):
                 raise Invalid("not an extended resource name or prefix",
                               "a name such as nvidia.com/gpu, or a prefix ending in * such as "
-                              "nvidia.com/mig-*", at=(index,), value=name, has_value=True)
+                              "nvidia.com/* or nvidia.com/mig-*", at=(index,), value=name, has_value=True)
         return names
 
     @field_validator("exempt_namespaces")
@@ -711,7 +768,8 @@ class StackSettings(Model):
     @model_validator(mode="after")
     def scheduler_scores_gpus(self) -> "StackSettings":
         scored = {r.name for r in self.scheduler.scoring_strategy.resources}
-        if not scored & set(self.admission.gpu_resource_names):
+        if not any(resource_matches(name, pattern) for name in scored
+                   for pattern in self.admission.gpu_resource_names):
             raise Invalid("the binpack scheduler must score GPUs to pack them",
                           f"a resource list that includes {GPU_RESOURCE}",
                           at=("scheduler", "scoringStrategy", "resources"),

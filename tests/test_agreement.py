@@ -12,7 +12,7 @@ import yaml
 import harness
 import tools
 from components import binpack_scheduler, gpu_operator, opa_admission
-from components.settings import GPU_RESOURCE, load_settings
+from components.settings import GPU_RESOURCE, load_settings, resource_matches
 from test_settings import raw, with_changes
 
 K8S = "kubernetes:"
@@ -172,7 +172,8 @@ def test_scheduler_scores_the_gpu_resource_the_policy_guards(run):
     profile = scheduler_profile(recording, settings)
     strategy = profile["profiles"][0]["pluginConfig"][0]["args"]["scoringStrategy"]
     assert GPU_RESOURCE in [r["name"] for r in strategy["resources"]]
-    assert GPU_RESOURCE in policy_params(recording, settings)["gpuResourceNames"]
+    assert any(resource_matches(GPU_RESOURCE, pattern)
+               for pattern in policy_params(recording, settings)["gpuResourceNames"])
 
 
 def test_scheduler_image_follows_the_kubernetes_version(run):

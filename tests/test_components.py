@@ -199,12 +199,15 @@ def assert_restricted(pod: dict, container: dict):
     assert security["readOnlyRootFilesystem"] is True
 
 
-def test_scheduler_rbac_uses_the_cluster_scheduler_roles():
+def test_scheduler_has_a_role_of_its_own_that_grants_no_lease_cluster_wide():
+    objects = binpack_scheduler.rbac_objects(settings_of(scheduler={"replicas": 2}))
     refs = {(o["kind"], o["roleRef"]["name"], o["metadata"].get("namespace"))
-            for o in binpack_scheduler.rbac_objects(DEFAULT) if "roleRef" in o}
-    assert ("ClusterRoleBinding", "system:kube-scheduler", None) in refs
-    assert ("ClusterRoleBinding", "system:volume-scheduler", None) in refs
-    assert ("RoleBinding", "extension-apiserver-authentication-reader", "kube-system") in refs
+            for o in objects if "roleRef" in o}
+    assert ("ClusterRoleBinding", "system:kube-scheduler", None) not in refs
+    (cluster_role,) = [o for o in objects if o["kind"] == "ClusterRole"]
+    assert not [r for r in cluster_role["rules"] if "coordination.k8s.io" in r["apiGroups"]]
+    (lease_role,) = [o for o in objects if o["kind"] == "Role"]
+    assert lease_role["metadata"]["namespace"] == "gpu-scheduler"
 
 
 # --- OPA admission ----------------------------------------------------------------------------
@@ -252,15 +255,23 @@ def test_policy_config_map_ships_the_policy_files_but_not_their_tests():
     assert set(server["data"]) == {"authz.rego", "health.rego"}
 
 
-def test_webhook_guards_pod_creation_only():
-    webhook = opa_admission.webhook_configuration(
-        settings_of(admission={"failurePolicy": "Ignore", "timeoutSeconds": 3}), "Q0E=")
-    (hook,) = webhook["webhooks"]
-    assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                              "resources": ["pods"], "scope": "Namespaced"}]
-    assert hook["sideEffects"] == "None"
-    assert (hook["failurePolicy"], hook["timeoutSeconds"]) == ("Ignore", 3)
-    assert hook["admissionReviewVersions"] == ["v1"]
+@pytest.mark.parametrize("mode, mutating", [("enforce", False), ("mutate", True),
+                                             ("audit", True)])
+def test_each_mode_registers_its_webhooks_with_the_settings(mode, mutating):
+    settings = settings_of(admission={"mode": mode, "failurePolicy": "Ignore",
+                                      "timeoutSeconds": 3})
+    validating = opa_admission.webhook_configuration(settings, "Q0E=")
+    mutation = opa_admission.mutating_webhook_configuration(settings, "Q0E=")
+    assert (mutation is not None) == mutating
+    hooks = validating["webhooks"] + (mutation["webhooks"] if mutation else [])
+    for hook in hooks:
+        assert hook["sideEffects"] == "None"
+        assert (hook["failurePolicy"], hook["timeoutSeconds"]) == ("Ignore", 3)
+        assert hook["clientConfig"]["caBundle"] == "Q0E="
+    paths = {hook["clientConfig"]["service"]["path"] for hook in hooks}
+    assert paths == ({"/v0/data/gpuplatform/admission/review",
+                      "/v0/data/gpuplatform/admission/mutation"} if mutating
+                     else {"/v0/data/gpuplatform/admission/review"})
 
 
 def test_certificates_renew_early_as_configured(example_run):

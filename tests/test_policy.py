@@ -2,15 +2,18 @@
 and parameters exactly as the program puts them in its ConfigMaps, and the webhook's
 matchConditions run in a real CEL engine."""
 
+import base64
 import json
 import subprocess
 from pathlib import Path
 
 import celpy
+import jsonpatch
 import pytest
 
 import harness
 from components import opa_admission
+from components.settings import AUDIT_LABEL
 
 K8S = "kubernetes:"
 POLICY = harness.ROOT / "policy"
@@ -19,25 +22,29 @@ BINPACK = "gpu-binpack-scheduler"
 
 @pytest.fixture(scope="module")
 def deployed(example_run, example_settings, tmp_path_factory):
-    """The policy files, OPA data and decision query as kube-mgmt would load them from the
-    example stack's ConfigMaps."""
+    """The policy files, OPA data and decision queries as kube-mgmt would load them from the
+    example stack's ConfigMaps, and the webhooks as the API server would call them."""
     ns = example_settings.admission.namespace
     policy_map = example_run.one(f"{K8S}core/v1:ConfigMap",
                                  f"{ns}/{opa_admission.POLICY_CONFIGMAP}").inputs
     params_map = example_run.one(f"{K8S}core/v1:ConfigMap",
                                  f"{ns}/{opa_admission.PARAMS_CONFIGMAP}").inputs
-    directory = tmp_path_factory.mktemp("policy")
-    for name, text in policy_map["data"].items():
-        (directory / name).write_text(text)
-    data = {ns: {params_map["metadata"]["name"]: {
-        key: json.loads(value) for key, value in params_map["data"].items()}}}
-    (directory / "data.json").write_text(json.dumps(data))
-    webhook = example_run.one(
+    params = json.loads(params_map["data"][opa_admission.PARAMS_KEY])
+    dirs = {}
+    for mode in ("enforce", "mutate", "audit"):
+        directory = dirs[mode] = tmp_path_factory.mktemp(f"policy-{mode}")
+        for name, text in policy_map["data"].items():
+            (directory / name).write_text(text)
+        data = {ns: {params_map["metadata"]["name"]: {
+            opa_admission.PARAMS_KEY: {**params, "mode": mode}}}}
+        (directory / "data.json").write_text(json.dumps(data))
+    validating = example_run.one(
         f"{K8S}admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
-        "gpu-platform-admission").inputs["webhooks"][0]
-    path = webhook["clientConfig"]["service"]["path"].strip("/").split("/")
+        "gpu-platform-admission").inputs["webhooks"]
+    path = validating[0]["clientConfig"]["service"]["path"].strip("/").split("/")
     assert path[:2] == ["v0", "data"]
-    return {"dir": directory, "query": "data." + ".".join(path[2:]), "webhook": webhook}
+    return {"dir": dirs["enforce"], "dirs": dirs, "query": "data." + ".".join(path[2:]),
+            "webhook": validating[0], "webhooks": validating, "settings": example_settings}
 
 
 def evaluate(opa_bin: Path, policy_dir: Path, query: str, request) -> object:
@@ -49,42 +56,86 @@ def evaluate(opa_bin: Path, policy_dir: Path, query: str, request) -> object:
     return results[0]["expressions"][0]["value"] if results else None
 
 
+def decide(opa_bin, deployed, request_, mode="enforce", rule="review") -> dict:
+    """The AdmissionReview response the webhook calling `rule` gets in `mode`."""
+    query = deployed["query"].rsplit(".", 1)[0] + "." + rule
+    decision = evaluate(opa_bin, deployed["dirs"][mode], query, request_)
+    assert decision["apiVersion"] == "admission.k8s.io/v1"
+    assert decision["kind"] == "AdmissionReview"
+    assert decision["response"]["uid"] == request_["request"]["uid"]
+    return decision["response"]
+
+
+USER = "alice@example.com"
+DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
+
+
 def review(spec=None, *, namespace="team-a", operation="CREATE", kind="Pod", group="",
-           name="train-0", generate_name=None, uid="3b9f-41d2"):
-    metadata = {"namespace": namespace}
+           name="train-0", generate_name=None, uid="3b9f-41d2", old_spec=None,
+           sub_resource=None, user=USER, metadata=None):
+    meta = {"namespace": namespace, **(metadata or {})}
     if name:
-        metadata["name"] = name
+        meta["name"] = name
     if generate_name:
-        metadata["generateName"] = generate_name
+        meta["generateName"] = generate_name
     request = {"uid": uid, "operation": operation, "namespace": namespace,
                "kind": {"group": group, "version": "v1", "kind": kind},
-               "object": None if spec is None else {"metadata": metadata, "spec": spec}}
+               "userInfo": {"username": user},
+               "object": None if spec is None else {"metadata": meta, "spec": spec}}
+    if old_spec is not None:
+        request["oldObject"] = {"metadata": meta, "spec": old_spec}
+    if sub_resource:
+        request["subResource"] = sub_resource
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 
 
-def container(name="main", requests=None, limits=None):
+def container(name="main", requests=None, limits=None, env=None, privileged=None):
     resources = {}
     if requests:
         resources["requests"] = requests
     if limits:
         resources["limits"] = limits
-    return {"name": name, "image": "trainer:1", "resources": resources}
+    c = {"name": name, "image": "trainer:1", "resources": resources}
+    if env:
+        c["env"] = env
+    if privileged is not None:
+        c["securityContext"] = {"privileged": privileged}
+    return c
 
 
 GPU = {"nvidia.com/gpu": "1"}
 MIG = {"nvidia.com/mig-1g.10gb": "1"}
 CPU = {"cpu": "2", "memory": "4Gi"}
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
+                  "effect": "NoSchedule"}
+DAEMONSET_OWNER = {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
+                                        "name": "node-exporter", "uid": "d1", "controller": True}]}
 
-# (case, AdmissionReview, allowed, fragments the refusal message must contain)
+
+def binpack(*containers, **spec):
+    return {"schedulerName": BINPACK, "tolerations": [GPU_TOLERATION],
+            "containers": list(containers), **spec}
+
+
+def claim(spec, kind="ResourceClaim"):
+    return review(spec if kind == "ResourceClaim" else {"spec": spec}, kind=kind,
+                  group="resource.k8s.io", name="gpus")
+
+
+def requests_of(*requests):
+    return {"devices": {"requests": list(requests)}}
+
+
+# (case, AdmissionReview, allowed in enforce mode, fragments the refusal message must contain)
 CASES = [
+    # the scheduler
     ("gpu limit on the default scheduler", review({"containers": [container(limits=GPU)]}),
      False, ['pod "team-a/train-0"', 'container "main"', "nvidia.com/gpu",
              'spec.schedulerName is "default-scheduler"',
              f"must set spec.schedulerName: {BINPACK}"]),
     ("gpu request without limit", review({"containers": [container(requests=GPU)]}),
      False, ['container "main" requests nvidia.com/gpu']),
-    ("gpu pod on the binpack scheduler",
-     review({"schedulerName": BINPACK, "containers": [container(limits=GPU)]}), True, []),
+    ("gpu pod on the binpack scheduler", review(binpack(container(limits=GPU))), True, []),
     ("gpu pod on another scheduler",
      review({"schedulerName": "volcano", "containers": [container(limits=GPU)]}),
      False, ['spec.schedulerName is "volcano"']),
@@ -101,14 +152,120 @@ CASES = [
      False, ['ephemeral container "debug" requests nvidia.com/gpu']),
     ("mig slice on the default scheduler", review({"containers": [container(limits=MIG)]}),
      False, ['requests nvidia.com/mig-1g.10gb']),
-    ("mig slice on the binpack scheduler",
-     review({"schedulerName": BINPACK, "containers": [container(limits=MIG)]}), True, []),
+    ("mig slice on the binpack scheduler", review(binpack(container(limits=MIG))), True, []),
     ("two offending containers named",
      review({"containers": [container("a", limits=GPU), container("b", requests=MIG)]}),
      False, ['container "a"', 'container "b"']),
     ("generated name", review({"containers": [container(limits=GPU)]}, name=None,
                               generate_name="job-"),
      False, ['pod "team-a/job-*"']),
+    # renamed and other NVIDIA resources
+    ("time-sliced GPU renamed to nvidia.com/gpu.shared",
+     review({"containers": [container(limits={"nvidia.com/gpu.shared": "1"})]}),
+     False, ["requests nvidia.com/gpu.shared"]),
+    ("shared MIG slice", review({"containers": [container(
+        limits={"nvidia.com/mig-1g.10gb.shared": "1"})]}),
+     False, ["requests nvidia.com/mig-1g.10gb.shared"]),
+    ("vGPU type", review({"containers": [container(limits={"nvidia.com/GRID_A100-4C": "1"})]}),
+     False, ["requests nvidia.com/GRID_A100-4C"]),
+    ("passthrough GPU", review({"containers": [container(
+        limits={"nvidia.com/GA102GL_A10": "1"})]}),
+     False, ["requests nvidia.com/GA102GL_A10"]),
+    # spec.nodeName
+    ("gpu pod naming its node",
+     review(binpack(container(limits=GPU), nodeName="gpu-node-1")),
+     False, ['spec.nodeName "gpu-node-1" skips the scheduler', "remove spec.nodeName"]),
+    ("gpu pod naming a cpu node",
+     review(binpack(container(limits=GPU), nodeName="cpu-node-1")),
+     False, ['spec.nodeName "cpu-node-1" skips the scheduler']),
+    ("cpu pod naming a gpu node",
+     review({"nodeName": "gpu-node-2", "containers": [container(requests=CPU)]}),
+     False, ['spec.nodeName "gpu-node-2" skips the scheduler', "it is a GPU node"]),
+    ("cpu pod naming a cpu node",
+     review({"nodeName": "cpu-node-1", "containers": [container(requests=CPU)]}), True, []),
+    # GPU nodes are for GPU pods
+    ("cpu pod tolerating the gpu taint",
+     review({"tolerations": [GPU_TOLERATION], "containers": [container(requests=CPU)]}),
+     False, ["requests no GPU but tolerates the GPU node taint nvidia.com/gpu=present:NoSchedule"]),
+    ("cpu pod tolerating every taint",
+     review({"tolerations": [{"operator": "Exists"}], "containers": [container()]}),
+     False, ["tolerates the GPU node taint"]),
+    ("cpu pod tolerating the gpu key with Exists",
+     review({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+             "containers": [container()]}), False, ["tolerates the GPU node taint"]),
+    ("cpu pod tolerating the gpu key for NoExecute only",
+     review({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
+                              "effect": "NoExecute"}], "containers": [container()]}), True, []),
+    ("cpu pod tolerating another value",
+     review({"tolerations": [{**GPU_TOLERATION, "value": "absent"}],
+             "containers": [container()]}), True, []),
+    ("daemonset pod from the daemonset controller",
+     review({"tolerations": [{"operator": "Exists"}], "containers": [container()]},
+            user=DAEMONSET_CONTROLLER, metadata=DAEMONSET_OWNER), True, []),
+    ("pod claiming a daemonset owner, made by a user",
+     review({"tolerations": [{"operator": "Exists"}], "containers": [container()]},
+            metadata=DAEMONSET_OWNER), False, ["tolerates the GPU node taint"]),
+    ("update adding the gpu toleration to a cpu pod",
+     review({"tolerations": [GPU_TOLERATION], "containers": [container()]},
+            operation="UPDATE", old_spec={"containers": [container()]}),
+     False, ["tolerates the GPU node taint"]),
+    ("update of a pod that already tolerated",
+     review({"tolerations": [GPU_TOLERATION], "containers": [container()]},
+            operation="UPDATE", old_spec={"tolerations": [GPU_TOLERATION],
+                                          "containers": [container()]}), True, []),
+    # seeing GPUs without asking for one
+    ("NVIDIA_VISIBLE_DEVICES=all without a GPU",
+     review({"containers": [container(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])]}),
+     False, ['container "main" sets NVIDIA_VISIBLE_DEVICES']),
+    ("NVIDIA_VISIBLE_DEVICES from a ConfigMap key",
+     review(binpack(container(limits=GPU, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {
+         "configMapKeyRef": {"name": "gpus", "key": "all"}}}]))),
+     False, ["sets NVIDIA_VISIBLE_DEVICES"]),
+    ("NVIDIA_VISIBLE_DEVICES=void", review({"containers": [container(
+        env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}])]}), True, []),
+    ("debug container with NVIDIA_VISIBLE_DEVICES added to a running pod",
+     review(binpack(container(limits=GPU), nodeName="gpu-node-1", ephemeralContainers=[
+         container("debugger", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])]),
+         operation="UPDATE", sub_resource="ephemeralcontainers",
+         old_spec=binpack(container(limits=GPU), nodeName="gpu-node-1")),
+     False, ['ephemeral container "debugger" sets NVIDIA_VISIBLE_DEVICES']),
+    ("nvidia runtime class without a GPU",
+     review({"runtimeClassName": "nvidia", "containers": [container()]}),
+     False, ['spec.runtimeClassName is "nvidia"']),
+    ("nvidia runtime class with a GPU",
+     review(binpack(container(limits=GPU), runtimeClassName="nvidia")), True, []),
+    ("privileged gpu container",
+     review(binpack(container(limits=GPU, privileged=True))),
+     False, ['container "main" is privileged and would see every GPU']),
+    ("privileged debug container on a gpu node",
+     review(binpack(container(limits=GPU), nodeName="gpu-node-1", ephemeralContainers=[
+         container("debugger", privileged=True)]),
+         operation="UPDATE", sub_resource="ephemeralcontainers",
+         old_spec=binpack(container(limits=GPU), nodeName="gpu-node-1")),
+     False, ['ephemeral container "debugger" is privileged']),
+    ("privileged cpu pod", review({"containers": [container(privileged=True)]}), True, []),
+    # Dynamic Resource Allocation
+    ("claim on gpu.nvidia.com", claim(requests_of(
+        {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}})),
+     False, ['ResourceClaim "team-a/gpus" asks for NVIDIA devices (gpu.nvidia.com)',
+             "does not support yet"]),
+    ("claim template on mig.nvidia.com", claim(requests_of(
+        {"name": "mig", "exactly": {"deviceClassName": "mig.nvidia.com"}}),
+        kind="ResourceClaimTemplate"),
+     False, ['ResourceClaimTemplate "team-a/gpus"', "mig.nvidia.com"]),
+    ("claim with an NVIDIA class among alternatives", claim(requests_of(
+        {"name": "any", "firstAvailable": [{"name": "a", "deviceClassName": "fpga.example.com"},
+                                           {"name": "b", "deviceClassName": "gpu.nvidia.com"}]})),
+     False, ["gpu.nvidia.com"]),
+    ("beta claim on gpu.nvidia.com", claim(requests_of(
+        {"name": "gpu", "deviceClassName": "gpu.nvidia.com"})), False, ["gpu.nvidia.com"]),
+    ("claim selecting the NVIDIA driver", claim(requests_of(
+        {"name": "gpu", "exactly": {"deviceClassName": "everything.example.com", "selectors": [
+            {"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}})),
+     False, ["a selector on an NVIDIA driver"]),
+    ("claim on another device class", claim(requests_of(
+        {"name": "nic", "exactly": {"deviceClassName": "nic.example.com"}})), True, []),
+    # what is not the policy's business
     ("cpu-only pod", review({"containers": [container(requests=CPU, limits=CPU)]}), True, []),
     ("pod without resources", review({"containers": [{"name": "c", "image": "x"}]}), True, []),
     ("unguarded extended resource",
@@ -120,7 +277,8 @@ CASES = [
     ("not a pod",
      review({"template": {"spec": {"containers": [container(limits=GPU)]}}},
             kind="Deployment", group="apps"), True, []),
-    ("pod UPDATE", review({"containers": [container(limits=GPU)]}, operation="UPDATE"), True, []),
+    ("pod UPDATE", review(binpack(container(limits=GPU)), operation="UPDATE",
+                          old_spec=binpack(container(limits=GPU))), True, []),
     ("pod DELETE", review(None, operation="DELETE"), True, []),
     ("containers not a list",
      review({"containers": {"main": container(limits=GPU)}}), True, []),
@@ -132,19 +290,107 @@ CASES = [
 
 @pytest.mark.parametrize("request_, allowed, fragments", [c[1:] for c in CASES],
                          ids=[c[0] for c in CASES])
-def test_admission_decision(opa_bin, deployed, request_, allowed, fragments):
-    decision = evaluate(opa_bin, deployed["dir"], deployed["query"], request_)
-    assert decision["apiVersion"] == "admission.k8s.io/v1"
-    assert decision["kind"] == "AdmissionReview"
-    response = decision["response"]
-    assert response["uid"] == request_["request"]["uid"]
-    assert response["allowed"] is allowed
+def test_enforce_decision(opa_bin, deployed, request_, allowed, fragments):
+    response = decide(opa_bin, deployed, request_)
+    assert response["allowed"] is allowed, response
     if allowed:
         assert "status" not in response
     else:
         assert response["status"]["code"] == 403
         for fragment in fragments:
             assert fragment in response["status"]["message"]
+
+
+def test_gpu_pod_without_the_toleration_is_admitted_with_a_warning(opa_bin, deployed):
+    response = decide(opa_bin, deployed, review({"schedulerName": BINPACK,
+                                                 "containers": [container(limits=GPU)]}))
+    assert response["allowed"] is True
+    assert any("does not tolerate the GPU node taint nvidia.com/gpu=present:NoSchedule, so no "
+               "node will take it" in w for w in response["warnings"])
+
+
+def mutated(opa_bin, deployed, request_, mode):
+    """The pod after the mutating webhook's patch, applied as RFC 6902 says."""
+    response = decide(opa_bin, deployed, request_, mode, rule="mutation")
+    assert response["allowed"] is True
+    if "patch" not in response:
+        return request_, []
+    assert response["patchType"] == "JSONPatch"
+    patch = json.loads(base64.b64decode(response["patch"]))
+    result = json.loads(json.dumps(request_))
+    result["request"]["object"] = jsonpatch.apply_patch(request_["request"]["object"], patch)
+    return result, patch
+
+
+@pytest.mark.parametrize("spec", [
+    {"containers": [container(limits=GPU)]},
+    {"schedulerName": "default-scheduler", "containers": [container(limits=MIG)],
+     "tolerations": [{"key": "dedicated", "operator": "Exists"}]},
+    {"schedulerName": BINPACK, "containers": [container(limits=GPU)]},
+], ids=["no scheduler, no tolerations", "default scheduler, other tolerations",
+        "binpack scheduler, no tolerations"])
+def test_mutate_fixes_gpu_pods_so_the_validating_policy_admits_them(opa_bin, deployed, spec):
+    fixed, patch = mutated(opa_bin, deployed, review(spec), "mutate")
+    assert patch, "nothing was fixed"
+    pod_spec = fixed["request"]["object"]["spec"]
+    assert pod_spec["schedulerName"] == BINPACK
+    assert GPU_TOLERATION in pod_spec["tolerations"]
+    assert pod_spec["tolerations"][:len(spec.get("tolerations", []))] == spec.get("tolerations",
+                                                                                 [])
+    assert decide(opa_bin, deployed, fixed, "mutate") == {"uid": "3b9f-41d2", "allowed": True}
+    # A fixed pod needs no second fix (the webhook may be reinvoked).
+    assert mutated(opa_bin, deployed, fixed, "mutate")[1] == []
+
+
+@pytest.mark.parametrize("request_", [
+    review(binpack(container(limits=GPU)), namespace="team-b"),
+    review({"containers": [container(requests=CPU)]}),
+    review({"containers": [container(limits=GPU)]}, namespace="kube-system"),
+], ids=["already right", "cpu pod", "exempt namespace"])
+def test_mutate_leaves_alone_what_needs_no_fix(opa_bin, deployed, request_):
+    assert mutated(opa_bin, deployed, request_, "mutate")[1] == []
+
+
+@pytest.mark.parametrize("case", ["gpu pod naming its node", "cpu pod tolerating the gpu taint",
+                                  "NVIDIA_VISIBLE_DEVICES=all without a GPU",
+                                  "privileged gpu container", "claim on gpu.nvidia.com"])
+def test_mutate_still_refuses_what_it_cannot_fix(opa_bin, deployed, case):
+    request_ = next(c[1] for c in CASES if c[0] == case)
+    fixed, _ = mutated(opa_bin, deployed, request_, "mutate")
+    response = decide(opa_bin, deployed, fixed, "mutate")
+    assert response["allowed"] is False
+    assert response["status"]["message"] == decide(opa_bin, deployed, request_)["status"][
+        "message"]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c[2]], ids=[c[0] for c in CASES
+                                                                       if not c[2]])
+def test_audit_admits_every_violation_with_a_warning_and_labels_the_pod(opa_bin, deployed, case):
+    _, request_, _, fragments = case
+    response = decide(opa_bin, deployed, request_, "audit")
+    assert response["allowed"] is True and "status" not in response
+    warnings = " ".join(response["warnings"])
+    assert warnings.startswith("gpu-platform audit: ")
+    for fragment in fragments:
+        assert fragment in warnings
+    if request_["request"]["kind"]["kind"] == "Pod" and request_["request"]["operation"] == \
+            "CREATE":
+        labelled, _ = mutated(opa_bin, deployed, request_, "audit")
+        labels = labelled["request"]["object"]["metadata"]["labels"]
+        assert labels[AUDIT_LABEL] == "violation"
+
+
+def test_audit_leaves_a_rule_abiding_pod_unlabelled(opa_bin, deployed):
+    request_ = review(binpack(container(limits=GPU)), metadata={"labels": {"app": "x"}})
+    assert decide(opa_bin, deployed, request_, "audit") == {"uid": "3b9f-41d2", "allowed": True}
+    assert mutated(opa_bin, deployed, request_, "audit")[1] == []
+
+
+def test_audit_label_joins_existing_labels(opa_bin, deployed):
+    request_ = review({"containers": [container(limits=GPU)]}, metadata={"labels": {"app": "x"}})
+    labelled, _ = mutated(opa_bin, deployed, request_, "audit")
+    assert labelled["request"]["object"]["metadata"]["labels"] == {"app": "x",
+                                                                   AUDIT_LABEL: "violation"}
 
 
 @pytest.mark.parametrize("request_", [
@@ -170,16 +416,27 @@ def test_no_decision_without_exactly_one_parameter_document(opa_bin, deployed, t
     assert evaluate(opa_bin, tmp_path, deployed["query"], request_) is None
 
 
-def match_condition(webhook):
+def sent_to_opa(webhook, request_) -> bool:
+    """Whether the API server sends this request to OPA: the webhook's matchConditions, run in
+    a CEL engine with the variables the API server gives them."""
     env = celpy.Environment()
-    return env.program(env.compile(webhook["matchConditions"][0]["expression"]))
+    request = request_["request"]
+    activation = {"object": celpy.json_to_cel(request["object"]),
+                  "oldObject": celpy.json_to_cel(request.get("oldObject")),
+                  "request": celpy.json_to_cel({k: v for k, v in request.items()
+                                                if k not in ("object", "oldObject")})}
+    return all(bool(env.program(env.compile(condition["expression"])).evaluate(activation))
+               for condition in webhook.get("matchConditions", []))
 
 
-def well_formed_pod_creates():
-    """The cases the API server could send: pod CREATEs that pass its own validation."""
+def pod_requests_the_api_server_could_send(settings):
+    """Pod cases that pass the API server's own validation, outside exempt namespaces (which
+    the namespaceSelector keeps from the webhook)."""
     for case in CASES:
         request_ = case[1]["request"]
-        if request_["kind"]["kind"] != "Pod" or request_["operation"] != "CREATE":
+        if request_["kind"]["kind"] != "Pod" or request_["operation"] not in ("CREATE", "UPDATE"):
+            continue
+        if request_["namespace"] in settings.exempt_namespaces:
             continue
         containers = request_["object"]["spec"].get("containers")
         if isinstance(containers, list) and all(
@@ -188,18 +445,24 @@ def well_formed_pod_creates():
             yield pytest.param(case[1], id=case[0])
 
 
-@pytest.mark.parametrize("request_", list(well_formed_pod_creates()))
-def test_only_gpu_pods_are_sent_to_opa(opa_bin, deployed, request_):
-    """The webhook's CEL condition sends a pod to OPA exactly when the policy sees a GPU pod:
-    the same pod with the wrong scheduler is refused."""
-    pod = request_["request"]["object"]
-    sent = bool(match_condition(deployed["webhook"]).evaluate(
-        {"object": celpy.json_to_cel(pod)}))
-    wrong_scheduler = json.loads(json.dumps(request_))
-    wrong_scheduler["request"]["namespace"] = "team-a"
-    wrong_scheduler["request"]["object"]["spec"]["schedulerName"] = "default-scheduler"
-    decision = evaluate(opa_bin, deployed["dir"], deployed["query"], wrong_scheduler)
-    assert sent == (not decision["response"]["allowed"])
+@pytest.mark.parametrize("request_", list(pod_requests_the_api_server_could_send(
+    harness.example_settings())))
+def test_every_pod_the_policy_refuses_or_warns_about_is_sent_to_opa(opa_bin, deployed,
+                                                                     request_):
+    """The matchConditions must not open a way around the policy."""
+    response = decide(opa_bin, deployed, request_)
+    if not response["allowed"] or response.get("warnings"):
+        assert sent_to_opa(deployed["webhooks"][0], request_)
+
+
+@pytest.mark.parametrize("case", [
+    "cpu-only pod", "pod without resources", "unguarded extended resource",
+    "daemonset pod from the daemonset controller", "cpu pod naming a cpu node",
+    "privileged cpu pod", "update of a pod that already tolerated", "pod UPDATE",
+    "cpu pod tolerating the gpu key for NoExecute only"])
+def test_pods_that_cannot_break_a_rule_never_wait_for_opa(deployed, case):
+    request_ = next(c[1] for c in CASES if c[0] == case)
+    assert not sent_to_opa(deployed["webhooks"][0], request_)
 
 
 def test_opa_check_strict_and_tests_pass_and_format_is_canonical(opa_bin):

@@ -145,6 +145,13 @@ MISTAKES = [
     ("resource pattern with inner star",
      with_changes(admission={"gpuResourceNames": ["nvidia.com/*-gpu"]}),
      "gpu-platform:admission.gpuResourceNames[0]", '"nvidia.com/*-gpu"', "a prefix ending in *"),
+    ("admission mode unknown", with_changes(admission={"mode": "warn"}),
+     "gpu-platform:admission.mode", '"warn"', "'enforce', 'mutate' or 'audit'"),
+    ("audit mode that would refuse pods when OPA is down",
+     with_changes(admission={"mode": "audit", "failurePolicy": "Fail"}),
+     "gpu-platform:admission.failurePolicy", '"Fail"', "Ignore (the default in audit mode)"),
+    ("runtime class not a name", with_changes(admission={"nvidiaRuntimeClasses": ["NVIDIA"]}),
+     "gpu-platform:admission.nvidiaRuntimeClasses[0]", '"NVIDIA"', "DNS-1123 subdomains"),
     ("failure policy unknown", with_changes(admission={"failurePolicy": "Retry"}),
      "gpu-platform:admission.failurePolicy", '"Retry"', "'Fail' or 'Ignore'"),
     ("webhook timeout too long", with_changes(admission={"timeoutSeconds": 31}),
@@ -213,7 +220,13 @@ def test_minimal_stack_gets_documented_defaults():
     assert settings.gpu_operator.driver.enabled is False
     off = ("mig_manager", "vgpu_manager", "vgpu_device_manager", "vfio_manager")
     assert not any(getattr(settings.gpu_operator, name).enabled for name in off)
-    assert settings.admission.gpu_resource_names == ["nvidia.com/gpu", "nvidia.com/mig-*"]
+    assert settings.admission.gpu_resource_names == ["nvidia.com/*"]
+    assert (settings.admission.mode, settings.admission.failure_policy) == ("enforce", "Fail")
+
+
+def test_audit_mode_never_blocks_a_pod_by_default():
+    settings = load_settings(raw(with_changes(admission={"mode": "audit"})))
+    assert settings.admission.failure_policy == "Ignore"
 
 
 def test_taint_accepts_kubectl_and_object_forms():

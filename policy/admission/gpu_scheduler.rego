@@ -1,10 +1,17 @@
-# Admission policy: a pod that asks for a GPU must be scheduled by the binpack scheduler.
+# Admission policy: no pod gets a GPU, or a place on a GPU node, unless the binpack scheduler
+# decides where it runs.
 #
-# The webhook sends only pod CREATE requests that mention a GPU resource (matchConditions); the
-# policy checks again so that it is correct on its own. Its parameters are OPA data, loaded by
-# kube-mgmt from the ConfigMap gpu-platform-admission-params (key params.json) into
+# The webhooks send only the requests a rule can be about (their matchConditions); the policy
+# checks again so that it is correct on its own. Its parameters are OPA data, loaded by kube-mgmt
+# from the ConfigMap gpu-platform-admission-params (key params.json) into
 # data.<namespace>.<configmap>.<key>; the namespace is a stack setting, so the policy finds the
 # document by ConfigMap name and key.
+#
+# Two decisions, one per webhook, both complete admission.k8s.io/v1 AdmissionReviews:
+#   review    (validating) enforce: refuse any violation; mutate: refuse what the mutating
+#             webhook cannot fix; audit: admit with a warning per violation.
+#   mutation  (mutating; mutate and audit modes) mutate: set the scheduler and the GPU
+#             tolerations; audit: label the pod so the dashboard can count it.
 package gpuplatform.admission
 
 params_documents contains doc if {
@@ -19,54 +26,132 @@ params := doc if {
 	some doc in params_documents
 }
 
-# The decision the webhook asks for: a complete admission.k8s.io/v1 AdmissionReview.
-review := {
-	"apiVersion": "admission.k8s.io/v1",
-	"kind": "AdmissionReview",
-	"response": response,
-} if {
+well_formed if {
 	is_object(params)
 	is_string(input.request.uid)
 }
 
-response := {"uid": input.request.uid, "allowed": true} if count(deny) == 0
+# --- decisions ---------------------------------------------------------------------------------
 
-response := {
+review := {
+	"apiVersion": "admission.k8s.io/v1",
+	"kind": "AdmissionReview",
+	"response": validation_response,
+} if well_formed
+
+mutation := {
+	"apiVersion": "admission.k8s.io/v1",
+	"kind": "AdmissionReview",
+	"response": mutation_response,
+} if well_formed
+
+refused contains v.message if {
+	params.mode == "enforce"
+	some v in violations
+}
+
+refused contains v.message if {
+	params.mode == "mutate"
+	some v in violations
+	not v.fixable
+}
+
+warned contains sprintf("gpu-platform audit: %s", [v.message]) if {
+	params.mode == "audit"
+	some v in violations
+}
+
+warned contains message if {
+	params.mode != "mutate"
+	some message in hints
+}
+
+validation_response := {"uid": input.request.uid, "allowed": false, "status": {
+	"code": 403,
+	"reason": "Forbidden",
+	"message": concat("; ", sort(refused)),
+}} if count(refused) > 0
+
+validation_response := {"uid": input.request.uid, "allowed": true, "warnings": sort(warned)} if {
+	count(refused) == 0
+	count(warned) > 0
+}
+
+validation_response := {"uid": input.request.uid, "allowed": true} if {
+	count(refused) == 0
+	count(warned) == 0
+}
+
+mutation_response := {
 	"uid": input.request.uid,
-	"allowed": false,
-	"status": {"code": 403, "reason": "Forbidden", "message": concat("; ", sort(deny))},
-} if count(deny) > 0
+	"allowed": true,
+	"patchType": "JSONPatch",
+	"patch": base64.encode(json.marshal(patch)),
+} if count(patch) > 0
 
-deny contains msg if {
-	is_pod_create
-	not exempt
-	spec := input.request.object.spec
-	scheduler := object.get(spec, "schedulerName", "default-scheduler")
-	scheduler != params.schedulerName
-	some field, label in container_fields
-	some container in array_at(spec, field)
-	resources := gpu_resources(container)
-	count(resources) > 0
-	msg := sprintf(
-		"pod %q: %s %q requests %s but spec.schedulerName is %q; GPU pods must set spec.schedulerName: %s",
-		[pod_name, label, object.get(container, "name", ""), concat(", ", sort(resources)), scheduler, params.schedulerName],
-	)
-}
+mutation_response := {"uid": input.request.uid, "allowed": true} if count(patch) == 0
 
-container_fields := {
-	"containers": "container",
-	"initContainers": "init container",
-	"ephemeralContainers": "ephemeral container",
-}
+# mutate: what the violations' fixes and the missing tolerations need, in a fixed order.
+patch := array.concat(scheduler_patch, toleration_patch) if params.mode == "mutate"
 
-is_pod_create if {
-	input.request.operation == "CREATE"
+# audit: one label on a pod with violations, which kube-state-metrics exports.
+patch := audit_label_patch if params.mode == "audit"
+
+patch := [] if params.mode == "enforce"
+
+scheduler_patch := [{"op": "add", "path": "/spec/schedulerName", "value": params.schedulerName}] if {
+	some v in violations
+	v.rule == "scheduler"
+} else := []
+
+toleration_patch := [{"op": "add", "path": "/spec/tolerations", "value": missing_tolerations}] if {
+	count(missing_tolerations) > 0
+	not is_array(object.get(pod_spec, "tolerations", null))
+} else := [{"op": "add", "path": "/spec/tolerations/-", "value": t} | some t in missing_tolerations] if {
+	count(missing_tolerations) > 0
+} else := []
+
+missing_tolerations := [toleration_for(taint) |
+	is_create
+	gpu_pod
+	some taint in params.gpuTaints
+	not tolerated(pod_spec, taint)
+]
+
+audit_label_patch := [{"op": "add", "path": "/metadata/labels", "value": {params.auditLabel: "violation"}}] if {
+	count(violations) > 0
+	not is_object(object.get(input.request.object.metadata, "labels", null))
+} else := [{"op": "add", "path": concat("", ["/metadata/labels/", replace(params.auditLabel, "/", "~1")]), "value": "violation"}] if {
+	count(violations) > 0
+} else := []
+
+# --- what the request is -----------------------------------------------------------------------
+
+is_pod if {
 	input.request.kind.group == ""
 	input.request.kind.kind == "Pod"
 	is_object(input.request.object.spec)
+	not exempt
+}
+
+is_create if {
+	is_pod
+	input.request.operation == "CREATE"
+	not input.request.subResource
+}
+
+is_update if {
+	is_pod
+	input.request.operation == "UPDATE"
 }
 
 exempt if input.request.namespace in params.exemptNamespaces
+
+pod_spec := input.request.object.spec
+
+old_spec := input.request.oldObject.spec if is_object(input.request.oldObject.spec)
+
+else := {}
 
 pod_name := sprintf("%s/%s", [input.request.namespace, name]) if {
 	name := input.request.object.metadata.name
@@ -78,9 +163,30 @@ array_at(obj, key) := value if {
 	is_array(value)
 } else := []
 
+container_fields := {
+	"containers": "container",
+	"initContainers": "init container",
+	"ephemeralContainers": "ephemeral container",
+}
+
+# Every container of the pod as [label, container]; on an update only the ephemeral containers
+# the update adds (the others cannot change).
+pod_containers contains [label, c] if {
+	is_create
+	some field, label in container_fields
+	some c in array_at(pod_spec, field)
+	is_object(c)
+}
+
+pod_containers contains ["ephemeral container", c] if {
+	is_update
+	some c in array_at(pod_spec, "ephemeralContainers")
+	is_object(c)
+	not c.name in {old.name | some old in array_at(old_spec, "ephemeralContainers")}
+}
+
 # The guarded resources a container names in its requests or limits.
 gpu_resources(container) := {name |
-	is_object(container)
 	some section in ["requests", "limits"]
 	some name, _ in container.resources[section]
 	guarded(name)
@@ -97,3 +203,224 @@ guarded(name) if {
 	endswith(pattern, "*")
 	startswith(name, trim_suffix(pattern, "*"))
 }
+
+gpu_pod if {
+	some field, _ in container_fields
+	some c in array_at(pod_spec, field)
+	is_object(c)
+	count(gpu_resources(c)) > 0
+}
+
+on_gpu_node if pod_spec.nodeName in params.gpuNodeNames
+
+# kube-scheduler's toleration semantics: an empty key with Exists tolerates every taint; an
+# empty effect tolerates every effect.
+tolerates(t, taint) if {
+	object.get(t, "effect", "") in {"", taint.effect}
+	object.get(t, "key", "") == ""
+	t.operator == "Exists"
+}
+
+tolerates(t, taint) if {
+	object.get(t, "effect", "") in {"", taint.effect}
+	t.key == taint.key
+	t.operator == "Exists"
+}
+
+tolerates(t, taint) if {
+	object.get(t, "effect", "") in {"", taint.effect}
+	t.key == taint.key
+	object.get(t, "operator", "Equal") == "Equal"
+	object.get(t, "value", "") == taint.value
+}
+
+tolerated(spec, taint) if {
+	some t in array_at(spec, "tolerations")
+	is_object(t)
+	tolerates(t, taint)
+}
+
+# The taint that keeps other pods off GPU nodes is the first one; the others only add to it.
+tolerates_gpu_nodes(spec) if tolerated(spec, params.gpuTaints[0])
+
+# A DaemonSet's pod, created by the DaemonSet controller: node agents (metrics, logs, network)
+# belong on every node.
+daemonset_pod if {
+	input.request.userInfo.username in params.daemonSetControllers
+	some owner in input.request.object.metadata.ownerReferences
+	owner.controller == true
+	owner.kind == "DaemonSet"
+	owner.apiVersion == "apps/v1"
+}
+
+visible_devices_env(c) := e if {
+	some e in array_at(c, "env")
+	e.name == "NVIDIA_VISIBLE_DEVICES"
+	not object.get(e, "value", "x") in {"void", "none"}
+}
+
+# --- the rules ---------------------------------------------------------------------------------
+
+violations contains {
+	"rule": "scheduler",
+	"fixable": true,
+	"message": sprintf(
+		"pod %q: %s %q requests %s but spec.schedulerName is %q; GPU pods must set spec.schedulerName: %s",
+		[pod_name, label, object.get(c, "name", ""), concat(", ", sort(resources)), scheduler, params.schedulerName],
+	),
+} if {
+	is_create
+	scheduler := object.get(pod_spec, "schedulerName", "default-scheduler")
+	scheduler != params.schedulerName
+	some [label, c] in pod_containers
+	resources := gpu_resources(c)
+	count(resources) > 0
+}
+
+violations contains {
+	"rule": "node-name",
+	"fixable": false,
+	"message": sprintf(
+		"pod %q: spec.nodeName %q skips the scheduler; %s",
+		[pod_name, pod_spec.nodeName, reason],
+	),
+} if {
+	is_create
+	is_string(pod_spec.nodeName)
+	pod_spec.nodeName != ""
+	some reason in node_name_reasons
+}
+
+node_name_reasons contains sprintf("GPU pods are placed by %s: remove spec.nodeName (use a nodeSelector on kubernetes.io/hostname to pin a node)", [params.schedulerName]) if gpu_pod
+
+node_name_reasons contains "it is a GPU node, which only GPU pods placed by the binpack scheduler may use" if {
+	not gpu_pod
+	on_gpu_node
+}
+
+violations contains {
+	"rule": "gpu-node-without-gpu",
+	"fixable": false,
+	"message": sprintf(
+		"pod %q requests no GPU but tolerates the GPU node taint %s; GPU nodes are for GPU pods: remove the toleration, or request a GPU",
+		[pod_name, taint_text(params.gpuTaints[0])],
+	),
+} if {
+	is_pod
+	input.request.operation in {"CREATE", "UPDATE"}
+	not input.request.subResource
+	not gpu_pod
+	tolerates_gpu_nodes(pod_spec)
+	not tolerates_gpu_nodes(old_spec)
+	not daemonset_pod
+}
+
+violations contains {
+	"rule": "visible-devices",
+	"fixable": false,
+	"message": sprintf(
+		"pod %q: %s %q sets NVIDIA_VISIBLE_DEVICES, which would expose GPUs it did not request; request GPUs in resources.limits instead",
+		[pod_name, label, object.get(c, "name", "")],
+	),
+} if {
+	some [label, c] in pod_containers
+	visible_devices_env(c)
+}
+
+violations contains {
+	"rule": "runtime-class",
+	"fixable": false,
+	"message": sprintf(
+		"pod %q requests no GPU but spec.runtimeClassName is %q, the NVIDIA runtime; request a GPU, or leave runtimeClassName unset",
+		[pod_name, pod_spec.runtimeClassName],
+	),
+} if {
+	is_create
+	not gpu_pod
+	pod_spec.runtimeClassName in params.gpuRuntimeClasses
+}
+
+violations contains {
+	"rule": "privileged",
+	"fixable": false,
+	"message": sprintf(
+		"pod %q: %s %q is privileged and would see every GPU of its node; GPU pods run unprivileged (privileged GPU workloads belong in an exempt namespace)",
+		[pod_name, label, object.get(c, "name", "")],
+	),
+} if {
+	some [label, c] in pod_containers
+	c.securityContext.privileged == true
+	gpu_or_gpu_node
+}
+
+gpu_or_gpu_node if gpu_pod
+
+gpu_or_gpu_node if on_gpu_node
+
+# Dynamic Resource Allocation: a claim on an NVIDIA device class would hand out GPUs that the
+# binpack scheduler does not score and the dashboard does not count.
+violations contains {
+	"rule": "dra",
+	"fixable": false,
+	"message": sprintf(
+		"%s %q asks for NVIDIA devices (%s) through Dynamic Resource Allocation, which this platform does not support yet; request nvidia.com/gpu in a container's resources.limits instead",
+		[input.request.kind.kind, claim_name, concat(", ", sort(nvidia_device_requests))],
+	),
+} if {
+	input.request.kind.group == "resource.k8s.io"
+	input.request.kind.kind in {"ResourceClaim", "ResourceClaimTemplate"}
+	input.request.operation in {"CREATE", "UPDATE"}
+	not exempt
+	count(nvidia_device_requests) > 0
+}
+
+claim_name := sprintf("%s/%s", [input.request.namespace, object.get(input.request.object.metadata, "name", "")])
+
+claim_spec := input.request.object.spec.spec if input.request.kind.kind == "ResourceClaimTemplate"
+
+else := input.request.object.spec
+
+# Every device request of the claim, in the v1 shape (exactly, firstAvailable) and the older
+# beta shape (deviceClassName on the request itself).
+device_requests contains r if {
+	some request in claim_spec.devices.requests
+	some r in [object.get(request, "exactly", {}), request]
+}
+
+device_requests contains r if {
+	some request in claim_spec.devices.requests
+	some r in request.firstAvailable
+}
+
+nvidia_device_requests contains r.deviceClassName if {
+	some r in device_requests
+	nvidia_class(r.deviceClassName)
+}
+
+nvidia_device_requests contains "a selector on an NVIDIA driver" if {
+	some r in device_requests
+	some s in r.selectors
+	contains(s.cel.expression, "nvidia.com")
+}
+
+nvidia_class(name) if {
+	some suffix in params.draDeviceClassSuffixes
+	endswith(name, suffix)
+}
+
+# --- hints: not violations, but a pod that would never run --------------------------------------
+
+hints contains sprintf(
+	"pod %q requests a GPU but does not tolerate the GPU node taint %s, so no node will take it: add the toleration %s",
+	[pod_name, taint_text(taint), json.marshal(toleration_for(taint))],
+) if {
+	is_create
+	gpu_pod
+	some taint in params.gpuTaints
+	not tolerated(pod_spec, taint)
+}
+
+# Both come with the taint in the parameters, written by the program as it writes them elsewhere.
+taint_text(taint) := taint.text
+
+toleration_for(taint) := taint.toleration

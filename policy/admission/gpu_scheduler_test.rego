@@ -3,9 +3,20 @@ package gpuplatform.admission_test
 import data.gpuplatform.admission
 
 params := {
+	"mode": "enforce",
 	"schedulerName": "gpu-binpack-scheduler",
 	"gpuResourceNames": ["nvidia.com/gpu", "nvidia.com/mig-*"],
 	"exemptNamespaces": ["kube-system"],
+	"gpuNodeNames": ["gpu-1"],
+	"gpuTaints": [{
+		"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule",
+		"text": "nvidia.com/gpu=present:NoSchedule",
+		"toleration": {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"},
+	}],
+	"gpuRuntimeClasses": ["nvidia"],
+	"daemonSetControllers": ["system:kube-controller-manager"],
+	"auditLabel": "gpu-platform.io/admission-audit",
+	"draDeviceClassSuffixes": ["nvidia.com"],
 }
 
 # Where kube-mgmt puts the parameter ConfigMap of namespace gpu-admission.
@@ -31,7 +42,10 @@ test_gpu_pod_on_default_scheduler_is_denied_with_the_fix if {
 }
 
 test_gpu_pod_on_binpack_scheduler_is_allowed if {
-	spec := {"schedulerName": "gpu-binpack-scheduler", "containers": [gpu_container]}
+	spec := {
+		"schedulerName": "gpu-binpack-scheduler", "containers": [gpu_container],
+		"tolerations": [params.gpuTaints[0].toleration],
+	}
 	review := admission.review with input as pod_review("team-a", spec)
 		with data["gpu-admission"] as loaded
 	review.response == {"uid": "7f0c", "allowed": true}
@@ -48,6 +62,20 @@ test_exempt_namespace_is_allowed if {
 	review := admission.review with input as pod_review("kube-system", {"containers": [gpu_container]})
 		with data["gpu-admission"] as loaded
 	review.response.allowed == true
+}
+
+test_cpu_pod_bound_by_name_to_a_gpu_node_is_denied if {
+	spec := {"nodeName": "gpu-1", "containers": [{"name": "c"}]}
+	review := admission.review with input as pod_review("team-a", spec)
+		with data["gpu-admission"] as loaded
+	contains(review.response.status.message, `spec.nodeName "gpu-1" skips the scheduler`)
+}
+
+test_mutate_sets_the_scheduler if {
+	review := admission.mutation with input as pod_review("team-a", {"containers": [gpu_container]})
+		with data["gpu-admission"] as {"gpu-platform-admission-params": {"params.json": object.union(params, {"mode": "mutate"})}}
+	patch := json.unmarshal(base64.decode(review.response.patch))
+	{"op": "add", "path": "/spec/schedulerName", "value": "gpu-binpack-scheduler"} in patch
 }
 
 test_no_decision_without_parameters if {

@@ -1,7 +1,7 @@
 # OPA's own API authorization (opa run --authentication=token --authorization=basic).
 #
 # Loaded at OPA's start from a file, with its data (data.opa_server) from the pod's Secret:
-# the token kube-mgmt presents, and the path of the admission decision.
+# the token kube-mgmt presents, and the paths of the admission decisions.
 package system.authz
 
 default allow := false
@@ -13,10 +13,10 @@ allow if {
 	input.identity == data.opa_server.kube_mgmt_token
 }
 
-# The API server calls anonymously, and may ask for the admission decision and nothing else.
+# The API server calls anonymously, and may ask for the admission decisions and nothing else.
 allow if {
 	input.method == "POST"
-	input.path == data.opa_server.admission_decision_path
+	input.path in data.opa_server.admission_decision_paths
 }
 
 # Kubelet probes and Prometheus read health and metrics anonymously; neither reveals policy or

@@ -15,6 +15,7 @@ import datetime
 import ipaddress
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -165,6 +166,18 @@ class ApiError(Exception):
         super().__init__(f"{what}: HTTP {status}: {self.message}")
 
 
+def _warning_headers(response: requests.Response) -> list[str]:
+    # Several Warning headers arrive joined by ", " in requests; each starts with `299 - "`.
+    raw = response.headers.get("Warning")
+    return [] if not raw else re.split(r', (?=299 )', raw)
+
+
+def _warning_text(header: str) -> str:
+    """The message of an RFC 7234 warning as the API server writes it: 299 - "text"."""
+    text = header.split(" - ", 1)[-1].strip()
+    return text[1:-1].replace('\\"', '"').replace("\\\\", "\\") if text.startswith('"') else text
+
+
 class Kube:
     """A small Kubernetes REST client: discovery-based paths, server-side apply, CRUD."""
 
@@ -179,6 +192,8 @@ class Kube:
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"
         self._resources: dict[str, dict[str, dict]] = {}
+        # The warnings (HTTP Warning headers) the API server returned with the last response.
+        self.warnings: list[str] = []
 
     def request(self, method: str, path: str, *, body: Any = None,
                 content_type: str = "application/json", params: Optional[dict] = None,
@@ -188,6 +203,7 @@ class Kube:
             data = yaml.safe_dump(body) if "yaml" in content_type else json.dumps(body)
         response = self.session.request(method, self.server + path, data=data, params=params,
                                         headers={"Content-Type": content_type}, timeout=60)
+        self.warnings = [_warning_text(w) for w in _warning_headers(response)]
         try:
             payload = response.json()
         except ValueError:
@@ -415,6 +431,12 @@ class ControlPlane:
 
     def client(self, token: str) -> Kube:
         return Kube(self.server, self.ca_file, token=token)
+
+    def impersonating(self, user: str) -> Kube:
+        """The admin acting as `user`, as `kubectl --as` does: admission sees that user."""
+        kube = Kube(self.server, self.ca_file, cert=self.admin_cert)
+        kube.session.headers["Impersonate-User"] = user
+        return kube
 
 
 def _private_pem(key) -> str:

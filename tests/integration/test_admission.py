@@ -15,6 +15,7 @@ from cluster import (ApiError, LocalContainer, Scheduler, TEST_MANAGER, apply_de
                      load_configmaps_as_kube_mgmt_does, placement, pod, scheduler_with_strategy,
                      start_binpack_scheduler)
 from components import opa_admission
+from components.settings import AUDIT_LABEL, StackSettings
 from controlplane import ControlPlane, Process, free_port, wait_until
 
 USER_NAMESPACE = "team-a"
@@ -38,6 +39,10 @@ class Admission:
     webhook_port: int
     diagnostic_port: int
     token: str
+    local_port: int
+    kube_mgmt_token: str
+    kube_mgmt: bool
+    ca_bundle: str
 
     @property
     def opa_url(self) -> str:
@@ -84,11 +89,8 @@ def admission(control_plane, declared, example_settings, kube_mgmt_bin):
                "OPA to report ready (the policy and its parameters loaded)",
                timeout=60, explain=lambda: opa_process.tail() + "\n" + loader.tail())
 
-    local = copy.deepcopy(webhook)
-    client = local["webhooks"][0]["clientConfig"]
-    path = client.pop("service")["path"]
-    client["url"] = f"https://127.0.0.1:{ports[opa_admission.WEBHOOK_PORT]}{path}"
-    cp.admin.apply(local, TEST_MANAGER)
+    cp.admin.apply(pointed_at_local_opa(webhook, ports[opa_admission.WEBHOOK_PORT]),
+                   TEST_MANAGER)
     ensure_namespace(cp.admin, USER_NAMESPACE)
     # The API server picks a new webhook up within moments: wait until it refuses (dry run).
     probe = pod("webhook-probe", USER_NAMESPACE, gpus=1, settings=settings)
@@ -101,7 +103,19 @@ def admission(control_plane, declared, example_settings, kube_mgmt_bin):
               kubeconfig=cp.kubeconfig("default-scheduler"))
     create_gpu_node(cp.admin, settings, "gpu-node-1", gpus=8)
     create_node(cp.admin, "cpu-node-1")
-    return Admission(cp, opa_process, ports[opa_admission.WEBHOOK_PORT], diagnostic, opa_token)
+    return Admission(cp, opa_process, ports[opa_admission.WEBHOOK_PORT], diagnostic, opa_token,
+                     ports[opa_admission.LOCAL_PORT], token, bool(kube_mgmt_bin),
+                     webhook["webhooks"][0]["clientConfig"]["caBundle"])
+
+
+def pointed_at_local_opa(configuration: dict, port: int) -> dict:
+    """A declared webhook configuration with only its client config changed: the API server
+    calls the local OPA by URL instead of through the Service."""
+    local = copy.deepcopy(configuration)
+    for webhook in local["webhooks"]:
+        client = webhook["clientConfig"]
+        client["url"] = f"https://127.0.0.1:{port}{client.pop('service')['path']}"
+    return local
 
 
 def _refused(kube, obj) -> bool:
@@ -179,6 +193,228 @@ def test_anonymous_calls_to_opas_policy_api_are_refused(admission, certificates)
     granted = anonymous.get(admission.opa_url + "/v1/policies", timeout=5,
                             headers={"Authorization": f"Bearer {admission.token}"})
     assert granted.status_code == 200
+
+
+# --- the ways around the rules, each closed ---------------------------------------------------
+
+def refusal(kube, obj) -> str:
+    with pytest.raises(ApiError) as refused:
+        kube.create(obj)
+    assert refused.value.status == 403, refused.value.message
+    return refused.value.message
+
+
+def test_gpu_pod_naming_its_node_is_refused_even_on_the_binpack_scheduler(admission,
+                                                                          example_settings):
+    message = refusal(admission.cp.admin, pod(
+        "pinned", USER_NAMESPACE, gpus=1, settings=example_settings,
+        scheduler=example_settings.scheduler.name, node_name="gpu-node-1"))
+    assert f'pod "{USER_NAMESPACE}/pinned": spec.nodeName "gpu-node-1" skips the scheduler' \
+        in message
+
+
+def test_cpu_pod_naming_a_gpu_node_is_refused_and_one_naming_a_cpu_node_is_not(admission):
+    kube = admission.cp.admin
+    message = refusal(kube, pod("squatter", USER_NAMESPACE, node_name="gpu-node-1"))
+    assert "it is a GPU node" in message
+    kube.create(pod("pinned-web", USER_NAMESPACE, node_name="cpu-node-1"))
+
+
+def gpu_resource_pod(name: str, resource: str) -> dict:
+    obj = pod(name, USER_NAMESPACE)
+    obj["spec"]["containers"][0]["resources"]["limits"] = {resource: "1"}
+    return obj
+
+
+@pytest.mark.parametrize("resource", ["nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb.shared"])
+def test_renamed_shared_gpus_are_guarded(admission, resource):
+    message = refusal(admission.cp.admin, gpu_resource_pod("shared", resource))
+    assert f"requests {resource} but spec.schedulerName is" in message
+
+
+def tolerating(name: str, settings) -> dict:
+    obj = pod(name, USER_NAMESPACE)
+    obj["spec"]["tolerations"] = [settings.gpu_nodes.taint.toleration()]
+    return obj
+
+
+def test_cpu_pod_tolerating_the_gpu_taint_is_refused_but_a_daemonsets_pod_is_not(
+        admission, example_settings):
+    message = refusal(admission.cp.admin, tolerating("sidecar-on-gpu", example_settings))
+    assert "requests no GPU but tolerates the GPU node taint" in message
+    agent = tolerating("node-agent-x1", example_settings)
+    agent["metadata"]["ownerReferences"] = [{
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "node-agent",
+        "uid": "6a1c7f0e-0000-4000-8000-000000000001", "controller": True}]
+    daemonsets = admission.cp.impersonating(
+        "system:serviceaccount:kube-system:daemon-set-controller")
+    daemonsets.create(agent)
+    # The same pod from a user who names a DaemonSet as its owner is still refused.
+    agent["metadata"]["name"] = "node-agent-forged"
+    assert "tolerates the GPU node taint" in refusal(admission.cp.admin, agent)
+
+
+def test_a_gpu_toleration_added_later_is_refused(admission, example_settings):
+    kube = admission.cp.admin
+    kube.create(pod("grows-a-toleration", USER_NAMESPACE))
+    with pytest.raises(ApiError) as refused:
+        kube.request("PATCH", kube.path("v1", "Pod", USER_NAMESPACE, "grows-a-toleration"),
+                     body={"spec": {"tolerations": [
+                         example_settings.gpu_nodes.taint.toleration()]}},
+                     content_type="application/strategic-merge-patch+json")
+    assert refused.value.status == 403
+    assert "tolerates the GPU node taint" in refused.value.message
+
+
+def test_visible_devices_and_the_nvidia_runtime_class_without_a_gpu_are_refused(admission):
+    kube = admission.cp.admin
+    env_pod = pod("sees-all", USER_NAMESPACE)
+    env_pod["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES",
+                                                "value": "all"}]
+    assert 'container "main" sets NVIDIA_VISIBLE_DEVICES' in refusal(kube, env_pod)
+    kube.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                "metadata": {"name": "nvidia"}, "handler": "nvidia"}, TEST_MANAGER)
+    runtime_pod = pod("nvidia-runtime", USER_NAMESPACE)
+    runtime_pod["spec"]["runtimeClassName"] = "nvidia"
+    assert 'spec.runtimeClassName is "nvidia"' in refusal(kube, runtime_pod)
+
+
+def test_debug_container_cannot_see_a_running_gpu_pods_node(admission, example_settings):
+    kube = admission.cp.admin
+    kube.create(pod("train-debugged", USER_NAMESPACE, gpus=1, settings=example_settings,
+                    scheduler=example_settings.scheduler.name))
+    assert placement(kube, USER_NAMESPACE, "train-debugged") == "gpu-node-1"
+    debugger = {"name": "debugger", "image": "busybox:1", "env": [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}
+    with pytest.raises(ApiError) as refused:
+        kube.request("PATCH", kube.path("v1", "Pod", USER_NAMESPACE, "train-debugged",
+                                        "ephemeralcontainers"),
+                     body={"spec": {"ephemeralContainers": [debugger]}},
+                     content_type="application/strategic-merge-patch+json")
+    assert refused.value.status == 403
+    assert 'ephemeral container "debugger" sets NVIDIA_VISIBLE_DEVICES' in refused.value.message
+
+
+def test_privileged_gpu_pod_is_refused(admission, example_settings):
+    obj = pod("privileged-train", USER_NAMESPACE, gpus=1, settings=example_settings,
+              scheduler=example_settings.scheduler.name)
+    obj["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    assert "is privileged and would see every GPU of its node" in refusal(admission.cp.admin,
+                                                                          obj)
+
+
+def test_gpu_claims_through_dynamic_resource_allocation_are_refused(admission):
+    kube = admission.cp.admin
+    if not kube.serves("resource.k8s.io/v1", "ResourceClaim"):
+        pytest.skip("this API server serves no resource.k8s.io/v1")
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": "one-gpu", "namespace": USER_NAMESPACE},
+             "spec": {"devices": {"requests": [
+                 {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}
+    message = refusal(kube, claim)
+    assert "asks for NVIDIA devices (gpu.nvidia.com) through Dynamic Resource Allocation" \
+        in message
+    claim["metadata"]["name"] = "one-nic"
+    claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "nic.example.com"
+    kube.create(claim)
+
+
+def test_binpack_scheduler_cannot_touch_the_cluster_schedulers_lease(admission,
+                                                                     example_settings):
+    cp, sched = admission.cp, example_settings.scheduler
+    cp.admin.apply({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": "kube-scheduler", "namespace": "kube-system"},
+                    "spec": {"holderIdentity": "control-plane-1"}}, TEST_MANAGER)
+    scheduler = cp.client(cp.service_account_token(sched.namespace, sched.name))
+    for method in ("GET", "PUT"):
+        with pytest.raises(ApiError) as refused:
+            scheduler.request(method, scheduler.path("coordination.k8s.io/v1", "Lease",
+                                                     "kube-system", "kube-scheduler"),
+                              body=None if method == "GET" else cp.admin.get(
+                                  "coordination.k8s.io/v1", "Lease", "kube-scheduler",
+                                  "kube-system"))
+        assert refused.value.status == 403
+
+
+# --- the mutate and audit modes ----------------------------------------------------------------
+
+def switch_mode(admission: Admission, settings: StackSettings, mode: str) -> StackSettings:
+    """Roll the stack to another admission mode as `pulumi up` would: the parameter ConfigMap
+    (loaded into OPA), then both webhook configurations, built from the changed settings."""
+    adm = settings.admission.model_copy(update={
+        "mode": mode, "failure_policy": "Ignore" if mode == "audit" else "Fail"})
+    changed = settings.model_copy(update={"admission": adm})
+    cp = admission.cp
+    params = next(o for o in opa_admission.policy_config_maps(changed)
+                  if o["metadata"]["name"] == opa_admission.PARAMS_CONFIGMAP)
+    cp.admin.apply(params, TEST_MANAGER)
+    if not admission.kube_mgmt:
+        load_configmaps_as_kube_mgmt_does(cp.client(admission.kube_mgmt_token), changed,
+                                          f"http://127.0.0.1:{admission.local_port}",
+                                          admission.token)
+    loaded = (f"http://127.0.0.1:{admission.local_port}/v1/data/{adm.namespace}/"
+              f"{opa_admission.PARAMS_CONFIGMAP}/{opa_admission.PARAMS_KEY}")
+    wait_until(lambda: requests.get(loaded, timeout=2, headers={
+        "Authorization": f"Bearer {admission.token}"}).json().get("result", {}).get("mode")
+        == mode, f"OPA to load mode {mode}")
+    cp.admin.apply(pointed_at_local_opa(opa_admission.webhook_configuration(
+        changed, admission.ca_bundle), admission.webhook_port), TEST_MANAGER)
+    mutating = opa_admission.mutating_webhook_configuration(changed, admission.ca_bundle)
+    if mutating:
+        cp.admin.apply(pointed_at_local_opa(mutating, admission.webhook_port), TEST_MANAGER)
+    else:
+        cp.admin.delete("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration",
+                        "gpu-platform-admission")
+    return changed
+
+
+def bare_gpu_pod(name: str) -> dict:
+    """A GPU pod as a vendor's chart writes it: no scheduler, no tolerations."""
+    return pod(name, USER_NAMESPACE, gpus=1)
+
+
+def test_mutate_fixes_a_gpu_pod_that_the_binpack_scheduler_then_binds(admission,
+                                                                      example_settings):
+    kube = admission.cp.admin
+    settings = switch_mode(admission, example_settings, "mutate")
+    try:
+        wait_until(lambda: kube.create(bare_gpu_pod("probe-mutate"), dry_run=True)["spec"][
+            "schedulerName"] == settings.scheduler.name, "the mutating webhook to take effect",
+            timeout=15)
+        created = kube.create(bare_gpu_pod("vendor-chart-pod"))
+        assert created["spec"]["schedulerName"] == settings.scheduler.name
+        assert settings.gpu_nodes.taint.toleration() in created["spec"]["tolerations"]
+        assert placement(kube, USER_NAMESPACE, "vendor-chart-pod") == "gpu-node-1"
+        # What cannot be fixed is still refused.
+        pinned = bare_gpu_pod("vendor-pinned")
+        pinned["spec"]["nodeName"] = "gpu-node-1"
+        assert "skips the scheduler" in refusal(kube, pinned)
+    finally:
+        switch_mode(admission, example_settings, "enforce")
+
+
+def test_audit_admits_with_the_warning_kubectl_shows_and_labels_the_pod(admission,
+                                                                        example_settings):
+    kube = admission.cp.admin
+    switch_mode(admission, example_settings, "audit")
+    try:
+        def admitted_with_warning():
+            try:
+                kube.create(bare_gpu_pod("probe-audit"), dry_run=True)
+            except ApiError:
+                return False
+            return bool(kube.warnings)
+        wait_until(admitted_with_warning, "audit mode to take effect", timeout=15)
+        created = kube.create(bare_gpu_pod("audited"))
+        print("\nwarnings:", kube.warnings)
+        assert any(w.startswith(f'gpu-platform audit: pod "{USER_NAMESPACE}/audited": '
+                                f'container "main" requests nvidia.com/gpu but '
+                                f'spec.schedulerName is "default-scheduler"')
+                   for w in kube.warnings), kube.warnings
+        assert created["metadata"]["labels"][AUDIT_LABEL] == "violation"
+    finally:
+        switch_mode(admission, example_settings, "enforce")
+    assert "spec.schedulerName" in refusal(kube, bare_gpu_pod("after-audit"))
 
 
 def test_with_opa_stopped_the_failure_policy_holds_and_other_pods_still_schedule(
