@@ -18,7 +18,7 @@ from grafana_foundation_sdk.models import dashboard as model
 
 from .gpu_rules import (DCGM_JOB, NAMESPACE_ALLOCATED, NODE_ALLOCATABLE, NODE_ALLOCATED,
                         NODE_FREE, POD_ALLOCATED, STRANDED)
-from .settings import StackSettings
+from .settings import AUDIT_LABEL, StackSettings
 
 UID = "gpu-platform-gpus"
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -134,6 +134,21 @@ def _rows(settings: StackSettings) -> list[tuple[str, list]]:
                            f"DCGM_FI_DEV_GPU_UTIL{{{WORKLOAD_FILTER}}}[{alerts.idle_for}])) "
                            f"< {alerts.idle_utilization_percent}", "", "A", True)], width=24),
         ]),
+        ("Admission: pods that broke the rules", [
+            _timeseries("Requests refused by the GPU admission policy",
+                        "Pod, ephemeral-container and claim requests the policy refused, per "
+                        "hour (the API server's own count; enforce and mutate modes).",
+                        [_query(f"sum by (operation) (increase("
+                                f"apiserver_admission_webhook_rejection_count{{name=~"
+                                f'"{"|".join(admission_webhooks(settings))}", '
+                                f'error_type="no_error"}}[1h]))', "{{operation}}")]),
+            _timeseries("Pods admitted against the rules (audit mode)",
+                        f"Pods carrying the {AUDIT_LABEL} label, by namespace: the ones "
+                        "enforce mode would refuse.",
+                        [_query(f"count by (namespace) (kube_pod_labels{{"
+                                f'{audit_label_series()}="violation", '
+                                f'namespace=~"$namespace"}})', "{{namespace}}")]),
+        ]),
         ("Health", [
             _timeseries("Temperature per GPU", "", [_query(
                 f"DCGM_FI_DEV_GPU_TEMP{{{GPU_FILTER}}}", "{{node}} gpu{{gpu}}")],
@@ -153,6 +168,17 @@ def _rows(settings: StackSettings) -> list[tuple[str, list]]:
                   [_query(f'up{{job="{DCGM_JOB}", {node}}}', "{{node}}", "A", True)], width=12),
         ]),
     ]
+
+
+def admission_webhooks(settings: StackSettings) -> list[str]:
+    """The webhooks that refuse: every validating webhook the admission component registers."""
+    adm = settings.admission
+    return [adm.webhook_name, adm.claims_webhook_name]
+
+
+def audit_label_series() -> str:
+    """kube-state-metrics' name for the audit label in kube_pod_labels."""
+    return "label_" + "".join(c if c.isalnum() else "_" for c in AUDIT_LABEL)
 
 
 def dashboard(settings: StackSettings) -> dict:

@@ -10,7 +10,7 @@ import pulumi_random as random
 
 from . import charts, dashboard, gpu_rules, kube
 from .gpu_operator import DCGM_METRICS_PORT, DCGM_SERVICE_LABELS
-from .settings import StackSettings
+from .settings import AUDIT_LABEL, StackSettings
 
 CHART = "kube-prometheus-stack"
 COMPONENT = "monitoring"
@@ -36,6 +36,8 @@ def stack_values(settings: StackSettings) -> dict:
                             for kind in ("serviceMonitor", "podMonitor", "rule", "probe")}
     return {
         "prometheus": {"prometheusSpec": {**selectors_everywhere, "retention": mon.retention}},
+        # kube_pod_labels carries only allowlisted labels: the audit mode's, for the dashboard.
+        "kube-state-metrics": {"metricLabelsAllowlist": [f"pods=[{AUDIT_LABEL}]"]},
         "grafana": {
             "admin": {"existingSecret": GRAFANA_ADMIN_SECRET, "userKey": GRAFANA_USER_KEY,
                       "passwordKey": GRAFANA_PASSWORD_KEY},

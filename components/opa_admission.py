@@ -393,7 +393,7 @@ def webhook_configuration(settings: StackSettings, ca_bundle: Any) -> dict:
           "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"}],
         [{"name": "gpu-relevant", "expression": pod_condition(settings)}])
     claims = _webhook(
-        settings, f"dra.{adm.webhook_name}", DECISION_PATH, ca_bundle,
+        settings, adm.claims_webhook_name, DECISION_PATH, ca_bundle,
         [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["*"],
           "operations": ["CREATE", "UPDATE"],
           "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"}], [])

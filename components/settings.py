@@ -609,6 +609,10 @@ class AdmissionSettings(Model):
     def mutating_webhook_name(self) -> str:
         return f"mutate.{self.webhook_name}"
 
+    @property
+    def claims_webhook_name(self) -> str:
+        return f"dra.{self.webhook_name}"
+
     @field_validator("nvidia_runtime_classes")
     @classmethod
     def runtime_classes_are_names(cls, names: list[str]) -> list[str]:

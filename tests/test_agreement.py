@@ -11,7 +11,7 @@ import yaml
 
 import harness
 import tools
-from components import binpack_scheduler, gpu_operator, opa_admission
+from components import binpack_scheduler, dashboard, gpu_operator, monitoring, opa_admission
 from components.settings import GPU_RESOURCE, load_settings, resource_matches
 from test_settings import raw, with_changes
 
@@ -231,3 +231,12 @@ def test_opa_serves_each_probe_port_in_the_scheme_the_probe_uses(run):
         check = opa[probe]["httpGet"]
         assert listeners.get(check["port"]) == check["scheme"].lower(), \
             f"{probe} uses {check['scheme']} on port {check['port']}; OPA serves {listeners}"
+
+
+def test_audit_label_agrees_between_policy_metrics_and_dashboard(run):
+    settings, recording = run
+    label = policy_params(recording, settings)["auditLabel"]
+    values = monitoring.chart_values(settings)
+    assert f"pods=[{label}]" in values["kube-state-metrics"]["metricLabelsAllowlist"]
+    exprs = " ".join(dashboard.queries(dashboard.dashboard(settings)))
+    assert "label_" + re.sub(r"[^a-zA-Z0-9]", "_", label) in exprs

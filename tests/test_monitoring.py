@@ -362,6 +362,13 @@ def test_dashboard_answers_the_platform_teams_questions():
         "Power per GPU": "DCGM_FI_DEV_POWER_USAGE",
         "XID errors": "DCGM_FI_DEV_XID_ERRORS",
         "DCGM exporters up": 'up{job="nvidia-dcgm-exporter"',
+        # The API server counts a webhook's denials with error_type="no_error".
+        "Requests refused by the GPU admission policy":
+            'apiserver_admission_webhook_rejection_count{name=~"gpu-scheduler-policy.gpu-platform.io'
+            '|dra.gpu-scheduler-policy.gpu-platform.io", error_type="no_error"}',
+        # kube-state-metrics writes label gpu-platform.io/admission-audit as this.
+        "Pods admitted against the rules (audit mode)":
+            'kube_pod_labels{label_gpu_platform_io_admission_audit="violation"',
     }
     for title, fragment in expected.items():
         assert fragment in by_title[title], title
