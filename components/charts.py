@@ -31,16 +31,22 @@ def _deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict:
     return merged
 
 
-def merge_values(generated: Mapping[str, Any], extra: Mapping[str, Any], setting: str) -> dict:
+def merge_values(generated: Mapping[str, Any], extra: Mapping[str, Any], setting: str,
+                 unsupported: Optional[Mapping[str, str]] = None) -> dict:
     """Merge `extra` (the stack's `<setting>` value) over `generated`.
 
     A value the program generates is derived from other settings (a taint, a namespace, a
     switch); overriding it through extra values would let the copies disagree, so that is
-    refused with the path of the offending key.
+    refused with the path of the offending key. So is any key under an `unsupported` top-level
+    key (with the reason given for it).
     """
     owned = set(_leaf_paths(generated))
     problems = []
     for path in _leaf_paths(extra):
+        if path[0] in (unsupported or {}):
+            problems.append(f"gpu-platform:{setting}.{'.'.join(path)}: "
+                            f"{unsupported[path[0]]}")
+            continue
         clash = next((p for p in owned if p[:len(path)] == path or path[:len(p)] == p), None)
         if clash is not None:
             problems.append(

@@ -24,6 +24,23 @@ _CONTROL_PLANE_TOLERATION = {"key": "node-role.kubernetes.io/control-plane", "op
 
 TIME_SLICING_CONFIG = "time-slicing"
 
+# Chart keys that would hand GPUs out through Dynamic Resource Allocation, which the admission
+# policy, the binpack scheduler's scoring and the dashboard do not cover yet.
+DRA_KEYS = ("draDriver", "gpuCluster")
+DRA_UNSUPPORTED = ("Dynamic Resource Allocation of GPUs is not supported by this platform yet "
+                   "(its pods would bypass the binpack scheduler's scoring, the admission policy "
+                   "and the dashboard); allowed: request nvidia.com/gpu through the device plugin")
+
+# Unprivileged containers see only the GPUs the device plugin allocated to them: the device list
+# travels as volume mounts, and NVIDIA_VISIBLE_DEVICES (which CUDA images set to `all`, and which
+# can arrive through envFrom where no policy sees it) is ignored unless the container is
+# privileged.
+TOOLKIT_HARDENING = [
+    {"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED", "value": "false"},
+    {"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS", "value": "true"},
+]
+DEVICE_PLUGIN_HARDENING = [{"name": "DEVICE_LIST_STRATEGY", "value": "volume-mounts"}]
+
 
 def gpu_node_tolerations(settings: StackSettings) -> list[dict]:
     """Tolerations for every taint the program puts on GPU nodes."""
@@ -43,6 +60,10 @@ def operator_values(settings: StackSettings) -> dict:
     op = settings.gpu_operator
     tolerations = gpu_node_tolerations(settings)
     device_plugin: dict = {"enabled": op.device_plugin.enabled}
+    toolkit: dict = {"enabled": op.toolkit.enabled}
+    if op.restrict_visible_devices:
+        device_plugin["env"] = DEVICE_PLUGIN_HARDENING
+        toolkit["env"] = TOOLKIT_HARDENING
     if op.time_slicing.replicas:
         device_plugin["config"] = {
             "create": True,
@@ -52,7 +73,7 @@ def operator_values(settings: StackSettings) -> dict:
         }
     return {
         "driver": {"enabled": op.driver.enabled},
-        "toolkit": {"enabled": op.toolkit.enabled},
+        "toolkit": toolkit,
         "devicePlugin": device_plugin,
         # Monitoring declares the one ServiceMonitor; a second would scrape every GPU twice.
         "dcgmExporter": {"enabled": op.dcgm_exporter.enabled, "serviceMonitor": {"enabled": False}},
@@ -73,7 +94,8 @@ def operator_values(settings: StackSettings) -> dict:
 def chart_values(settings: StackSettings) -> dict:
     """The values the release is installed with: generated values plus the stack's extras."""
     return charts.merge_values(operator_values(settings), settings.gpu_operator.extra_values,
-                               "gpuOperator.extraValues")
+                               "gpuOperator.extraValues",
+                               unsupported={key: DRA_UNSUPPORTED for key in DRA_KEYS})
 
 
 def operator_namespace(settings: StackSettings) -> dict:

@@ -210,6 +210,21 @@ def test_scheduler_has_a_role_of_its_own_that_grants_no_lease_cluster_wide():
     assert lease_role["metadata"]["namespace"] == "gpu-scheduler"
 
 
+def env_of(values: dict, section: str) -> dict:
+    return {e["name"]: e["value"] for e in values[section].get("env", [])}
+
+
+def test_containers_see_only_their_gpus_unless_the_stack_turns_that_off():
+    hardened = gpu_operator.chart_values(DEFAULT)
+    # NVIDIA's documented settings for it (container toolkit and device plugin).
+    assert env_of(hardened, "toolkit")["ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"] \
+        == "false"
+    assert env_of(hardened, "toolkit")["ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS"] == "true"
+    assert env_of(hardened, "devicePlugin")["DEVICE_LIST_STRATEGY"] == "volume-mounts"
+    open_ = gpu_operator.chart_values(settings_of(gpuOperator={"restrictVisibleDevices": False}))
+    assert env_of(open_, "toolkit") == {} and env_of(open_, "devicePlugin") == {}
+
+
 # --- OPA admission ----------------------------------------------------------------------------
 
 def test_opa_serves_tls_to_the_cluster_and_plain_http_only_on_localhost():
