@@ -59,9 +59,10 @@ def merge_values(generated: Mapping[str, Any], extra: Mapping[str, Any], setting
 
 
 def release(name: str, *, chart: str, version: str, repository: str, namespace: str,
-            values: Mapping[str, Any], parent: pulumi.Resource,
+            values: Any, parent: pulumi.Resource,
             depends_on: Optional[Sequence[pulumi.Resource]] = None) -> k8s.helm.v3.Release:
-    """A Helm release pinned to one chart version, rolled back as a whole if it fails."""
+    """A Helm release pinned to one chart version, rolled back as a whole if it fails.
+    `values`: a mapping, or an Output of one (a secret)."""
     return k8s.helm.v3.Release(
         name,
         name=name,
@@ -70,7 +71,7 @@ def release(name: str, *, chart: str, version: str, repository: str, namespace: 
         repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=repository),
         namespace=namespace,
         create_namespace=False,
-        values=dict(values),
+        values=values,
         atomic=True,
         cleanup_on_fail=True,
         timeout=900,

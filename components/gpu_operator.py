@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import pulumi
 import yaml
@@ -107,7 +107,7 @@ class GpuOperator(pulumi.ComponentResource):
     """Namespace and pinned `gpu-operator` release (with `values` from `chart_values`);
     installed after the GPU nodes are tainted."""
 
-    def __init__(self, name: str, settings: StackSettings, values: dict,
+    def __init__(self, name: str, settings: StackSettings, values: Any,
                  after: Optional[Sequence[pulumi.Resource]] = None,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:GpuOperator", name, None, opts)

@@ -109,7 +109,7 @@ class Monitoring(pulumi.ComponentResource):
     Grafana sidecar come from the chart) and after the resources in `after` (the GPU Operator,
     which creates the DCGM exporter Service)."""
 
-    def __init__(self, name: str, settings: StackSettings, values: dict,
+    def __init__(self, name: str, settings: StackSettings, values: Any,
                  after: Optional[Sequence[pulumi.Resource]] = None,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:Monitoring", name, None, opts)

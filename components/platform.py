@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 import pulumi
 from pulumi.runtime import config as runtime_config
@@ -13,7 +13,11 @@ from .gpu_nodes import GpuNodes
 from .gpu_operator import GpuOperator
 from .monitoring import Monitoring
 from .opa_admission import OpaAdmission
-from .settings import CONFIG_NAMESPACE, StackSettings, load_settings
+from .settings import CONFIG_NAMESPACE, SettingsError, StackSettings, load_settings
+
+# The config keys whose settings may hold secrets (free-form chart values, the Grafana password),
+# with the inputs that then carry them: those Helm releases' values, marked secret as a whole.
+SECRET_CAPABLE = ("gpuOperator", "monitoring")
 
 
 def stack_config() -> dict[str, Any]:
@@ -29,13 +33,45 @@ def stack_config() -> dict[str, Any]:
             for key in sorted(keys) if key.startswith(prefix)}
 
 
+def stack_secret_keys() -> set[str]:
+    """The `gpu-platform:` config keys stored as secrets (prefix removed): a key holds a secret
+    when any value under it was set with `pulumi config set --secret --path`."""
+    prefix = f"{CONFIG_NAMESPACE}:"
+    keys = {*runtime_config.CONFIG.get(), *runtime_config.get_config_env()}
+    secret = {key for key in keys if runtime_config.is_config_secret(key)}
+    secret |= set(runtime_config.get_config_secret_keys_env())
+    return {key[len(prefix):] for key in secret if key.startswith(prefix)}
+
+
+def check_secret_keys(secret_keys: Collection[str]) -> None:
+    """A secret in a section whose values reach ConfigMaps, node patches or webhook
+    configurations would leave the program in plain text: refused, naming the key."""
+    problems = [
+        f"{CONFIG_NAMESPACE}:{key}: stored as a secret, but none of its settings takes one, so "
+        f"its values would reach the cluster and the state in plain text; allowed: plain values "
+        f"here, and secrets only under {' and '.join(CONFIG_NAMESPACE + ':' + k for k in SECRET_CAPABLE)}"
+        for key in sorted(secret_keys) if key not in SECRET_CAPABLE]
+    if problems:
+        raise SettingsError(problems)
+
+
+def chart_values_input(values: dict, secret: bool) -> Any:
+    """A release's values as its input: secret as a whole when its section holds a secret (Helm
+    values are one input; there is no marking part of it)."""
+    return pulumi.Output.secret(values) if secret else values
+
+
 class GpuPlatform(pulumi.ComponentResource):
     def __init__(self, name: str, settings: StackSettings,
+                 secret_keys: Collection[str] = (),
                  opts: pulumi.ResourceOptions | None = None):
         # Chart values are merged (and refused extra values raised) before anything is
         # registered, so a bad stack leaves the run with nothing declared.
-        operator_values = gpu_operator.chart_values(settings)
-        monitoring_values = monitoring.chart_values(settings)
+        check_secret_keys(secret_keys)
+        operator_values = chart_values_input(gpu_operator.chart_values(settings),
+                                             "gpuOperator" in secret_keys)
+        monitoring_values = chart_values_input(monitoring.chart_values(settings),
+                                               "monitoring" in secret_keys)
         super().__init__("gpu-platform:index:GpuPlatform", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
@@ -63,9 +99,9 @@ class GpuPlatform(pulumi.ComponentResource):
         self.register_outputs(self.outputs)
 
 
-def deploy(config: Mapping[str, Any]) -> GpuPlatform:
+def deploy(config: Mapping[str, Any], secret_keys: Collection[str] = ()) -> GpuPlatform:
     """Validate the settings, then declare the platform and export its outputs."""
-    platform = GpuPlatform("gpu-platform", load_settings(config))
+    platform = GpuPlatform("gpu-platform", load_settings(config), secret_keys)
     for key, value in platform.outputs.items():
         pulumi.export(key, value)
     return platform

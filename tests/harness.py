@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import pulumi
 import yaml
@@ -166,14 +166,16 @@ def stack_file_config(settings: dict[str, Any]) -> dict[str, str]:
 
 
 def run_program(config: Optional[dict[str, str]] = None,
-                recording: Optional[Recording] = None) -> Recording:
+                recording: Optional[Recording] = None,
+                secret_keys: Sequence[str] = ()) -> Recording:
     """Run the real `__main__.py` under mocks with the given stack config (the example stack by
     default) and return what it registered (into `recording`, when given, so that a run that
     raises can still be inspected)."""
     recording = recording if recording is not None else Recording()
     pulumi.runtime.set_mocks(FakeProviders(), project="gpu-platform", stack="test",
                              preview=False, monitor=RecordingMonitor(recording))
-    pulumi.runtime.set_all_config(config if config is not None else example_config(), [])
+    pulumi.runtime.set_all_config(config if config is not None else example_config(),
+                                  list(secret_keys))
     source = (ROOT / "__main__.py").read_text()
 
     def program():

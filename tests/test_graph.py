@@ -209,3 +209,43 @@ def test_minimal_stack_declares_the_whole_platform():
     recording = harness.run_program(harness.stack_file_config(MINIMAL))
     components = {r.type for r in recording.registrations if r.type.startswith(COMPONENT)}
     assert components == {t for t, _, _ in EXPECTED if t.startswith(COMPONENT)}
+
+
+# --- secrets in settings ----------------------------------------------------------------------
+
+def releases_of(recording):
+    return {r.name: r for r in recording.of_type(f"{K8S}helm.sh/v3:Release")}
+
+
+def test_a_secret_in_extra_values_stays_secret_in_the_release_inputs():
+    token = "s3cr3t-registry-token"
+    config = harness.stack_file_config(with_changes(gpuOperator={"extraValues": {
+        "driver": {"repoConfig": {"configMapName": token}}}}))
+    plain = releases_of(harness.run_program(config))
+    secret = releases_of(harness.run_program(config, secret_keys=["gpu-platform:gpuOperator"]))
+    # Without the secret marking the value is in the inputs for all to read; with it, the
+    # operator release's values are a secret and the value is still there inside.
+    assert not harness.is_secret(plain["gpu-operator"].raw_inputs["values"])
+    assert harness.is_secret(secret["gpu-operator"].raw_inputs["values"])
+    assert secret["gpu-operator"].inputs["values"]["driver"]["repoConfig"][
+        "configMapName"] == token
+    assert not harness.is_secret(secret["kube-prometheus-stack"].raw_inputs["values"])
+
+
+def test_a_secret_grafana_password_makes_the_monitoring_release_values_secret():
+    config = harness.stack_file_config(with_changes(monitoring={"grafana": {
+        "adminPassword": "from-the-stack"}}))
+    recording = harness.run_program(config, secret_keys=["gpu-platform:monitoring"])
+    assert harness.is_secret(releases_of(recording)["kube-prometheus-stack"].raw_inputs["values"])
+
+
+def test_a_secret_where_no_setting_takes_one_is_refused_and_nothing_is_declared():
+    recording = harness.Recording()
+    with pytest.raises(Exception) as refused:
+        harness.run_program(harness.stack_file_config(with_changes(admission={
+            "exemptNamespaces": ["batch"]})), recording, secret_keys=["gpu-platform:admission"])
+    message = str(refused.value)
+    assert "gpu-platform:admission: stored as a secret, but none of its settings takes one" \
+        in message
+    assert "secrets only under gpu-platform:gpuOperator and gpu-platform:monitoring" in message
+    assert not [r for r in recording.registrations if r.type.startswith(K8S)]
