@@ -15,7 +15,9 @@ How the series join, as the pinned exporters label them:
 
 from __future__ import annotations
 
+import datetime
 import re
+from typing import Optional
 
 from . import kube
 from .settings import GPU_RESOURCE, StackSettings
@@ -40,6 +42,11 @@ NODE_ALLOCATED = "gpu_platform:node_gpu_allocated:sum"
 NODE_FREE = "gpu_platform:node_gpu_free:sum"
 NAMESPACE_ALLOCATED = "gpu_platform:namespace_gpu_allocated:sum"
 STRANDED = "gpu_platform:gpu_stranded:sum"
+GPU_PODS_PENDING = "gpu_platform:gpu_pods_pending:count"
+
+# Days before the webhook's serving certificate expires at which the renewal alert turns
+# critical (it warns from the start of the early-renewal window).
+CERTIFICATE_CRITICAL_DAYS = 7
 
 
 def recording_rules(settings: StackSettings) -> list[dict]:
@@ -65,6 +72,11 @@ def recording_rules(settings: StackSettings) -> list[dict]:
         {"record": STRANDED,
          "expr": f"sum(({NODE_FREE} < on (node) clamp_max({NODE_ALLOCATABLE}, {largest})) "
                  f"and on (node) ({NODE_ALLOCATED} > 0)) or vector(0)"},
+        # GPU pods not yet running (waiting for a node, or not yet seen by a scheduler).
+        {"record": GPU_PODS_PENDING,
+         "expr": f'count((sum by (namespace, pod) (kube_pod_container_resource_requests'
+                 f'{{resource="{GPU}"}}) > 0) and on (namespace, pod) '
+                 f'(kube_pod_status_phase{{phase="Pending"}} == 1)) or vector(0)'},
     ]
 
 
@@ -74,7 +86,34 @@ def _alert(name: str, expr: str, duration: str, severity: str, summary: str,
             "annotations": {"summary": summary, "description": description}}
 
 
-def alert_rules(settings: StackSettings) -> list[dict]:
+def unix_time(rfc3339: str) -> int:
+    return int(datetime.datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp())
+
+
+def certificate_alerts(settings: StackSettings, not_after: int) -> list[dict]:
+    """The webhook's serving certificate is renewed only by `pulumi up`: warn once it is inside
+    the early-renewal window (a run would renew it), page a week before it expires (then every
+    pod the policy must see is refused, or admitted unchecked)."""
+    adm = settings.admission
+    renew_at = not_after - adm.certificate.early_renewal_hours * 3600
+    critical_at = not_after - CERTIFICATE_CRITICAL_DAYS * 86400
+    expires = datetime.datetime.fromtimestamp(not_after, datetime.timezone.utc).isoformat()
+    what = (f"The admission webhook's serving certificate (OPA in {adm.namespace}) expires at "
+            f"{expires}.")
+    return [
+        _alert("GpuAdmissionCertificateRenewalDue", f"vector(time()) > {renew_at}", "0s", "warning",
+               "The admission webhook's certificate is due for renewal",
+               f"{what} Run `pulumi up` on the stack: it renews the certificate "
+               f"({adm.certificate.early_renewal_hours} h early) and OPA reloads it."),
+        _alert("GpuAdmissionCertificateExpiring", f"vector(time()) > {critical_at}", "0s", "critical",
+               "The admission webhook's certificate expires within a week",
+               f"{what} Run `pulumi up` on the stack now; once it has expired the API server "
+               "cannot call the webhook."),
+    ]
+
+
+def alert_rules(settings: StackSettings, certificate_not_after: Optional[int] = None
+                ) -> list[dict]:
     alerts = settings.monitoring.alerts
     fatal_xid = " or ".join(f"DCGM_FI_DEV_XID_ERRORS == {code}"
                             for code in alerts.fatal_xid_codes)
@@ -86,7 +125,15 @@ def alert_rules(settings: StackSettings) -> list[dict]:
         return (f'kube_deployment_status_replicas_available{{namespace="{namespace}", '
                 f'deployment="{deployment}"}} < 1')
 
-    return [
+    webhooks = f'name=~"{adm.webhook_name}|{adm.claims_webhook_name}|{adm.mutating_webhook_name}"'
+    admission_severity = "critical" if adm.failure_policy == "Fail" else "warning"
+    failure_effect = ("pods the policy must see are refused (failure policy Fail)"
+                      if adm.failure_policy == "Fail" else
+                      "pods the policy must see are admitted unchecked (failure policy Ignore)")
+    opa_deployment = f'namespace="{adm.namespace}", deployment="opa"'
+    certificate = (certificate_alerts(settings, certificate_not_after)
+                   if certificate_not_after is not None else [])
+    return certificate + [
         # An XID is an event the driver reports: fire at once.
         _alert("GpuFatalXidError", fatal_xid, "0s", "critical",
                "GPU reported a fatal XID error",
@@ -135,10 +182,49 @@ def alert_rules(settings: StackSettings) -> list[dict]:
                + ("new GPU pods are refused (failure policy Fail)."
                   if adm.failure_policy == "Fail" else
                   "new GPU pods are admitted unchecked (failure policy Ignore).")),
+        _alert("GpuAdmissionDegraded",
+               f"kube_deployment_status_replicas_available{{{opa_deployment}}} < "
+               f"kube_deployment_spec_replicas{{{opa_deployment}}}",
+               "10m", "warning", "Some OPA pods are not ready",
+               f"{{{{ $value }}}} OPA pods in {adm.namespace} are available, fewer than asked "
+               "for. An OPA pod is ready only with the admission policy and its parameters "
+               "loaded: check kube-mgmt's log and the status annotation of the ConfigMaps "
+               "gpu-platform-admission-policy and gpu-platform-admission-params."),
+        _alert("GpuAdmissionDecisionErrors",
+               f'sum by (namespace, pod) (rate(http_request_duration_seconds_count{{'
+               f'namespace="{adm.namespace}", handler="v0/data", code!="200"}}[5m])) > 0',
+               "5m", admission_severity, "OPA answers admission requests without a decision",
+               "OPA pod {{ $labels.namespace }}/{{ $labels.pod }} answered admission requests "
+               "with an error or without a decision (404: the policy or its parameters are not "
+               f"loaded) for 5 minutes: {failure_effect}."),
+        _alert("GpuAdmissionWebhookFailing",
+               f'(sum by (name) (rate(apiserver_admission_webhook_rejection_count{{{webhooks}, '
+               f'error_type!="no_error"}}[5m])) or sum by (name) '
+               f'(rate(apiserver_admission_webhook_fail_open_count{{{webhooks}}}[5m]))) > 0',
+               "5m", admission_severity, "The API server cannot call the GPU admission webhook",
+               "Calls to webhook {{ $labels.name }} fail (timeouts, TLS, no endpoints): "
+               f"{failure_effect}. Check that OPA is ready and that the API server can reach "
+               "it."),
+        _alert("GpuAdmissionRejectionsHigh",
+               f'sum(increase(apiserver_admission_webhook_rejection_count{{{webhooks}, '
+               f'error_type="no_error"}}[1h])) > {alerts.admission_rejections_per_hour}',
+               "15m", "warning", "Many requests refused by the GPU admission policy",
+               "{{ $value }} requests were refused by the GPU admission policy in the last "
+               f"hour (more than {alerts.admission_rejections_per_hour}): a chart or pipeline "
+               "is probably creating GPU pods outside the rules. The dashboard's Admission row "
+               "shows which operations; the API server's events name the pods."),
+        _alert("GpuPodsPendingGrowing",
+               f"{GPU_PODS_PENDING} > 0 and delta({GPU_PODS_PENDING}"
+               f"[{alerts.pending_growth_for}]) > 0",
+               alerts.pending_growth_for, "warning", "Pending GPU pods keep piling up",
+               f"{{{{ $value }}}} GPU pods are pending and their number has grown for "
+               f"{alerts.pending_growth_for}: the binpack scheduler may be stuck or down, or the "
+               "cluster is out of GPUs (see the dashboard's Capacity row)."),
     ]
 
 
-def prometheus_rule(settings: StackSettings) -> dict:
+def prometheus_rule(settings: StackSettings, certificate_not_after: Optional[int] = None
+                    ) -> dict:
     mon = settings.monitoring
     return {
         "apiVersion": "monitoring.coreos.com/v1",
@@ -151,6 +237,7 @@ def prometheus_rule(settings: StackSettings) -> dict:
         # One group: its rules run in order, so the alerts read the series recorded in the same
         # evaluation (separate groups run independently, a step apart in either order).
         "spec": {"groups": [
-            {"name": "gpu-platform", "rules": recording_rules(settings) + alert_rules(settings)},
+            {"name": "gpu-platform",
+             "rules": recording_rules(settings) + alert_rules(settings, certificate_not_after)},
         ]},
     }

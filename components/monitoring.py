@@ -8,9 +8,9 @@ from typing import Any, Optional, Sequence
 import pulumi
 import pulumi_random as random
 
-from . import charts, dashboard, gpu_rules, kube
+from . import charts, dashboard, gpu_rules, kube, opa_admission
 from .gpu_operator import DCGM_METRICS_PORT, DCGM_SERVICE_LABELS
-from .settings import AUDIT_LABEL, StackSettings
+from .settings import AUDIT_LABEL, Receiver, StackSettings
 
 CHART = "kube-prometheus-stack"
 COMPONENT = "monitoring"
@@ -34,8 +34,17 @@ def stack_values(settings: StackSettings) -> dict:
     # not only those labelled with this release.
     selectors_everywhere = {f"{kind}SelectorNilUsesHelmValues": False
                             for kind in ("serviceMonitor", "podMonitor", "rule", "probe")}
+    prometheus_spec: dict = {**selectors_everywhere, "retention": mon.retention}
+    alertmanager_spec: dict = {}
+    if mon.storage.enabled:
+        prometheus_spec["storageSpec"] = volume_claim(settings, mon.storage.prometheus_size_gib)
+        # Prometheus deletes the oldest blocks before the volume fills up.
+        prometheus_spec["retentionSize"] = f"{int(mon.storage.prometheus_size_gib * 0.9)}GiB"
+        alertmanager_spec["storage"] = volume_claim(settings, mon.storage.alertmanager_size_gib)
     return {
-        "prometheus": {"prometheusSpec": {**selectors_everywhere, "retention": mon.retention}},
+        "prometheus": {"prometheusSpec": prometheus_spec},
+        "alertmanager": {"alertmanagerSpec": alertmanager_spec,
+                         "config": alertmanager_config(settings)},
         # kube_pod_labels carries only allowlisted labels: the audit mode's, for the dashboard.
         "kube-state-metrics": {"metricLabelsAllowlist": [f"pods=[{AUDIT_LABEL}]"]},
         "grafana": {
@@ -44,6 +53,46 @@ def stack_values(settings: StackSettings) -> dict:
             "sidecar": {"dashboards": {"enabled": True, "label": DASHBOARD_LABEL[0],
                                        "labelValue": DASHBOARD_LABEL[1]}},
         },
+    }
+
+
+def volume_claim(settings: StackSettings, size_gib: int) -> dict:
+    """A storage spec as the Prometheus operator takes it: one ReadWriteOnce claim per pod."""
+    spec: dict = {"accessModes": ["ReadWriteOnce"],
+                  "resources": {"requests": {"storage": f"{size_gib}Gi"}}}
+    if settings.monitoring.storage.storage_class_name:
+        spec["storageClassName"] = settings.monitoring.storage.storage_class_name
+    return {"volumeClaimTemplate": {"spec": spec}}
+
+
+def receiver_config(receiver: Receiver) -> dict:
+    config: dict = {"name": receiver.name}
+    if receiver.webhook_url:
+        config["webhook_configs"] = [{"url": receiver.webhook_url, "send_resolved": True}]
+    elif receiver.slack_api_url:
+        config["slack_configs"] = [{"api_url": receiver.slack_api_url,
+                                    "channel": receiver.slack_channel, "send_resolved": True}]
+    else:
+        config["pagerduty_configs"] = [{"routing_key": receiver.pagerduty_routing_key,
+                                        "send_resolved": True}]
+    return config
+
+
+def alertmanager_config(settings: StackSettings) -> dict:
+    """Alertmanager's configuration: each receiver gets the alerts of its severities (the rules
+    label every alert with one), everything else goes nowhere but the Alertmanager UI."""
+    am = settings.monitoring.alertmanager
+    return {
+        "route": {
+            "receiver": "null",
+            "group_by": ["alertname", "namespace", "node"],
+            "group_wait": am.group_wait,
+            "repeat_interval": am.repeat_interval,
+            "routes": [{"receiver": r.name,
+                        "matchers": [f"severity=~\"{'|'.join(r.severities)}\""],
+                        "continue": True} for r in am.receivers],
+        },
+        "receivers": [{"name": "null"}, *(receiver_config(r) for r in am.receivers)],
     }
 
 
@@ -92,6 +141,23 @@ def dashboard_config_map(settings: StackSettings) -> dict:
     }
 
 
+def opa_pod_monitor(settings: StackSettings) -> dict:
+    """Scrapes OPA's diagnostic port: its request metrics show decisions that failed."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": {"name": "gpu-admission-opa", "namespace": settings.monitoring.namespace,
+                     "labels": kube.labels("gpu-admission-opa", COMPONENT)},
+        "spec": {
+            "namespaceSelector": {"matchNames": [settings.admission.namespace]},
+            "selector": {"matchLabels": kube.selector_labels(opa_admission.SERVICE,
+                                                             opa_admission.COMPONENT)},
+            "podMetricsEndpoints": [{"port": opa_admission.DIAGNOSTIC_PORT_NAME,
+                                     "path": "/metrics"}],
+        },
+    }
+
+
 def grafana_admin_secret(settings: StackSettings, password: Any) -> dict:
     return {
         "apiVersion": "v1",
@@ -111,6 +177,7 @@ class Monitoring(pulumi.ComponentResource):
 
     def __init__(self, name: str, settings: StackSettings, values: Any,
                  after: Optional[Sequence[pulumi.Resource]] = None,
+                 certificate_not_after: Optional[pulumi.Output] = None,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:Monitoring", name, None, opts)
         mon = settings.monitoring
@@ -129,7 +196,13 @@ class Monitoring(pulumi.ComponentResource):
         self.service_monitor = kube.declare(dcgm_service_monitor(settings), self,
                                             [self.release, *(after or [])])
         self.dashboard = kube.declare(dashboard_config_map(settings), self, [self.release])
-        self.rules = kube.declare(gpu_rules.prometheus_rule(settings), self, [self.release])
+        rule = gpu_rules.prometheus_rule(settings)
+        if certificate_not_after is not None:
+            # The certificate alerts need its expiry, known once the certificate exists.
+            rule["spec"] = certificate_not_after.apply(lambda end: gpu_rules.prometheus_rule(
+                settings, gpu_rules.unix_time(end))["spec"])
+        self.rules = kube.declare(rule, self, [self.release])
+        self.opa_monitor = kube.declare(opa_pod_monitor(settings), self, [self.release])
 
         self.grafana_url = f"http://{grafana_service(settings)}.{mon.namespace}.svc:{GRAFANA_PORT}"
         self.grafana_port_forward = (f"kubectl -n {mon.namespace} port-forward "

@@ -31,6 +31,7 @@ SERVICE_PORT = 443
 WEBHOOK_PORT = 8443        # TLS, for the API server
 LOCAL_PORT = 8181          # plain HTTP on 127.0.0.1, for kube-mgmt
 DIAGNOSTIC_PORT = 8282     # /health and /metrics, for probes and Prometheus
+DIAGNOSTIC_PORT_NAME = "diagnostics"
 
 # The rules the webhooks ask for: data.gpuplatform.admission.review (validating) and .mutation
 # (mutating) in policy/admission/gpu_scheduler.rego. /v0/data takes the AdmissionReview as input
@@ -287,7 +288,7 @@ def deployment(settings: StackSettings) -> dict:
                             "image": adm.opa.ref,
                             "args": opa_args(settings),
                             "ports": [{"name": "https", "containerPort": WEBHOOK_PORT},
-                                      {"name": "diagnostics", "containerPort": DIAGNOSTIC_PORT}],
+                                      {"name": DIAGNOSTIC_PORT_NAME, "containerPort": DIAGNOSTIC_PORT}],
                             # Ready only once kube-mgmt has loaded the policy and parameters
                             # (policy/opa/health.rego).
                             "readinessProbe": {"httpGet": {"path": "/health/ready", **probe_port},
@@ -470,6 +471,7 @@ class OpaAdmission(pulumi.ComponentResource):
             kube.declare(mutating, self, ready)
 
         self.webhook_name = adm.webhook_name
+        self.certificate_not_after = server_cert.validity_end_time
         self.ca_certificate = self.ca.cert_pem
         self.register_outputs({"webhookName": self.webhook_name, "mode": adm.mode,
                                "caCertificate": self.ca_certificate})

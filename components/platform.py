@@ -85,7 +85,9 @@ class GpuPlatform(pulumi.ComponentResource):
                                       opts=child)
         # The DCGM exporter Service the ServiceMonitor selects is created by the operator.
         self.monitoring = Monitoring("monitoring", settings, monitoring_values,
-                                     after=[self.gpu_operator], opts=child)
+                                     after=[self.gpu_operator],
+                                     certificate_not_after=self.admission.certificate_not_after,
+                                     opts=child)
 
         self.outputs = {
             "schedulerName": self.scheduler.scheduler_name,

@@ -694,10 +694,103 @@ class AlertSettings(Model):
         default="5m",
         description="BinpackSchedulerUnavailable, GpuAdmissionUnavailable: no available pod "
                     "this long (a duration).")
+    admission_rejections_per_hour: int = Field(
+        default=60, ge=1,
+        description="GpuAdmissionRejectionsHigh: more requests than this refused by the policy "
+                    "in an hour (someone's chart or pipeline keeps breaking the rules).")
+    pending_growth_for: str = Field(
+        default="30m",
+        description="GpuPodsPendingGrowing: pending GPU pods more numerous than this long ago "
+                    "(a duration), and not fewer since.")
 
     _check_durations = field_validator("gpu_temperature_for", "idle_for", "pending_for",
-                                       "exporter_down_for", "unavailable_for")(
+                                       "exporter_down_for", "unavailable_for",
+                                       "pending_growth_for")(
         classmethod(lambda cls, v: _duration(v)))
+
+
+class StorageSettings(Model):
+    enabled: bool = Field(
+        default=True,
+        description="Persistent volumes for Prometheus and Alertmanager, so samples, `for:` "
+                    "timers and silences survive a restart. Off only by choice (then all of it "
+                    "is lost whenever a pod moves).")
+    storage_class_name: Optional[str] = Field(
+        default=None, description="StorageClass of the volumes; unset: the cluster's default.")
+    prometheus_size_gib: int = Field(
+        default=50, ge=1, le=65536,
+        description="Prometheus volume, GiB; Prometheus also deletes the oldest samples once "
+                    "they take 90% of it, whatever `retention` says.")
+    alertmanager_size_gib: int = Field(default=1, ge=1, le=1024,
+                                       description="Alertmanager volume (silences), GiB.")
+
+    @field_validator("storage_class_name")
+    @classmethod
+    def class_is_a_name(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not is_dns_subdomain(value):
+            raise Invalid("not a StorageClass name", "a DNS-1123 subdomain, or unset for the "
+                                                     "cluster's default")
+        return value
+
+
+Severity = Literal["critical", "warning", "info"]
+
+
+class Receiver(Model):
+    name: str = Field(description="Receiver name (a DNS-1123 label).")
+    severities: list[Severity] = Field(
+        min_length=1, description="Alerts of these severities are sent here.")
+    webhook_url: Optional[str] = Field(default=None, description="Generic webhook URL.")
+    slack_api_url: Optional[str] = Field(default=None,
+                                         description="Slack incoming-webhook URL (a secret).")
+    slack_channel: Optional[str] = Field(default=None, description="Slack channel, e.g. #gpu.")
+    pagerduty_routing_key: Optional[str] = Field(
+        default=None, description="PagerDuty Events v2 routing key (a secret).")
+
+    _check_name = field_validator("name")(classmethod(lambda cls, v: _dns_label(v)))
+
+    @field_validator("webhook_url", "slack_api_url")
+    @classmethod
+    def url_is_https(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not re.match(r"^https?://[^\s/]+", value):
+            raise Invalid("not a URL", "an http(s) URL")
+        return value
+
+    @model_validator(mode="after")
+    def one_destination(self) -> "Receiver":
+        given = [key for key in ("webhookUrl", "slackApiUrl", "pagerdutyRoutingKey")
+                 if getattr(self, to_snake(key))]
+        if len(given) != 1:
+            raise Invalid("a receiver sends to exactly one destination",
+                          "one of webhookUrl, slackApiUrl (with slackChannel) or "
+                          "pagerdutyRoutingKey", value=given, has_value=True)
+        if self.slack_api_url and not self.slack_channel:
+            raise Invalid("a Slack receiver needs a channel", "slackChannel such as #gpu-alerts",
+                          at=("slackChannel",), value=None, has_value=True)
+        return self
+
+
+class AlertmanagerSettings(Model):
+    receivers: list[Receiver] = Field(
+        default_factory=list,
+        description="Where alerts go, by severity (set URLs and keys with `pulumi config set "
+                    "--secret --path`). Empty: alerts are only shown in Alertmanager.")
+    group_wait: str = Field(default="30s", description="Wait before the first notification of "
+                                                       "a group.")
+    repeat_interval: str = Field(default="4h", description="Resend a firing alert this often.")
+
+    _check_durations = field_validator("group_wait", "repeat_interval")(
+        classmethod(lambda cls, v: _duration(v)))
+
+    @field_validator("receivers")
+    @classmethod
+    def names_unique(cls, receivers: list[Receiver]) -> list[Receiver]:
+        names = [r.name for r in receivers]
+        for index, name in enumerate(names):
+            if name in names[:index] or name == "null":
+                raise Invalid("receiver name used twice or reserved", "unique names, not null",
+                              at=(index, "name"), value=name, has_value=True)
+        return receivers
 
 
 class MonitoringSettings(Model):
@@ -715,6 +808,10 @@ class MonitoringSettings(Model):
         description="GPUs of the largest pod the platform should be able to place (GPUs): free "
                     "GPUs on a busy node that cannot take one count as stranded.")
     alerts: AlertSettings = Field(default_factory=AlertSettings, description="Alert thresholds.")
+    storage: StorageSettings = Field(default_factory=StorageSettings,
+                                     description="Persistent storage.")
+    alertmanager: AlertmanagerSettings = Field(default_factory=AlertmanagerSettings,
+                                               description="Alert routing.")
     extra_values: dict[str, Any] = Field(
         default_factory=dict,
         description="Further chart values, merged over the generated ones; keys that other "

@@ -4,6 +4,7 @@ build."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +103,10 @@ def integral_numbers(value: Any) -> Any:
     return map_leaves(value, lambda v: int(v) if isinstance(v, float) and v.is_integer() else v)
 
 
+# When the fake providers create certificates.
+FAKE_NOW = datetime.datetime(2026, 11, 1, tzinfo=datetime.timezone.utc)
+
+
 class FakeProviders(pulumi.runtime.Mocks):
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         outputs = dict(args.inputs)
@@ -111,6 +116,9 @@ class FakeProviders(pulumi.runtime.Mocks):
             outputs["certPem"] = FAKE_CA_PEM
         elif args.typ == "tls:index/locallySignedCert:LocallySignedCert":
             outputs["certPem"] = FAKE_SERVER_PEM
+            # As the provider reports it: RFC 3339, validity counted from its creation.
+            end = FAKE_NOW + datetime.timedelta(hours=args.inputs["validityPeriodHours"])
+            outputs["validityEndTime"] = end.strftime("%Y-%m-%dT%H:%M:%SZ")
         elif args.typ == "tls:index/certRequest:CertRequest":
             outputs["certRequestPem"] = "-----BEGIN CERTIFICATE REQUEST-----\n"
         elif args.typ == "random:index/randomPassword:RandomPassword":

@@ -79,6 +79,8 @@ EXPECTED = [
     (f"{K8S}core/v1:ConfigMap", "monitoring/gpu-platform-dashboard", f"{COMPONENT}Monitoring"),
     (f"{K8S}monitoring.coreos.com/v1:PrometheusRule", "monitoring/gpu-platform",
      f"{COMPONENT}Monitoring"),
+    (f"{K8S}monitoring.coreos.com/v1:PodMonitor", "monitoring/gpu-admission-opa",
+     f"{COMPONENT}Monitoring"),
 ]
 
 

@@ -4,6 +4,7 @@ the alert rules fire, and stay quiet, at the edges of their thresholds in `promt
 the dashboard has what Grafana needs to load it."""
 
 import copy
+import datetime
 import json
 import re
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 import yaml
 
 import tools
-from components import dashboard, gpu_rules
+from components import dashboard, gpu_rules, monitoring
 from components.settings import load_settings
 from test_settings import raw, with_changes
 
@@ -39,8 +40,12 @@ def dashboard_queries(settings=SETTINGS) -> list[str]:
     return exprs
 
 
+# The serving certificate's expiry in the rule tests (promtool's clock starts at 0): 40 days.
+CERT_NOT_AFTER = 40 * 86400
+
+
 def rule_groups(settings=SETTINGS, annotations: bool = True) -> dict:
-    groups = copy.deepcopy(gpu_rules.prometheus_rule(settings)["spec"])
+    groups = copy.deepcopy(gpu_rules.prometheus_rule(settings, CERT_NOT_AFTER)["spec"])
     if not annotations:
         for group in groups["groups"]:
             for rule in group["rules"]:
@@ -121,10 +126,11 @@ def ksm_pod(pod: str, node: str, gpus: int, phase: str = "Running",
 
 
 def run_promtool_tests(promtool_bin, tmp_path, tests: list[dict], settings=SETTINGS,
-                       annotations: bool = False):
+                       annotations: bool = False, evaluation_interval: str = "1m"):
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule_groups(settings, annotations)))
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump({
-        "rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}))
+        "rule_files": ["rules.yaml"], "evaluation_interval": evaluation_interval,
+        "tests": tests}))
     result = subprocess.run([str(promtool_bin), "test", "rules", str(tmp_path / "tests.yaml")],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -308,16 +314,190 @@ def test_alert_descriptions_name_what_a_responder_needs(promtool_bin, tmp_path):
                                      .replace("{{ $labels.pod }}", "waiting")
                                      .replace("{{ $value }}", "2")}}]}]}],
         annotations=True)
-    for rule in gpu_rules.alert_rules(SETTINGS):
+    for rule in gpu_rules.alert_rules(SETTINGS, CERT_NOT_AFTER):
         assert rule["labels"]["severity"] in ("critical", "warning", "info")
         assert rule["annotations"]["summary"] and rule["annotations"]["description"]
         assert re.fullmatch(r"[0-9]+[smh]", rule["for"])
 
 
+def test_certificate_alerts_warn_in_the_renewal_window_and_page_a_week_before(promtool_bin,
+                                                                             tmp_path):
+    # earlyRenewalHours 720 (30 days) before day 40: warn from day 10; page from day 33.
+    def at(days, hours=0):
+        return f"{days * 24 + hours}h"
+    run_promtool_tests(promtool_bin, tmp_path, [
+        {"interval": "1h", "input_series": [],
+         "alert_rule_test": [
+             fires("GpuAdmissionCertificateRenewalDue", at(9, 23), []),
+             fires("GpuAdmissionCertificateRenewalDue", at(10, 1), [{"severity": "warning"}]),
+             fires("GpuAdmissionCertificateExpiring", at(32, 23), []),
+             fires("GpuAdmissionCertificateExpiring", at(33, 1), [{"severity": "critical"}])]},
+    ], evaluation_interval="1h")
+
+
+def test_certificate_alerts_follow_the_certificate_the_program_made(example_run):
+    rule = example_run.one("kubernetes:monitoring.coreos.com/v1:PrometheusRule",
+                           "monitoring/gpu-platform").inputs
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
+    # The fake provider made the server certificate on 2026-11-01 for 8760 hours.
+    not_after = int(datetime.datetime(2027, 11, 1, tzinfo=datetime.timezone.utc).timestamp())
+    assert alerts["GpuAdmissionCertificateRenewalDue"]["expr"] == \
+        f"vector(time()) > {not_after - 720 * 3600}"
+    assert "2027-11-01T00:00:00+00:00" in alerts["GpuAdmissionCertificateExpiring"][
+        "annotations"]["description"]
+
+
+def opa_requests(code: str, per_minute: int) -> dict:
+    return {"series": f'http_request_duration_seconds_count{{namespace="gpu-admission", '
+                      f'pod="opa-1", handler="v0/data", method="post", code="{code}"}}',
+            "values": f"0+{per_minute}x40"}
+
+
+def rejections(error_type: str, per_minute: int, name="gpu-scheduler-policy.gpu-platform.io",
+               metric="apiserver_admission_webhook_rejection_count") -> dict:
+    labels = f'name="{name}", type="validating", operation="CREATE"'
+    if metric.endswith("rejection_count"):
+        labels += f', error_type="{error_type}", rejection_code="403"'
+    return {"series": f"{metric}{{{labels}}}", "values": f"0+{per_minute}x120"}
+
+
+def test_admission_alerts_on_failed_calls_missing_decisions_and_many_refusals(promtool_bin,
+                                                                            tmp_path):
+    name = {"name": "gpu-scheduler-policy.gpu-platform.io"}
+    opa = {"namespace": "gpu-admission", "pod": "opa-1"}
+    run_promtool_tests(promtool_bin, tmp_path, [
+        # Decisions served: nothing fires.
+        {"interval": "1m", "input_series": [opa_requests("200", 10),
+                                            rejections("no_error", 0)],
+         "alert_rule_test": [fires("GpuAdmissionDecisionErrors", "20m", []),
+                             fires("GpuAdmissionWebhookFailing", "20m", []),
+                             fires("GpuAdmissionRejectionsHigh", "30m", [])]},
+        # No policy loaded: OPA answers 404.
+        {"interval": "1m", "input_series": [opa_requests("404", 2)],
+         "alert_rule_test": [fires("GpuAdmissionDecisionErrors", "10m",
+                                   [{**opa, "severity": "critical"}])]},
+        # The API server cannot call the webhook (fail closed), or fails open with Ignore.
+        {"interval": "1m", "input_series": [rejections("calling_webhook_error", 3)],
+         "alert_rule_test": [fires("GpuAdmissionWebhookFailing", "10m",
+                                   [{**name, "severity": "critical"}])]},
+        {"interval": "1m", "input_series": [rejections(
+            "", 3, metric="apiserver_admission_webhook_fail_open_count")],
+         "alert_rule_test": [fires("GpuAdmissionWebhookFailing", "10m",
+                                   [{**name, "severity": "critical"}])]},
+        # Two refusals a minute: 120 an hour, over the threshold of 60.
+        {"interval": "1m", "input_series": [rejections("no_error", 2)],
+         "alert_rule_test": [fires("GpuAdmissionRejectionsHigh", "40m", []),
+                             fires("GpuAdmissionRejectionsHigh", "90m", [{"severity": "warning"}])]},
+        # Another cluster webhook's refusals are not the platform's.
+        {"interval": "1m", "input_series": [rejections("no_error", 5, name="other.example.com")],
+         "alert_rule_test": [fires("GpuAdmissionRejectionsHigh", "90m", [])]},
+    ])
+
+
+def test_opa_pods_not_ready_are_reported(promtool_bin, tmp_path):
+    def deployment(metric, values):
+        return {"series": f'{metric}{{namespace="gpu-admission", deployment="opa"}}',
+                "values": values}
+    run_promtool_tests(promtool_bin, tmp_path, [
+        {"interval": "1m", "input_series": [
+            deployment("kube_deployment_spec_replicas", "2x30"),
+            deployment("kube_deployment_status_replicas_available", "1x30")],
+         "alert_rule_test": [fires("GpuAdmissionDegraded", "9m", []),
+                             fires("GpuAdmissionDegraded", "10m", [{
+                                 "namespace": "gpu-admission", "deployment": "opa",
+                                 "severity": "warning"}])]},
+        {"interval": "1m", "input_series": [
+            deployment("kube_deployment_spec_replicas", "2x30"),
+            deployment("kube_deployment_status_replicas_available", "2x30")],
+         "alert_rule_test": [fires("GpuAdmissionDegraded", "20m", [])]},
+    ])
+
+
+def pending_pods(starts: list[int]) -> list[dict]:
+    """GPU pods pending, pod i from minute starts[i] on."""
+    series = [ksm_node("n1", 8)]
+    for i, first in enumerate(starts):
+        labels = f'namespace="team-a", pod="wait-{i}", uid="w{i}"'
+        series += [
+            {"series": f'kube_pod_container_resource_requests{{{labels}, container="main", '
+                       f'node="", resource="nvidia_com_gpu", unit="integer"}}',
+             "values": f"_x{first} 1x120" if first else "1x120"},
+            {"series": f'kube_pod_status_phase{{{labels}, phase="Pending"}}',
+             "values": f"_x{first} 1x120" if first else "1x120"}]
+    return series
+
+
+def test_pending_gpu_pods_piling_up_are_reported_and_a_steady_queue_is_not(promtool_bin,
+                                                                        tmp_path):
+    run_promtool_tests(promtool_bin, tmp_path, [
+        {"interval": "1m", "input_series": pending_pods([0, 10, 20, 30, 40, 50, 60, 70]),
+         "promql_expr_test": [recorded(gpu_rules.GPU_PODS_PENDING, {"": 5}, at="45m")],
+         "alert_rule_test": [fires("GpuPodsPendingGrowing", "29m", []),
+                             fires("GpuPodsPendingGrowing", "75m", [{"severity": "warning"}])]},
+        {"interval": "1m", "input_series": pending_pods([0, 0, 0]),
+         "alert_rule_test": [fires("GpuPodsPendingGrowing", "100m", [])]},
+    ])
+
+
 def test_every_alert_is_exercised_by_a_rule_test():
     source = Path(__file__).read_text()
-    for rule in gpu_rules.alert_rules(SETTINGS):
+    for rule in gpu_rules.alert_rules(SETTINGS, CERT_NOT_AFTER):
         assert f'"{rule["alert"]}"' in source, rule["alert"]
+
+
+# --- Alert routing (real amtool) -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def amtool_bin() -> Path:
+    return tools.amtool()
+
+
+RECEIVERS = [
+    {"name": "oncall", "severities": ["critical"], "pagerdutyRoutingKey": "0123abcd"},
+    {"name": "gpu-chat", "severities": ["critical", "warning"],
+     "slackApiUrl": "https://hooks.slack.example/T0/B0/x", "slackChannel": "#gpu-platform"},
+    {"name": "archive", "severities": ["info"], "webhookUrl": "https://alerts.example/in"},
+]
+
+
+def alertmanager_file(tmp_path, settings) -> Path:
+    path = tmp_path / "alertmanager.yaml"
+    path.write_text(yaml.safe_dump(monitoring.chart_values(settings)["alertmanager"]["config"]))
+    return path
+
+
+@pytest.mark.parametrize("receivers", [[], RECEIVERS], ids=["none", "three"])
+def test_alertmanager_accepts_the_generated_configuration(amtool_bin, tmp_path, receivers):
+    settings = load_settings(raw(with_changes(monitoring={"alertmanager": {
+        "receivers": receivers}})))
+    result = subprocess.run([str(amtool_bin), "check-config",
+                             str(alertmanager_file(tmp_path, settings))],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("severity, receivers", [("critical", "oncall,gpu-chat"),
+                                                 ("warning", "gpu-chat"),
+                                                 ("info", "archive")])
+def test_alerts_reach_the_receivers_of_their_severity(amtool_bin, tmp_path, severity, receivers):
+    settings = load_settings(raw(with_changes(monitoring={"alertmanager": {
+        "receivers": RECEIVERS}})))
+    # The severity every alert of the rules carries.
+    assert severity in {r["labels"]["severity"] for r in gpu_rules.alert_rules(SETTINGS)}
+    result = subprocess.run(
+        [str(amtool_bin), "config", "routes", "test",
+         f"--config.file={alertmanager_file(tmp_path, settings)}",
+         f"--verify.receivers={receivers}", "alertname=GpuTemperatureHigh",
+         f"severity={severity}"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_without_receivers_alerts_stay_in_alertmanager(amtool_bin, tmp_path):
+    result = subprocess.run(
+        [str(amtool_bin), "config", "routes", "test",
+         f"--config.file={alertmanager_file(tmp_path, SETTINGS)}", "--verify.receivers=null",
+         "alertname=GpuFatalXidError", "severity=critical"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 # --- The dashboard ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from test_settings import with_changes
 
 # Kinds whose CRDs the charts install: the official schemas do not cover them.
 NOT_COVERED = {("monitoring.coreos.com/v1", "ServiceMonitor"),
+               ("monitoring.coreos.com/v1", "PodMonitor"),
                ("monitoring.coreos.com/v1", "PrometheusRule")}
 
 

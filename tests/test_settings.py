@@ -94,6 +94,22 @@ MISTAKES = [
      with_changes(gpuOperator={"extraValues": {"toolkit": {"env": []}}}),
      "gpu-platform:gpuOperator.extraValues.toolkit.env",
      "generated from other settings", "keys the program does not set"),
+    ("receiver with two destinations", with_changes(monitoring={"alertmanager": {"receivers": [
+        {"name": "x", "severities": ["critical"], "webhookUrl": "https://a.example/",
+         "pagerdutyRoutingKey": "k"}]}}),
+     "gpu-platform:monitoring.alertmanager.receivers[0]", '["webhookUrl", "pagerdutyRoutingKey"]',
+     "one of webhookUrl, slackApiUrl (with slackChannel) or pagerdutyRoutingKey"),
+    ("slack receiver without a channel", with_changes(monitoring={"alertmanager": {"receivers": [
+        {"name": "x", "severities": ["warning"], "slackApiUrl": "https://hooks.example/x"}]}}),
+     "gpu-platform:monitoring.alertmanager.receivers[0].slackChannel", "null",
+     "slackChannel such as #gpu-alerts"),
+    ("receiver for an unknown severity", with_changes(monitoring={"alertmanager": {"receivers": [
+        {"name": "x", "severities": ["page"], "webhookUrl": "https://a.example/"}]}}),
+     "gpu-platform:monitoring.alertmanager.receivers[0].severities[0]", '"page"',
+     "'critical', 'warning' or 'info'"),
+    ("storage class not a name", with_changes(monitoring={"storage": {
+        "storageClassName": "Fast SSD"}}),
+     "gpu-platform:monitoring.storage.storageClassName", '"Fast SSD"', "DNS-1123 subdomain"),
     ("extra value changes the dashboard label",
      with_changes(monitoring={"extraValues": {"grafana": {"sidecar": {"dashboards": {
          "label": "x"}}}}}),

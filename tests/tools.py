@@ -163,6 +163,17 @@ def promtool() -> Path:
                            f"{module}/cmd/promtool"))
 
 
+# Alertmanager's amtool checks the generated configuration and tests its routes. The newest
+# release the module proxy serves; the configuration format it checks is the one the chart's
+# Alertmanager reads.
+ALERTMANAGER_VERSION = "v0.34.2"
+
+
+def amtool() -> Path:
+    module = "github.com/prometheus/alertmanager"
+    return go_build(GoTool("amtool", module, ALERTMANAGER_VERSION, f"{module}/cmd/amtool"))
+
+
 # etcd v3.6, the line kube-apiserver 1.36 requires (its go.mod pins the v3.6 client).
 ETCD_VERSION = "v3.6.16"
 
@@ -223,7 +234,7 @@ def kube_mgmt() -> Path:
 
 
 SUITES = {
-    "unit": (opa, promtool),
+    "unit": (opa, promtool, amtool),
     "integration": (opa, etcd, kube_apiserver, kube_scheduler, kube_controller_manager,
                     kube_mgmt),
 }
