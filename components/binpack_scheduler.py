@@ -235,8 +235,10 @@ def scheduler_objects(settings: StackSettings) -> list[dict]:
 
 class BinpackScheduler(pulumi.ComponentResource):
     def __init__(self, name: str, settings: StackSettings,
+                 prefix: str = "",
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:BinpackScheduler", name, None, opts)
+        self.child_prefix = prefix
         objects = scheduler_objects(settings)
         namespace = kube.declare(objects[0], self)
         self.resources = kube.declare_all(objects[1:], self, depends_on=[namespace])

@@ -8,7 +8,8 @@ from typing import Any, Mapping, Optional, Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .settings import SettingsError
+from . import kube
+from .settings import ReleaseProtection, SettingsError
 
 
 def _leaf_paths(values: Mapping[str, Any], prefix: tuple = ()) -> list[tuple]:
@@ -59,12 +60,13 @@ def merge_values(generated: Mapping[str, Any], extra: Mapping[str, Any], setting
 
 
 def release(name: str, *, chart: str, version: str, repository: str, namespace: str,
-            values: Any, parent: pulumi.Resource,
+            values: Any, parent: pulumi.Resource, protection: ReleaseProtection,
             depends_on: Optional[Sequence[pulumi.Resource]] = None) -> k8s.helm.v3.Release:
     """A Helm release pinned to one chart version, rolled back as a whole if it fails.
-    `values`: a mapping, or an Output of one (a secret)."""
+    `values`: a mapping, or an Output of one (a secret). `protection`: whether Pulumi refuses
+    to delete or replace it, and whether deleting it from the stack leaves it installed."""
     return k8s.helm.v3.Release(
-        name,
+        kube.child_name(parent, name),
         name=name,
         chart=chart,
         version=version,
@@ -75,5 +77,7 @@ def release(name: str, *, chart: str, version: str, repository: str, namespace: 
         atomic=True,
         cleanup_on_fail=True,
         timeout=900,
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on or [])),
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on or []),
+                                    protect=protection.protect,
+                                    retain_on_delete=protection.retain_on_delete),
     )

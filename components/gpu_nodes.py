@@ -40,8 +40,10 @@ class GpuNodes(pulumi.ComponentResource):
     """One NodePatch per GPU node with the GPU taint (and any extra taints) and labels."""
 
     def __init__(self, name: str, settings: StackSettings,
+                 prefix: str = "",
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:GpuNodes", name, None, opts)
+        self.child_prefix = prefix
         self.patches = [kube.declare(node_patch(settings, node), self)
                         for node in settings.gpu_nodes.names]
         self.node_names = settings.gpu_nodes.names

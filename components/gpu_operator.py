@@ -109,13 +109,15 @@ class GpuOperator(pulumi.ComponentResource):
 
     def __init__(self, name: str, settings: StackSettings, values: Any,
                  after: Optional[Sequence[pulumi.Resource]] = None,
+                 prefix: str = "",
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:GpuOperator", name, None, opts)
+        self.child_prefix = prefix
         op = settings.gpu_operator
         self.namespace = kube.declare(operator_namespace(settings), self)
         self.release = charts.release(
             op.release_name, chart=CHART, version=op.chart_version, repository=op.repository,
-            namespace=op.namespace, values=values, parent=self,
+            namespace=op.namespace, values=values, parent=self, protection=op.protection,
             depends_on=[self.namespace, *(after or [])])
         self.register_outputs({"namespace": op.namespace, "chartVersion": op.chart_version,
                                "releaseStatus": self.release.status})

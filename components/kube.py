@@ -120,6 +120,13 @@ def logical_name(obj: dict) -> str:
     return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
 
 
+def child_name(parent: pulumi.Resource, name: str) -> str:
+    """The logical name of a child of a platform component: prefixed with the platform's own
+    prefix, so that two platforms in one program (two clusters) cannot collide. The platform
+    of the default name has no prefix, so existing stacks keep their URNs."""
+    return parent.child_prefix + name
+
+
 def declare(obj: dict, parent: pulumi.Resource,
             depends_on: Optional[Sequence[pulumi.Resource]] = None) -> pulumi.CustomResource:
     """Declare one manifest as a resource that is a child of `parent`."""
@@ -129,9 +136,9 @@ def declare(obj: dict, parent: pulumi.Resource,
     resource_class = _KINDS.get((obj["apiVersion"], obj["kind"]))
     if resource_class is None:
         return k8s.apiextensions.CustomResource(
-            logical_name(obj), api_version=obj["apiVersion"], kind=obj["kind"], opts=opts,
-            **fields)
-    return resource_class(logical_name(obj), opts=opts, **fields)
+            child_name(parent, logical_name(obj)), api_version=obj["apiVersion"],
+            kind=obj["kind"], opts=opts, **fields)
+    return resource_class(child_name(parent, logical_name(obj)), opts=opts, **fields)
 
 
 def declare_all(objs: Sequence[dict], parent: pulumi.Resource,

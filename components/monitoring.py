@@ -178,20 +178,22 @@ class Monitoring(pulumi.ComponentResource):
     def __init__(self, name: str, settings: StackSettings, values: Any,
                  after: Optional[Sequence[pulumi.Resource]] = None,
                  certificate_not_after: Optional[pulumi.Output] = None,
+                 prefix: str = "",
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:Monitoring", name, None, opts)
+        self.child_prefix = prefix
         mon = settings.monitoring
         namespace = kube.declare(kube.namespace(mon.namespace, "privileged", COMPONENT), self)
         if mon.grafana.admin_password:
             password = pulumi.Output.secret(mon.grafana.admin_password)
         else:
             password = random.RandomPassword(
-                "grafana-admin", length=32, special=False,
+                kube.child_name(self, "grafana-admin"), length=32, special=False,
                 opts=pulumi.ResourceOptions(parent=self)).result
         admin = kube.declare(grafana_admin_secret(settings, password), self, [namespace])
         self.release = charts.release(
             mon.release_name, chart=CHART, version=mon.chart_version, repository=mon.repository,
-            namespace=mon.namespace, values=values, parent=self,
+            namespace=mon.namespace, values=values, parent=self, protection=mon.protection,
             depends_on=[namespace, admin])
         self.service_monitor = kube.declare(dcgm_service_monitor(settings), self,
                                             [self.release, *(after or [])])

@@ -422,33 +422,35 @@ class OpaAdmission(pulumi.ComponentResource):
 
     def __init__(self, name: str, settings: StackSettings,
                  after: Optional[Sequence[pulumi.Resource]] = None,
+                 prefix: str = "",
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:OpaAdmission", name, None, opts)
+        self.child_prefix = prefix
         adm = settings.admission
         certs = adm.certificate
         child = pulumi.ResourceOptions(parent=self)
 
         namespace = kube.declare(kube.namespace(adm.namespace, "restricted", COMPONENT), self)
-        ca_key = tls.PrivateKey("ca", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
+        ca_key = tls.PrivateKey(kube.child_name(self, "ca"), algorithm="ECDSA", ecdsa_curve="P256", opts=child)
         self.ca = tls.SelfSignedCert(
-            "ca", private_key_pem=ca_key.private_key_pem, is_ca_certificate=True,
+            kube.child_name(self, "ca"), private_key_pem=ca_key.private_key_pem, is_ca_certificate=True,
             subject=tls.SelfSignedCertSubjectArgs(common_name="gpu-platform admission CA",
                                                   organization="gpu-platform"),
             validity_period_hours=certs.ca_validity_hours,
             early_renewal_hours=certs.early_renewal_hours,
             allowed_uses=["cert_signing", "crl_signing", "digital_signature"], opts=child)
-        server_key = tls.PrivateKey("server", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
+        server_key = tls.PrivateKey(kube.child_name(self, "server"), algorithm="ECDSA", ecdsa_curve="P256", opts=child)
         self.server_request = tls.CertRequest(
-            "server", private_key_pem=server_key.private_key_pem,
+            kube.child_name(self, "server"), private_key_pem=server_key.private_key_pem,
             subject=tls.CertRequestSubjectArgs(common_name=service_dns_names(settings)[-1]),
             dns_names=service_dns_names(settings), opts=child)
         server_cert = tls.LocallySignedCert(
-            "server", cert_request_pem=self.server_request.cert_request_pem,
+            kube.child_name(self, "server"), cert_request_pem=self.server_request.cert_request_pem,
             ca_private_key_pem=ca_key.private_key_pem, ca_cert_pem=self.ca.cert_pem,
             validity_period_hours=certs.server_validity_hours,
             early_renewal_hours=certs.early_renewal_hours,
             allowed_uses=["server_auth", "digital_signature", "key_encipherment"], opts=child)
-        token = random.RandomPassword("kube-mgmt-token", length=48, special=False, opts=child)
+        token = random.RandomPassword(kube.child_name(self, "kube-mgmt-token"), length=48, special=False, opts=child)
 
         after_namespace = [namespace]
         rbac = kube.declare_all(rbac_objects(settings), self, after_namespace)

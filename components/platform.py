@@ -19,6 +19,9 @@ from .settings import CONFIG_NAMESPACE, SettingsError, StackSettings, load_setti
 # with the inputs that then carry them: those Helm releases' values, marked secret as a whole.
 SECRET_CAPABLE = ("gpuOperator", "monitoring")
 
+# The platform's name in a program that declares one.
+PLATFORM_NAME = "gpu-platform"
+
 
 def stack_config() -> dict[str, Any]:
     """The stack's `gpu-platform:` config, keys without the prefix.
@@ -74,20 +77,24 @@ class GpuPlatform(pulumi.ComponentResource):
                                                "monitoring" in secret_keys)
         super().__init__("gpu-platform:index:GpuPlatform", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
+        # Two platforms in one program (one per cluster) name their resources apart; the one of
+        # the default name keeps the names every existing stack has.
+        prefix = "" if name == PLATFORM_NAME else f"{name}-"
 
         # Taint the nodes before the operator's DaemonSets and the first GPU pods arrive.
-        self.gpu_nodes = GpuNodes("gpu-nodes", settings, opts=child)
-        self.gpu_operator = GpuOperator("gpu-operator", settings, operator_values,
-                                        after=[self.gpu_nodes], opts=child)
-        self.scheduler = BinpackScheduler("binpack-scheduler", settings, opts=child)
+        self.gpu_nodes = GpuNodes(f"{prefix}gpu-nodes", settings, prefix=prefix, opts=child)
+        self.gpu_operator = GpuOperator(f"{prefix}gpu-operator", settings, operator_values,
+                                        after=[self.gpu_nodes], prefix=prefix, opts=child)
+        self.scheduler = BinpackScheduler(f"{prefix}binpack-scheduler", settings, prefix=prefix,
+                                          opts=child)
         # Never force GPU pods onto a scheduler that is not running.
-        self.admission = OpaAdmission("opa-admission", settings, after=[self.scheduler],
-                                      opts=child)
+        self.admission = OpaAdmission(f"{prefix}opa-admission", settings,
+                                      after=[self.scheduler], prefix=prefix, opts=child)
         # The DCGM exporter Service the ServiceMonitor selects is created by the operator.
-        self.monitoring = Monitoring("monitoring", settings, monitoring_values,
+        self.monitoring = Monitoring(f"{prefix}monitoring", settings, monitoring_values,
                                      after=[self.gpu_operator],
                                      certificate_not_after=self.admission.certificate_not_after,
-                                     opts=child)
+                                     prefix=prefix, opts=child)
 
         self.outputs = {
             "schedulerName": self.scheduler.scheduler_name,
@@ -103,7 +110,7 @@ class GpuPlatform(pulumi.ComponentResource):
 
 def deploy(config: Mapping[str, Any], secret_keys: Collection[str] = ()) -> GpuPlatform:
     """Validate the settings, then declare the platform and export its outputs."""
-    platform = GpuPlatform("gpu-platform", load_settings(config), secret_keys)
+    platform = GpuPlatform(PLATFORM_NAME, load_settings(config), secret_keys)
     for key, value in platform.outputs.items():
         pulumi.export(key, value)
     return platform

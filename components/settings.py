@@ -277,6 +277,15 @@ class GpuNodesSettings(Model):
 _MIG_PROFILE = re.compile(r"^([1-8]c\.)?[1-8]g\.[0-9]+gb([.-][a-z0-9]+)*$")
 
 
+class ReleaseProtection(Model):
+    protect: bool = Field(description="Pulumi refuses to delete or replace the release (a "
+                                      "rename, a replacing change or `pulumi destroy` stops "
+                                      "with an error) until this is turned off.")
+    retain_on_delete: bool = Field(
+        default=False,
+        description="Removing the release from the stack leaves it installed in the cluster.")
+
+
 class MigSettings(Model):
     strategy: Literal["none", "single", "mixed"] = Field(
         default="single",
@@ -358,6 +367,10 @@ class GpuOperatorSettings(Model):
         default_factory=dict,
         description="Further chart values, merged over the generated ones; keys that other "
                     "settings own are refused.")
+    protection: ReleaseProtection = Field(
+        default_factory=lambda: ReleaseProtection(protect=True),
+        description="Protected by default: deleting or replacing the release uninstalls the "
+                    "driver, toolkit and device plugin, and every GPU pod stops.")
 
     _check_namespace = field_validator("namespace", "release_name")(
         classmethod(lambda cls, v: _dns_label(v)))
@@ -812,6 +825,10 @@ class MonitoringSettings(Model):
                                      description="Persistent storage.")
     alertmanager: AlertmanagerSettings = Field(default_factory=AlertmanagerSettings,
                                                description="Alert routing.")
+    protection: ReleaseProtection = Field(
+        default_factory=lambda: ReleaseProtection(protect=False),
+        description="Not protected by default: replacing the release loses no workload (with "
+                    "storage on, its volumes are claims of their own).")
     extra_values: dict[str, Any] = Field(
         default_factory=dict,
         description="Further chart values, merged over the generated ones; keys that other "

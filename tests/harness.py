@@ -57,6 +57,9 @@ class Registration:
     parent: str
     dependencies: list[str]
     raw_inputs: dict     # as sent, secrets still marked
+    protect: bool = False
+    retain_on_delete: bool = False
+    aliases: tuple[str, ...] = ()    # URNs this resource had before, by name or type
 
     @property
     def inputs(self) -> dict:
@@ -131,6 +134,18 @@ class FakeProviders(pulumi.runtime.Mocks):
         return {}
 
 
+def _alias_urn(urn: str, alias) -> str:
+    """The URN an alias names: given whole, or the resource's own URN with another name or
+    type (the parent chain unchanged)."""
+    if alias.urn:
+        return alias.urn
+    head, types, name = urn.rsplit("::", 2)
+    spec = alias.spec
+    if spec.type:
+        types = types.rsplit("$", 1)[0] + "$" + spec.type if "$" in types else spec.type
+    return f"{head}::{types}::{spec.name or name}"
+
+
 class RecordingMonitor(pulumi_mocks.MockMonitor):
     def __init__(self, recording: Recording):
         super().__init__(FakeProviders())
@@ -143,7 +158,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 type=request.type, name=request.name, urn=response.urn, parent=request.parent,
                 dependencies=list(request.dependencies),
                 raw_inputs=self.resources[response.urn].state if response.urn in self.resources
-                else {}))
+                else {},
+                protect=request.protect, retain_on_delete=request.retainOnDelete,
+                aliases=tuple(_alias_urn(response.urn, alias) for alias in request.aliases)))
         return response
 
     def RegisterResourceOutputs(self, request):
@@ -175,7 +192,7 @@ def stack_file_config(settings: dict[str, Any]) -> dict[str, str]:
 
 def run_program(config: Optional[dict[str, str]] = None,
                 recording: Optional[Recording] = None,
-                secret_keys: Sequence[str] = ()) -> Recording:
+                secret_keys: Sequence[str] = (), source: Optional[str] = None) -> Recording:
     """Run the real `__main__.py` under mocks with the given stack config (the example stack by
     default) and return what it registered (into `recording`, when given, so that a run that
     raises can still be inspected)."""
@@ -184,7 +201,8 @@ def run_program(config: Optional[dict[str, str]] = None,
                              preview=False, monitor=RecordingMonitor(recording))
     pulumi.runtime.set_all_config(config if config is not None else example_config(),
                                   list(secret_keys))
-    source = (ROOT / "__main__.py").read_text()
+    # The real program, or another one (`source`) that uses its components.
+    source = source if source is not None else (ROOT / "__main__.py").read_text()
 
     def program():
         exec(compile(source, str(ROOT / "__main__.py"), "exec"), {"__name__": "__main__"})
