@@ -72,6 +72,9 @@ def operator_values(settings: StackSettings) -> dict:
             "data": {"default": time_slicing_config(op.time_slicing.replicas)},
         }
     return {
+        # Helm installs CRDs but never upgrades them: the chart's pre-upgrade hook applies the
+        # new version's CRDs (ClusterPolicy, NVIDIADriver) before the new operator starts.
+        "operator": {"upgradeCRD": True},
         "driver": {"enabled": op.driver.enabled},
         "toolkit": toolkit,
         "devicePlugin": device_plugin,

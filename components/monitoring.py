@@ -42,6 +42,9 @@ def stack_values(settings: StackSettings) -> dict:
         prometheus_spec["retentionSize"] = f"{int(mon.storage.prometheus_size_gib * 0.9)}GiB"
         alertmanager_spec["storage"] = volume_claim(settings, mon.storage.alertmanager_size_gib)
     return {
+        # Helm installs CRDs but never upgrades them: the chart's pre-install/pre-upgrade Job
+        # applies the CRDs of the new prometheus-operator (server-side) before it starts.
+        "crds": {"upgradeJob": {"enabled": True}},
         "prometheus": {"prometheusSpec": prometheus_spec},
         "alertmanager": {"alertmanagerSpec": alertmanager_spec,
                          "config": alertmanager_config(settings)},

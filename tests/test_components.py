@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from components import binpack_scheduler, gpu_nodes, gpu_operator, monitoring, opa_admission
-from components.settings import load_settings
+from components.settings import SettingsError, load_settings
 from test_settings import MINIMAL, raw, with_changes
 
 
@@ -78,7 +78,7 @@ def test_extra_values_reach_the_chart_without_replacing_generated_ones():
         "dcgmExporter": {"image": {"tag": "custom"}}, "operator": {"resources": {}}}}))
     assert values["dcgmExporter"]["image"] == {"tag": "custom"}
     assert values["dcgmExporter"]["serviceMonitor"] == {"enabled": False}
-    assert values["operator"] == {"resources": {}}
+    assert values["operator"] == {"upgradeCRD": True, "resources": {}}
 
 
 def test_operator_namespace_allows_privileged_operands():
@@ -212,6 +212,18 @@ def test_scheduler_has_a_role_of_its_own_that_grants_no_lease_cluster_wide():
 
 def env_of(values: dict, section: str) -> dict:
     return {e["name"]: e["value"] for e in values[section].get("env", [])}
+
+
+def test_both_charts_upgrade_their_crds_and_extra_values_cannot_turn_that_off():
+    # The charts' own hooks (gpu-operator: operator.upgradeCRD; kube-prometheus-stack:
+    # crds.upgradeJob.enabled), since Helm leaves CRDs at the version first installed.
+    assert gpu_operator.chart_values(DEFAULT)["operator"]["upgradeCRD"] is True
+    assert monitoring.chart_values(DEFAULT)["crds"]["upgradeJob"]["enabled"] is True
+    for section, key in (("gpuOperator", {"operator": {"upgradeCRD": False}}),
+                         ("monitoring", {"crds": {"upgradeJob": {"enabled": False}}})):
+        with pytest.raises(SettingsError):
+            (gpu_operator if section == "gpuOperator" else monitoring).chart_values(
+                settings_of(**{section: {"extraValues": key}}))
 
 
 def test_containers_see_only_their_gpus_unless_the_stack_turns_that_off():
