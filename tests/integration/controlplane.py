@@ -250,11 +250,14 @@ class Kube:
                          subresource)
 
     def apply(self, obj: dict, manager: str, *, force: bool = False,
-              subresource: str = "") -> dict:
-        """Server-side apply, as `kubectl apply --server-side` and the Pulumi provider do."""
+              subresource: str = "", dry_run: bool = False) -> dict:
+        """Server-side apply, as `kubectl apply --server-side` and the Pulumi provider do
+        (with `dry_run`, as `pulumi preview` does: through admission, nothing stored)."""
         params = {"fieldManager": manager}
         if force:
             params["force"] = "true"
+        if dry_run:
+            params["dryRun"] = "All"
         return self.request("PATCH", self._path_of(obj, subresource), body=obj,
                             content_type="application/apply-patch+yaml", params=params,
                             what=f"apply {obj['kind']} {obj['metadata']['name']}")

@@ -1,0 +1,72 @@
+"""The pull-request preview identity of docs/preview-access.yaml, through a real API server:
+it can dry-run everything the program declares, and can change nothing."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cluster import ApiError, TEST_MANAGER, apply_declared, find
+from controlplane import wait_until
+
+ACCESS = Path(__file__).resolve().parents[2] / "docs" / "preview-access.yaml"
+# A preview applies as the field manager that `pulumi up` used.
+MANAGER = TEST_MANAGER
+
+
+@pytest.fixture(scope="module")
+def preview(control_plane, declared):
+    cp = control_plane
+    # The platform as the first `pulumi up` leaves it (its namespaces exist), then the access.
+    apply_declared(cp.admin, declared.objects)
+    for obj in yaml.safe_load_all(ACCESS.read_text()):
+        cp.admin.apply(obj, TEST_MANAGER)
+    account = find(list(yaml.safe_load_all(ACCESS.read_text())), "ServiceAccount",
+                   "gpu-platform-preview")
+    token = cp.service_account_token(account["metadata"]["namespace"],
+                                     account["metadata"]["name"])
+    kube = cp.client(token)
+    # The API server picks a new policy up within moments: wait until a write is refused.
+    probe = find(declared.objects, "ConfigMap", "gpu-platform-admission-params")
+
+    def refused() -> bool:
+        try:
+            kube.apply(probe, MANAGER)
+            return False
+        except ApiError:
+            return True
+    wait_until(refused, "the dry-run-only policy to take effect", timeout=30)
+    return kube
+
+
+def served(kube, objects):
+    return [o for o in objects if kube.serves(o["apiVersion"], o["kind"])]
+
+
+def test_preview_can_dry_run_every_declared_object(preview, declared):
+    objects = served(preview, declared.objects)
+    assert len(objects) >= 25
+    for obj in objects:
+        preview.apply(obj, MANAGER, dry_run=True)
+
+
+@pytest.mark.parametrize("kind, name", [("ValidatingWebhookConfiguration",
+                                          "gpu-platform-admission"),
+                                         ("Deployment", "opa"), ("Secret", "opa-tls"),
+                                         ("ClusterRole", "gpu-binpack-scheduler")])
+def test_preview_cannot_change_anything(preview, declared, kind, name):
+    obj = find(declared.objects, kind, name)
+    obj["metadata"].setdefault("labels", {})["changed-by"] = "a-pull-request"
+    with pytest.raises(ApiError) as refused:
+        preview.apply(obj, MANAGER)
+    assert refused.value.status in (403, 422), refused.value.message
+    assert "may only dry-run" in refused.value.message
+
+
+def test_preview_cannot_read_secrets_outside_the_platform(preview, control_plane):
+    control_plane.admin.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {
+        "name": "team-credentials", "namespace": "default"}, "stringData": {"k": "v"}},
+        TEST_MANAGER)
+    with pytest.raises(ApiError) as refused:
+        preview.get("v1", "Secret", "team-credentials", "default")
+    assert refused.value.status == 403
