@@ -28,7 +28,6 @@ POLICY_DIR = Path(__file__).resolve().parent.parent / "policy"
 
 SERVICE = "opa"
 SERVICE_PORT = 443
-WEBHOOK_PORT = 8443        # TLS, for the API server
 LOCAL_PORT = 8181          # plain HTTP on 127.0.0.1, for kube-mgmt
 DIAGNOSTIC_PORT = 8282     # /health and /metrics, for probes and Prometheus
 DIAGNOSTIC_PORT_NAME = "diagnostics"
@@ -225,7 +224,7 @@ def secrets(settings: StackSettings, *, tls_cert: Any, tls_key: Any, ca_cert: An
 def opa_args(settings: StackSettings) -> list[str]:
     return [
         "run", "--server",
-        f"--addr=https://0.0.0.0:{WEBHOOK_PORT}",
+        f"--addr=https://0.0.0.0:{settings.admission.webhook_port}",
         f"--addr=http://127.0.0.1:{LOCAL_PORT}",
         # Plain HTTP for the kubelet's probes: without a scheme, OPA serves this address over
         # TLS too once it has a certificate.
@@ -287,7 +286,7 @@ def deployment(settings: StackSettings) -> dict:
                             "name": "opa",
                             "image": adm.opa.ref,
                             "args": opa_args(settings),
-                            "ports": [{"name": "https", "containerPort": WEBHOOK_PORT},
+                            "ports": [{"name": "https", "containerPort": adm.webhook_port},
                                       {"name": DIAGNOSTIC_PORT_NAME, "containerPort": DIAGNOSTIC_PORT}],
                             # Ready only once kube-mgmt has loaded the policy and parameters
                             # (policy/opa/health.rego).

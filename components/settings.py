@@ -599,6 +599,12 @@ class AdmissionSettings(Model):
                     "Fail; Ignore in audit mode).")
     timeout_seconds: int = Field(default=5, ge=1, le=30,
                                  description="Webhook call timeout, seconds (1..30).")
+    webhook_port: int = Field(
+        default=10250, ge=1024, le=65535,
+        description="Port OPA serves the webhook on, in its pod (the API server connects to it "
+                    "there). 10250 passes the control-plane firewalls of private GKE clusters "
+                    "and of EKS security groups that allow only 443 and 10250 to nodes; OPA "
+                    "runs unprivileged, so not below 1024.")
     decision_logs: bool = Field(default=False,
                                 description="Log every admission decision to OPA's stdout.")
     certificate: CertificateSettings = Field(default_factory=CertificateSettings,

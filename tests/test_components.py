@@ -242,7 +242,7 @@ def test_containers_see_only_their_gpus_unless_the_stack_turns_that_off():
 def test_opa_serves_tls_to_the_cluster_and_plain_http_only_on_localhost():
     args = opa_admission.opa_args(DEFAULT)
     addresses = [a.split("=", 1)[1] for a in args if a.startswith("--addr=")]
-    assert addresses == ["https://0.0.0.0:8443", "http://127.0.0.1:8181"]
+    assert addresses == ["https://0.0.0.0:10250", "http://127.0.0.1:8181"]
     assert "--authentication=token" in args and "--authorization=basic" in args
     assert any(a.startswith("--tls-cert-file=") for a in args)
     mgmt = opa_admission.kube_mgmt_args(DEFAULT)

@@ -63,7 +63,8 @@ def admission(control_plane, declared, example_settings, kube_mgmt_bin):
     # The program registers the webhook only after OPA is ready; so does the test.
     apply_declared(cp.admin, [o for o in declared.objects if o["kind"] != webhook["kind"]])
     deployment = find(declared.objects, "Deployment", opa_admission.SERVICE)
-    ports = {port: free_port() for port in (opa_admission.WEBHOOK_PORT, opa_admission.LOCAL_PORT,
+    ports = {port: free_port() for port in (settings.admission.webhook_port,
+                                            opa_admission.LOCAL_PORT,
                                             opa_admission.DIAGNOSTIC_PORT)}
     opa = LocalContainer(cp, declared.objects, deployment, "opa", ports)
     opa_process = cp.start_process("opa", [str(tools.opa()), *opa.args()])
@@ -89,7 +90,7 @@ def admission(control_plane, declared, example_settings, kube_mgmt_bin):
                "OPA to report ready (the policy and its parameters loaded)",
                timeout=60, explain=lambda: opa_process.tail() + "\n" + loader.tail())
 
-    cp.admin.apply(pointed_at_local_opa(webhook, ports[opa_admission.WEBHOOK_PORT]),
+    cp.admin.apply(pointed_at_local_opa(webhook, ports[settings.admission.webhook_port]),
                    TEST_MANAGER)
     ensure_namespace(cp.admin, USER_NAMESPACE)
     # The API server picks a new webhook up within moments: wait until it refuses (dry run).
@@ -103,7 +104,7 @@ def admission(control_plane, declared, example_settings, kube_mgmt_bin):
               kubeconfig=cp.kubeconfig("default-scheduler"))
     create_gpu_node(cp.admin, settings, "gpu-node-1", gpus=8)
     create_node(cp.admin, "cpu-node-1")
-    return Admission(cp, opa_process, ports[opa_admission.WEBHOOK_PORT], diagnostic, opa_token,
+    return Admission(cp, opa_process, ports[settings.admission.webhook_port], diagnostic, opa_token,
                      ports[opa_admission.LOCAL_PORT], token, bool(kube_mgmt_bin),
                      webhook["webhooks"][0]["clientConfig"]["caBundle"])
 
