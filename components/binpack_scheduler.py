@@ -194,7 +194,7 @@ def deployment(settings: StackSettings) -> dict:
                 "spec": {
                     # In-cluster credentials of this ServiceAccount; no kubeconfig from the host.
                     "serviceAccountName": sched.name,
-                    "priorityClassName": "system-cluster-critical",
+                    "priorityClassName": kube.CRITICAL_PRIORITY,
                     "securityContext": kube.RESTRICTED_POD_SECURITY,
                     "affinity": kube.spread_by_node(sched.name, COMPONENT),
                     "containers": [{
@@ -227,6 +227,7 @@ def scheduler_objects(settings: StackSettings) -> list[dict]:
     """Everything the binpack scheduler needs, namespace first."""
     sched = settings.scheduler
     objects = [kube.namespace(sched.namespace, "restricted", COMPONENT),
+               kube.critical_pods_quota(sched.namespace, COMPONENT, sched.replicas),
                *rbac_objects(settings), config_map(settings), deployment(settings)]
     if sched.replicas > 1:
         objects.append(kube.pod_disruption_budget(sched.name, sched.namespace, COMPONENT))
@@ -241,7 +242,9 @@ class BinpackScheduler(pulumi.ComponentResource):
         self.child_prefix = prefix
         objects = scheduler_objects(settings)
         namespace = kube.declare(objects[0], self)
-        self.resources = kube.declare_all(objects[1:], self, depends_on=[namespace])
+        # The quota first: where critical-priority pods need one, they are refused without it.
+        quota = kube.declare(objects[1], self, depends_on=[namespace])
+        self.resources = kube.declare_all(objects[2:], self, depends_on=[namespace, quota])
         self.scheduler_name = settings.scheduler.name
         self.register_outputs({"schedulerName": self.scheduler_name,
                                "namespace": settings.scheduler.namespace})

@@ -21,6 +21,7 @@ _KINDS = {
     ("v1", "Secret"): k8s.core.v1.Secret,
     ("v1", "Service"): k8s.core.v1.Service,
     ("v1", "ServiceAccount"): k8s.core.v1.ServiceAccount,
+    ("v1", "ResourceQuota"): k8s.core.v1.ResourceQuota,
     ("v1", "Node"): k8s.core.v1.NodePatch,
     ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
     ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
@@ -64,6 +65,29 @@ def namespace(name: str, pod_security: str, component: str) -> dict:
                 "pod-security.kubernetes.io/warn": pod_security,
                 "pod-security.kubernetes.io/audit": pod_security,
             },
+        },
+    }
+
+
+# The priority of the platform's control pods (binpack scheduler, OPA): GPU pods cannot be
+# scheduled or admitted without them, so they must not be preempted by workloads.
+CRITICAL_PRIORITY = "system-cluster-critical"
+
+
+def critical_pods_quota(namespace_: str, component: str, replicas: int) -> dict:
+    """A quota that admits the namespace's critical-priority pods. GKE (and any cluster whose
+    ResourceQuota admission limits the critical priority classes) refuses such pods outside
+    kube-system unless a quota with a matching scope covers them; elsewhere it only caps them.
+    Room for every replica twice and one more: a rolling update with pods still terminating."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "critical-pods", "namespace": namespace_,
+                     "labels": labels("critical-pods", component)},
+        "spec": {
+            "hard": {"pods": str(2 * replicas + 1)},
+            "scopeSelector": {"matchExpressions": [{
+                "scopeName": "PriorityClass", "operator": "In", "values": [CRITICAL_PRIORITY]}]},
         },
     }
 

@@ -278,7 +278,7 @@ def deployment(settings: StackSettings) -> dict:
                 },
                 "spec": {
                     "serviceAccountName": SERVICE,
-                    "priorityClassName": "system-cluster-critical",
+                    "priorityClassName": kube.CRITICAL_PRIORITY,
                     "securityContext": kube.RESTRICTED_POD_SECURITY,
                     "affinity": kube.spread_by_node(SERVICE, COMPONENT),
                     "containers": [
@@ -460,8 +460,10 @@ class OpaAdmission(pulumi.ComponentResource):
             server_data_json=pulumi.Output.secret(token.result.apply(server_data))),
             self, after_namespace)
         svc = kube.declare(service(settings), self, after_namespace)
+        quota = kube.declare(kube.critical_pods_quota(adm.namespace, COMPONENT, adm.replicas),
+                             self, after_namespace)
         opa = kube.declare(deployment(settings), self,
-                           [*after_namespace, *rbac.values(), *config_maps.values(),
+                           [*after_namespace, quota, *rbac.values(), *config_maps.values(),
                             *secret_resources.values()])
         pdb = kube.declare(kube.pod_disruption_budget(SERVICE, adm.namespace, COMPONENT), self,
                            after_namespace)

@@ -24,6 +24,9 @@ EXPECTED = [
     (f"{K8S}core/v1:Namespace", "gpu-operator", f"{COMPONENT}GpuOperator"),
     (f"{K8S}helm.sh/v3:Release", "gpu-operator", f"{COMPONENT}GpuOperator"),
     (f"{K8S}core/v1:Namespace", "gpu-scheduler", f"{COMPONENT}BinpackScheduler"),
+    (f"{K8S}core/v1:ResourceQuota", "gpu-scheduler/critical-pods",
+     f"{COMPONENT}BinpackScheduler"),
+    (f"{K8S}core/v1:ResourceQuota", "gpu-admission/critical-pods", f"{COMPONENT}OpaAdmission"),
     (f"{K8S}core/v1:ServiceAccount", "gpu-scheduler/gpu-binpack-scheduler",
      f"{COMPONENT}BinpackScheduler"),
     (f"{K8S}rbac.authorization.k8s.io/v1:ClusterRole",
@@ -166,6 +169,7 @@ def test_webhook_is_registered_last_among_admission_objects(example_run):
                  if r.type.startswith(K8S) and parent_type(example_run, r).endswith("OpaAdmission")
                  and r is not webhook and "PodDisruptionBudget" not in r.type
                  and "Role" not in r.type and "ServiceAccount" not in r.type
+                 and "ResourceQuota" not in r.type
                  and "Namespace" not in r.type]
     missing = [r.name for r in admission if r.urn not in webhook.dependencies]
     assert not missing, f"webhook does not wait for {missing}"

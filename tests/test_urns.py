@@ -9,10 +9,13 @@ instead keep the old URN through an alias (pulumi.Alias), which this test accept
 import sys
 from pathlib import Path
 
-import pytest
+if __name__ == "__main__":
+    sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).parent)]
 
-import harness
-from test_settings import with_changes
+import pytest  # noqa: E402
+
+import harness  # noqa: E402
+from test_settings import with_changes  # noqa: E402
 
 SNAPSHOT = Path(__file__).parent / "fixtures" / "urns.txt"
 K8S = "kubernetes:"
@@ -79,6 +82,5 @@ def test_two_platforms_in_one_program_do_not_collide():
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     SNAPSHOT.write_text("\n".join(sorted(current_urns(harness.run_program()))) + "\n")
     print(f"wrote {SNAPSHOT}")

@@ -304,7 +304,9 @@ class Kube:
 # --- the control plane ----------------------------------------------------------------------
 
 class ControlPlane:
-    def __init__(self) -> None:
+    def __init__(self, apiserver_args: tuple[str, ...] = ()) -> None:
+        """`apiserver_args`: more kube-apiserver flags, for a cluster configured differently."""
+        self.apiserver_args = apiserver_args
         self.dir = Path(tempfile.mkdtemp(prefix="gpu-platform-cp-"))
         self.processes: list[Process] = []
         self.ca = CertificateAuthority("gpu-platform test cluster CA")
@@ -384,6 +386,7 @@ class ControlPlane:
             "--allow-privileged=true",
             # No controller-manager creates the `default` ServiceAccounts this plugin requires.
             "--disable-admission-plugins=ServiceAccount",
+            *self.apiserver_args,
         ])
         self.admin = Kube(self.server, self.ca_file, cert=self.admin_cert)
         wait_until(lambda: self._alive(self.apiserver) and self._ready(),

@@ -1,0 +1,71 @@
+"""What managed clusters refuse that the plain local control plane allows.
+
+GKE limits the critical priority classes: its API server runs ResourceQuota admission with a
+`limitedResources` configuration, so a pod of priority system-cluster-critical outside
+kube-system is refused unless a ResourceQuota with a matching PriorityClass scope covers it. The
+binpack scheduler and OPA run at that priority; without a quota their Deployments would never
+get pods and the webhook would never be registered."""
+
+import copy
+
+import pytest
+import yaml
+
+from cluster import ApiError, TEST_MANAGER, apply_declared, find
+from controlplane import ControlPlane
+
+# The ResourceQuota admission configuration as GKE documents it for critical priorities.
+LIMITED_CRITICAL_PRIORITIES = {
+    "apiVersion": "apiserver.config.k8s.io/v1",
+    "kind": "AdmissionConfiguration",
+    "plugins": [{"name": "ResourceQuota", "configuration": {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "ResourceQuotaConfiguration",
+        "limitedResources": [{"resource": "pods", "matchScopes": [{
+            "scopeName": "PriorityClass", "operator": "In",
+            "values": ["system-node-critical", "system-cluster-critical"]}]}]}}],
+}
+
+
+@pytest.fixture(scope="module")
+def gke_like(tmp_path_factory):
+    config = tmp_path_factory.mktemp("gke") / "admission-config.yaml"
+    config.write_text(yaml.safe_dump(LIMITED_CRITICAL_PRIORITIES))
+    cp = ControlPlane(apiserver_args=(f"--admission-control-config-file={config}",))
+    cp.start()
+    yield cp
+    cp.stop()
+
+
+def pod_of(deployment: dict, name: str) -> dict:
+    """The pod the Deployment's ReplicaSet would create."""
+    template = copy.deepcopy(deployment["spec"]["template"])
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {**template["metadata"], "name": name,
+                         "namespace": deployment["metadata"]["namespace"]},
+            "spec": template["spec"]}
+
+
+@pytest.mark.parametrize("deployment_name", ["gpu-binpack-scheduler", "opa"])
+def test_critical_pods_are_admitted_only_with_the_declared_quota(gke_like, declared,
+                                                                 deployment_name):
+    cp = gke_like
+    deployment = find(declared.objects, "Deployment", deployment_name)
+    namespace = deployment["metadata"]["namespace"]
+    quota = find([o for o in declared.objects if o["metadata"].get("namespace") == namespace],
+                 "ResourceQuota", "critical-pods")
+    cp.admin.apply(find(declared.objects, "Namespace", namespace), TEST_MANAGER)
+    with pytest.raises(ApiError) as refused:
+        cp.admin.create(pod_of(deployment, "without-quota"), dry_run=True)
+    # The API server answers 500 here, with the quota plugin's message.
+    assert "insufficient quota to match these scopes" in refused.value.message
+    cp.admin.apply(quota, TEST_MANAGER)
+    replicas = deployment["spec"]["replicas"]
+    # Every replica, and as many again while a rolling update replaces them.
+    for index in range(2 * replicas):
+        cp.admin.create(pod_of(deployment, f"replica-{index}"))
+
+
+def test_the_whole_platform_applies_on_such_a_cluster(gke_like, declared):
+    applied, _ = apply_declared(gke_like.admin, declared.objects)
+    assert any(o["kind"] == "ResourceQuota" for o in applied)
