@@ -24,22 +24,24 @@ _CONTROL_PLANE_TOLERATION = {"key": "node-role.kubernetes.io/control-plane", "op
 
 TIME_SLICING_CONFIG = "time-slicing"
 
-# Chart keys that would hand GPUs out through Dynamic Resource Allocation, which the admission
-# policy, the binpack scheduler's scoring and the dashboard do not cover yet.
-DRA_KEYS = ("draDriver", "gpuCluster")
+# Chart keys that would hand GPUs out through Dynamic Resource Allocation (gpuCluster.deployCR
+# with clusterPolicy.deployCR false, and the driver's own settings), which the admission policy,
+# the binpack scheduler's scoring and the dashboard do not cover yet.
+DRA_KEYS = ("draDriver", "gpuCluster", "clusterPolicy")
 DRA_UNSUPPORTED = ("Dynamic Resource Allocation of GPUs is not supported by this platform yet "
                    "(its pods would bypass the binpack scheduler's scoring, the admission policy "
                    "and the dashboard); allowed: request nvidia.com/gpu through the device plugin")
 
-# Unprivileged containers see only the GPUs the device plugin allocated to them: the device list
-# travels as volume mounts, and NVIDIA_VISIBLE_DEVICES (which CUDA images set to `all`, and which
-# can arrive through envFrom where no policy sees it) is ignored unless the container is
-# privileged.
+# Unprivileged containers see only the GPUs allocated to them. The toolkit ignores
+# NVIDIA_VISIBLE_DEVICES (which CUDA images set to `all`, and which can arrive through envFrom
+# where no policy sees it) unless the container is privileged; the operator's own operands are.
+# With CDI (the chart's default) the device plugin hands devices over as CDI devices already;
+# without it, as volume mounts instead of that variable.
 TOOLKIT_HARDENING = [
-    {"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED", "value": "false"},
-    {"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS", "value": "true"},
-]
-DEVICE_PLUGIN_HARDENING = [{"name": "DEVICE_LIST_STRATEGY", "value": "volume-mounts"}]
+    {"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED", "value": "false"}]
+LEGACY_TOOLKIT_HARDENING = [
+    {"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS", "value": "true"}]
+LEGACY_DEVICE_PLUGIN_HARDENING = [{"name": "DEVICE_LIST_STRATEGY", "value": "volume-mounts"}]
 
 
 def gpu_node_tolerations(settings: StackSettings) -> list[dict]:
@@ -62,8 +64,10 @@ def operator_values(settings: StackSettings) -> dict:
     device_plugin: dict = {"enabled": op.device_plugin.enabled}
     toolkit: dict = {"enabled": op.toolkit.enabled}
     if op.restrict_visible_devices:
-        device_plugin["env"] = DEVICE_PLUGIN_HARDENING
         toolkit["env"] = TOOLKIT_HARDENING
+        if not op.cdi.enabled:
+            toolkit["env"] = TOOLKIT_HARDENING + LEGACY_TOOLKIT_HARDENING
+            device_plugin["env"] = LEGACY_DEVICE_PLUGIN_HARDENING
     if op.time_slicing.replicas:
         device_plugin["config"] = {
             "create": True,
@@ -77,6 +81,7 @@ def operator_values(settings: StackSettings) -> dict:
         "operator": {"upgradeCRD": True},
         "driver": {"enabled": op.driver.enabled},
         "toolkit": toolkit,
+        "cdi": {"enabled": op.cdi.enabled},
         "devicePlugin": device_plugin,
         # Monitoring declares the one ServiceMonitor; a second would scrape every GPU twice.
         "dcgmExporter": {"enabled": op.dcgm_exporter.enabled, "serviceMonitor": {"enabled": False}},

@@ -355,11 +355,14 @@ class GpuOperatorSettings(Model):
     vgpu_manager: Switch = switch(False, "vGPU manager.")
     vgpu_device_manager: Switch = switch(False, "vGPU device manager.")
     vfio_manager: Switch = switch(False, "VFIO manager (GPU passthrough).")
+    cdi: Switch = switch(True, "Container Device Interface: GPUs reach containers as CDI "
+                               "devices and the nvidia runtime is not the default (the chart's "
+                               "default).")
     restrict_visible_devices: bool = Field(
         default=True,
         description="Containers see only the GPUs allocated to them: the toolkit ignores "
-                    "NVIDIA_VISIBLE_DEVICES in unprivileged containers and the device plugin "
-                    "passes devices as volume mounts. Off only by choice.")
+                    "NVIDIA_VISIBLE_DEVICES in unprivileged containers (and, without CDI, the "
+                    "device plugin passes devices as volume mounts). Off only by choice.")
     mig: MigSettings = Field(default_factory=MigSettings, description="MIG settings.")
     time_slicing: TimeSlicingSettings = Field(default_factory=TimeSlicingSettings,
                                               description="GPU time-slicing.")

@@ -227,12 +227,19 @@ def test_both_charts_upgrade_their_crds_and_extra_values_cannot_turn_that_off():
 
 
 def test_containers_see_only_their_gpus_unless_the_stack_turns_that_off():
-    hardened = gpu_operator.chart_values(DEFAULT)
-    # NVIDIA's documented settings for it (container toolkit and device plugin).
-    assert env_of(hardened, "toolkit")["ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"] \
-        == "false"
-    assert env_of(hardened, "toolkit")["ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS"] == "true"
-    assert env_of(hardened, "devicePlugin")["DEVICE_LIST_STRATEGY"] == "volume-mounts"
+    # NVIDIA's container toolkit and device plugin settings for it: with CDI (the default) the
+    # toolkit refuses the variable from unprivileged containers and the device plugin keeps the
+    # operator's CDI strategy; without CDI, devices travel as volume mounts instead.
+    cdi = gpu_operator.chart_values(DEFAULT)
+    assert cdi["cdi"] == {"enabled": True}
+    assert env_of(cdi, "toolkit") == {"ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED":
+                                      "false"}
+    assert env_of(cdi, "devicePlugin") == {}
+    legacy = gpu_operator.chart_values(settings_of(gpuOperator={"cdi": {"enabled": False}}))
+    assert env_of(legacy, "toolkit") == {
+        "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED": "false",
+        "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS": "true"}
+    assert env_of(legacy, "devicePlugin") == {"DEVICE_LIST_STRATEGY": "volume-mounts"}
     open_ = gpu_operator.chart_values(settings_of(gpuOperator={"restrictVisibleDevices": False}))
     assert env_of(open_, "toolkit") == {} and env_of(open_, "devicePlugin") == {}
 
