@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Collection, Mapping
 
 import pulumi
+import pulumi_kubernetes as k8s
 from pulumi.runtime import config as runtime_config
 
 from . import gpu_operator, monitoring
@@ -76,10 +77,17 @@ class GpuPlatform(pulumi.ComponentResource):
         monitoring_values = chart_values_input(monitoring.chart_values(settings),
                                                "monitoring" in secret_keys)
         super().__init__("gpu-platform:index:GpuPlatform", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
         # Two platforms in one program (one per cluster) name their resources apart; the one of
         # the default name keeps the names every existing stack has.
         prefix = "" if name == PLATFORM_NAME else f"{name}-"
+        # Every Kubernetes object and release goes to the stack's cluster through this provider
+        # (the example stack disables the default one, so nothing reaches the cluster that
+        # happens to be current). Server-side apply: a preview is the API server's dry run.
+        cluster = settings.cluster
+        self.provider = k8s.Provider(
+            f"{prefix}cluster", context=cluster.context, kubeconfig=cluster.kubeconfig,
+            enable_server_side_apply=True, opts=pulumi.ResourceOptions(parent=self))
+        child = pulumi.ResourceOptions(parent=self, providers={"kubernetes": self.provider})
 
         # Taint the nodes before the operator's DaemonSets and the first GPU pods arrive.
         self.gpu_nodes = GpuNodes(f"{prefix}gpu-nodes", settings, prefix=prefix, opts=child)
@@ -97,6 +105,7 @@ class GpuPlatform(pulumi.ComponentResource):
                                      prefix=prefix, opts=child)
 
         self.outputs = {
+            "clusterContext": cluster.context,
             "schedulerName": self.scheduler.scheduler_name,
             "webhookName": self.admission.webhook_name,
             "caCertificate": self.admission.ca_certificate,

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any, Literal, Mapping, Optional
+
+import yaml
 
 from pydantic import (
     BaseModel,
@@ -849,7 +852,39 @@ class MonitoringSettings(Model):
         classmethod(lambda cls, v: _duration(v)))
 
 
+class ClusterSettings(Model):
+    context: str = Field(
+        description="Context of the stack's cluster in the kubeconfig (required): the program "
+                    "never deploys to whatever context happens to be current.")
+    kubeconfig: Optional[str] = Field(
+        default=None,
+        description="Path of the kubeconfig file; unset: $KUBECONFIG, else ~/.kube/config, as "
+                    "kubectl reads them.")
+
+    @model_validator(mode="after")
+    def context_is_in_the_kubeconfig(self) -> "ClusterSettings":
+        if self.kubeconfig is None:
+            return self
+        path = Path(self.kubeconfig).expanduser()
+        if not path.is_file():
+            raise Invalid("no such kubeconfig file", "the path of a kubeconfig file on the "
+                          "machine that runs pulumi, or unset for $KUBECONFIG / ~/.kube/config",
+                          at=("kubeconfig",), value=self.kubeconfig, has_value=True)
+        try:
+            config = yaml.safe_load(path.read_text()) or {}
+            contexts = [c["name"] for c in config.get("contexts") or []]
+        except (yaml.YAMLError, KeyError, TypeError, AttributeError):
+            raise Invalid("not a kubeconfig file", "a kubeconfig (YAML with contexts)",
+                          at=("kubeconfig",), value=self.kubeconfig, has_value=True) from None
+        if self.context not in contexts:
+            raise Invalid(f"no such context in {self.kubeconfig}",
+                          f"one of {', '.join(contexts) or '(none defined)'}", at=("context",),
+                          value=self.context, has_value=True)
+        return self
+
+
 class StackSettings(Model):
+    cluster: ClusterSettings = Field(description="The cluster the stack deploys to (required).")
     kubernetes_version: str = Field(
         description="Kubernetes version of the cluster, MAJOR.MINOR.PATCH (required; 1.30 or "
                     "newer). Selects the kube-scheduler image.")

@@ -60,6 +60,7 @@ class Registration:
     protect: bool = False
     retain_on_delete: bool = False
     aliases: tuple[str, ...] = ()    # URNs this resource had before, by name or type
+    provider: str = ""               # the provider reference, "<urn>::<id>" (empty: default)
 
     @property
     def inputs(self) -> dict:
@@ -160,7 +161,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 raw_inputs=self.resources[response.urn].state if response.urn in self.resources
                 else {},
                 protect=request.protect, retain_on_delete=request.retainOnDelete,
-                aliases=tuple(_alias_urn(response.urn, alias) for alias in request.aliases)))
+                aliases=tuple(_alias_urn(response.urn, alias) for alias in request.aliases),
+                provider=request.provider))
         return response
 
     def RegisterResourceOutputs(self, request):
@@ -177,7 +179,8 @@ def example_config() -> dict[str, str]:
 
 def settings_of(config: dict[str, str]) -> StackSettings:
     """The validated settings of a stack's config (keys with the `gpu-platform:` prefix)."""
-    return load_settings({key.split(":", 1)[1]: value for key, value in config.items()})
+    return load_settings({key.split(":", 1)[1]: value for key, value in config.items()
+                          if key.startswith("gpu-platform:")})
 
 
 def example_settings() -> StackSettings:

@@ -18,6 +18,7 @@ EXPECTED = [
     (f"{COMPONENT}GpuOperator", "gpu-operator", f"{COMPONENT}GpuPlatform"),
     (f"{COMPONENT}BinpackScheduler", "binpack-scheduler", f"{COMPONENT}GpuPlatform"),
     (f"{COMPONENT}OpaAdmission", "opa-admission", f"{COMPONENT}GpuPlatform"),
+    ("pulumi:providers:kubernetes", "cluster", f"{COMPONENT}GpuPlatform"),
     (f"{COMPONENT}Monitoring", "monitoring", f"{COMPONENT}GpuPlatform"),
     (f"{K8S}core/v1:NodePatch", "gpu-node-1", f"{COMPONENT}GpuNodes"),
     (f"{K8S}core/v1:NodePatch", "gpu-node-2", f"{COMPONENT}GpuNodes"),
@@ -255,3 +256,16 @@ def test_a_secret_where_no_setting_takes_one_is_refused_and_nothing_is_declared(
         in message
     assert "secrets only under gpu-platform:gpuOperator and gpu-platform:monitoring" in message
     assert not [r for r in recording.registrations if r.type.startswith(K8S)]
+
+
+# --- the target cluster -----------------------------------------------------------------------
+
+def test_everything_reaches_the_cluster_through_the_stack_provider(example_run,
+                                                                     example_settings):
+    (provider,) = example_run.of_type("pulumi:providers:kubernetes")
+    assert provider.inputs["context"] == example_settings.cluster.context
+    kubernetes = [r for r in example_run.registrations if r.type.startswith(K8S)]
+    assert len(kubernetes) > 30
+    assert {r.provider.rsplit("::", 1)[0] for r in kubernetes} == {provider.urn}
+    (platform,) = example_run.of_type(f"{COMPONENT}GpuPlatform")
+    assert example_run.outputs[platform.urn]["clusterContext"] == example_settings.cluster.context

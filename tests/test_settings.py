@@ -3,6 +3,7 @@ anything is registered, with a message that names the setting, the value and wha
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -10,7 +11,10 @@ import yaml
 import harness
 from components.settings import SettingsError, load_settings
 
-MINIMAL = {"kubernetesVersion": "1.35.10", "gpuNodes": {"names": ["gpu-node-1"]}}
+MINIMAL = {"cluster": {"context": "gpu-cluster"}, "kubernetesVersion": "1.35.10",
+           "gpuNodes": {"names": ["gpu-node-1"]}}
+# A kubeconfig with two contexts.
+KUBECONFIG = Path(__file__).parent / "fixtures" / "kubeconfig.yaml"
 
 
 def with_changes(**sections) -> dict:
@@ -98,6 +102,14 @@ MISTAKES = [
      with_changes(gpuOperator={"extraValues": {"toolkit": {"env": []}}}),
      "gpu-platform:gpuOperator.extraValues.toolkit.env",
      "generated from other settings", "keys the program does not set"),
+    ("no cluster", {k: v for k, v in MINIMAL.items() if k != "cluster"},
+     "gpu-platform:cluster", "required setting is missing", "required setting is missing"),
+    ("kubeconfig that does not exist",
+     with_changes(cluster={"kubeconfig": "/nonexistent/kubeconfig"}),
+     "gpu-platform:cluster.kubeconfig", '"/nonexistent/kubeconfig"', "unset for $KUBECONFIG"),
+    ("context the kubeconfig does not have",
+     with_changes(cluster={"kubeconfig": str(KUBECONFIG), "context": "prod"}),
+     "gpu-platform:cluster.context", '"prod"', "one of gpu-cluster, staging"),
     ("receiver with two destinations", with_changes(monitoring={"alertmanager": {"receivers": [
         {"name": "x", "severities": ["critical"], "webhookUrl": "https://a.example/",
          "pagerdutyRoutingKey": "k"}]}}),

@@ -73,6 +73,9 @@ def test_two_platforms_in_one_program_do_not_collide():
                                     source=TWO_PLATFORMS)
     urns = [r.urn for r in recording.registrations]
     assert len(urns) == len(set(urns))
+    # Each on its own cluster's provider.
+    providers = recording.of_type("pulumi:providers:kubernetes")
+    assert sorted(p.name for p in providers) == ["cluster", "lab-cluster"]
     names = {r.name for r in recording.of_type(f"{K8S}helm.sh/v3:Release")}
     assert names == {"gpu-operator", "kube-prometheus-stack", "lab-gpu-operator",
                      "lab-kube-prometheus-stack"}

@@ -20,7 +20,8 @@ def test_every_declared_object_is_accepted_or_skipped_with_its_reason(applied, d
         print(f"  {name}: {reason}")
     print("charts, rendered by Helm at deploy time:", ", ".join(declared.charts))
     assert len(accepted) + len(skipped) == len(declared.objects)
-    assert {name.split()[0] for name in skipped} == {"ServiceMonitor", "PrometheusRule"}
+    assert {name.split()[0] for name in skipped} == {"ServiceMonitor", "PodMonitor",
+                                                     "PrometheusRule"}
 
 
 def test_applied_objects_read_back_as_declared(control_plane, applied, declared):
