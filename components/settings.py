@@ -218,10 +218,16 @@ class Taint(Model):
 
 
 class GpuNodesSettings(Model):
+    tainted_by: Literal["program", "nodePool"] = Field(
+        default="program",
+        description="program: the program taints and labels the nodes in `names`. nodePool: "
+                    "the cluster's GPU node pools register the taint themselves (autoscaled or "
+                    "recreated nodes); the program never patches a node and uses the taint "
+                    "only for tolerations and the admission policy.")
     names: list[str] = Field(
-        min_length=1,
-        description="Names of the Node objects that carry NVIDIA GPUs (required, non-empty, "
-                    "unique).")
+        default_factory=list,
+        description="Names of the Node objects that carry NVIDIA GPUs (unique; required with "
+                    "taintedBy: program, not allowed with nodePool).")
     taint: Taint = Field(
         default_factory=lambda: Taint(key="nvidia.com/gpu", value="present", effect="NoSchedule"),
         description="Taint that keeps pods without a matching toleration off GPU nodes.")
@@ -258,6 +264,22 @@ class GpuNodesSettings(Model):
             _qualified_name(key, "label key", at=(key,))
             _label_value(value, "label value", at=(key,))
         return labels
+
+    @model_validator(mode="after")
+    def names_fit_the_taint_mode(self) -> "GpuNodesSettings":
+        if self.tainted_by == "program" and not self.names:
+            raise Invalid("the program taints the nodes it is given, and none are",
+                          "the names of the GPU nodes, or taintedBy: nodePool when the node "
+                          "pools set the taint", at=("names",), value=[], has_value=True)
+        if self.tainted_by == "nodePool":
+            for key, value in (("names", self.names), ("labels", self.labels),
+                               ("forceTaintOwnership", self.force_taint_ownership)):
+                if value:
+                    raise Invalid("with taintedBy: nodePool the program never patches a node",
+                                  f"no {key} (set taints and labels on the node pool), or "
+                                  "taintedBy: program", at=(key,), value=value,
+                                  has_value=True)
+        return self
 
     @model_validator(mode="after")
     def taints_are_unique(self) -> "GpuNodesSettings":

@@ -1,6 +1,7 @@
 """The resource graph a `pulumi up` builds: every resource once, under the right component, and
 every dependency edge of the design."""
 
+import json
 from collections import Counter
 
 import pytest
@@ -269,3 +270,17 @@ def test_everything_reaches_the_cluster_through_the_stack_provider(example_run,
     assert {r.provider.rsplit("::", 1)[0] for r in kubernetes} == {provider.urn}
     (platform,) = example_run.of_type(f"{COMPONENT}GpuPlatform")
     assert example_run.outputs[platform.urn]["clusterContext"] == example_settings.cluster.context
+
+
+def test_node_pool_taint_mode_patches_no_node_and_still_guards_the_taint():
+    recording = harness.run_program(harness.stack_file_config(with_changes(gpuNodes={
+        "taintedBy": "nodePool", "names": [], "taint": "nvidia.com/gpu=present:NoSchedule"})))
+    assert recording.of_type(f"{K8S}core/v1:NodePatch") == []
+    params = json.loads(recording.one(f"{K8S}core/v1:ConfigMap",
+                                      "gpu-admission/gpu-platform-admission-params")
+                        .inputs["data"]["params.json"])
+    assert params["gpuTaints"][0]["text"] == "nvidia.com/gpu=present:NoSchedule"
+    assert params["gpuNodeNames"] == []
+    operator = recording.one(f"{K8S}helm.sh/v3:Release", "gpu-operator").inputs["values"]
+    assert {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
+            "effect": "NoSchedule"} in operator["daemonsets"]["tolerations"]
