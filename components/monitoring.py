@@ -104,33 +104,49 @@ def chart_values(settings: StackSettings) -> dict:
                                "monitoring.extraValues")
 
 
-def dcgm_service_monitor(settings: StackSettings) -> dict:
-    """Scrapes the DCGM exporter Service that the GPU Operator creates."""
+def scrape_monitor(settings: StackSettings, kind: str, name: str, target_namespace: str,
+                   selector: dict, endpoint: dict) -> dict:
+    """A ServiceMonitor or PodMonitor in the monitoring namespace for one endpoint of the
+    Services or pods `selector` picks in `target_namespace`."""
+    endpoints = "endpoints" if kind == "ServiceMonitor" else "podMetricsEndpoints"
     return {
         "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "ServiceMonitor",
-        "metadata": {"name": "nvidia-dcgm-exporter", "namespace": settings.monitoring.namespace,
-                     "labels": kube.labels("nvidia-dcgm-exporter", COMPONENT)},
+        "kind": kind,
+        "metadata": {"name": name, "namespace": settings.monitoring.namespace,
+                     "labels": kube.labels(name, COMPONENT)},
         "spec": {
-            "namespaceSelector": {"matchNames": [settings.gpu_operator.namespace]},
-            "selector": {"matchLabels": dict(DCGM_SERVICE_LABELS)},
-            "endpoints": [{
-                "port": DCGM_METRICS_PORT,
-                "path": "/metrics",
-                "interval": settings.monitoring.scrape_interval,
-                # The exporter labels a GPU's series with the namespace, pod and container the
-                # GPU is allocated to: those must win over the exporter pod's own.
-                "honorLabels": True,
-                "relabelings": [
-                    {"sourceLabels": ["__meta_kubernetes_pod_node_name"],
-                     "targetLabel": "node", "action": "replace"},
-                    # Without this an idle GPU's series would carry the exporter pod's own
-                    # namespace and pod, and show up as GPUs used by the operator.
-                    {"action": "labeldrop", "regex": "namespace|pod|container"},
-                ],
-            }],
+            "namespaceSelector": {"matchNames": [target_namespace]},
+            "selector": {"matchLabels": selector},
+            endpoints: [{"path": "/metrics", **endpoint}],
         },
     }
+
+
+def dcgm_service_monitor(settings: StackSettings) -> dict:
+    """Scrapes the DCGM exporter Service that the GPU Operator creates."""
+    return scrape_monitor(settings, "ServiceMonitor", "nvidia-dcgm-exporter",
+                          settings.gpu_operator.namespace, dict(DCGM_SERVICE_LABELS), {
+        "port": DCGM_METRICS_PORT,
+        "interval": settings.monitoring.scrape_interval,
+        # The exporter labels a GPU's series with the namespace, pod and container the GPU is
+        # allocated to: those must win over the exporter pod's own.
+        "honorLabels": True,
+        "relabelings": [
+            {"sourceLabels": ["__meta_kubernetes_pod_node_name"],
+             "targetLabel": "node", "action": "replace"},
+            # Without this an idle GPU's series would carry the exporter pod's own namespace and
+            # pod, and show up as GPUs used by the operator.
+            {"action": "labeldrop", "regex": "namespace|pod|container"},
+        ],
+    })
+
+
+def opa_pod_monitor(settings: StackSettings) -> dict:
+    """Scrapes OPA's diagnostic port: its request metrics show decisions that failed."""
+    return scrape_monitor(settings, "PodMonitor", "gpu-admission-opa",
+                          settings.admission.namespace,
+                          kube.selector_labels(opa_admission.SERVICE, opa_admission.COMPONENT),
+                          {"port": opa_admission.DIAGNOSTIC_PORT_NAME})
 
 
 def dashboard_config_map(settings: StackSettings) -> dict:
@@ -141,23 +157,6 @@ def dashboard_config_map(settings: StackSettings) -> dict:
                      "labels": {**kube.labels("gpu-platform-dashboard", COMPONENT),
                                 DASHBOARD_LABEL[0]: DASHBOARD_LABEL[1]}},
         "data": {"gpu-platform.json": json.dumps(dashboard.dashboard(settings), indent=1)},
-    }
-
-
-def opa_pod_monitor(settings: StackSettings) -> dict:
-    """Scrapes OPA's diagnostic port: its request metrics show decisions that failed."""
-    return {
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "PodMonitor",
-        "metadata": {"name": "gpu-admission-opa", "namespace": settings.monitoring.namespace,
-                     "labels": kube.labels("gpu-admission-opa", COMPONENT)},
-        "spec": {
-            "namespaceSelector": {"matchNames": [settings.admission.namespace]},
-            "selector": {"matchLabels": kube.selector_labels(opa_admission.SERVICE,
-                                                             opa_admission.COMPONENT)},
-            "podMetricsEndpoints": [{"port": opa_admission.DIAGNOSTIC_PORT_NAME,
-                                     "path": "/metrics"}],
-        },
     }
 
 
