@@ -22,11 +22,11 @@ def _leaf_paths(values: Mapping[str, Any], prefix: tuple = ()) -> list[tuple]:
     return paths
 
 
-def _deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict:
+def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict:
     merged = dict(base)
     for key, value in extra.items():
         if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _deep_merge(merged[key], value)
+            merged[key] = deep_merge(merged[key], value)
         else:
             merged[key] = value
     return merged
@@ -56,21 +56,40 @@ def merge_values(generated: Mapping[str, Any], extra: Mapping[str, Any], setting
                 f"see README for the setting that controls it")
     if problems:
         raise SettingsError(problems)
-    return _deep_merge(generated, extra)
+    return deep_merge(generated, extra)
+
+
+def chart_source(chart: str, repository: str,
+                 chart_path: Optional[str]) -> tuple[str, Optional[str]]:
+    """(chart, repository) as Helm takes them: a local chart path as it is; an oci:// registry
+    holds the chart under its name; an https:// repository is searched for it."""
+    if chart_path:
+        return chart_path, None
+    if repository.startswith("oci://"):
+        return f"{repository.rstrip('/')}/{chart}", None
+    return chart, repository
+
+
+def chart_reference(chart: str, version: str, repository: str, chart_path: Optional[str]) -> str:
+    """Where the chart is installed from, as a person mirroring it reads it."""
+    source, repo = chart_source(chart, repository, chart_path)
+    return f"{source} (version {version})" if repo is None else f"{repo} {chart} {version}"
 
 
 def release(name: str, *, chart: str, version: str, repository: str, namespace: str,
             values: Any, parent: pulumi.Resource, protection: ReleaseProtection,
+            chart_path: Optional[str] = None,
             depends_on: Optional[Sequence[pulumi.Resource]] = None) -> k8s.helm.v3.Release:
     """A Helm release pinned to one chart version, rolled back as a whole if it fails.
     `values`: a mapping, or an Output of one (a secret). `protection`: whether Pulumi refuses
     to delete or replace it, and whether deleting it from the stack leaves it installed."""
+    source, repo = chart_source(chart, repository, chart_path)
     return k8s.helm.v3.Release(
         kube.child_name(parent, name),
         name=name,
-        chart=chart,
+        chart=source,
         version=version,
-        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=repository),
+        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=repo) if repo else None,
         namespace=namespace,
         create_namespace=False,
         values=values,

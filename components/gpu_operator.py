@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import pulumi
 import yaml
 
 from . import charts, kube
-from .settings import GPU_RESOURCE, StackSettings
+from .settings import GPU_RESOURCE, StackSettings, to_snake
 
 CHART = "gpu-operator"
 
@@ -23,6 +24,69 @@ _CONTROL_PLANE_TOLERATION = {"key": "node-role.kubernetes.io/control-plane", "op
                              "effect": "NoSchedule"}
 
 TIME_SLICING_CONFIG = "time-slicing"
+
+
+@dataclass(frozen=True)
+class ChartImage:
+    """An image of the pinned chart: where its `repository` value is, that repository, the
+    image name and tag (None: the chart's version), and the switch that deploys it."""
+    path: tuple[str, ...]
+    repository: str
+    image: str
+    tag: Optional[str]
+    switch: Optional[str]
+
+    def ref(self, settings: StackSettings) -> str:
+        tag = self.tag or settings.gpu_operator.chart_version
+        name = f"{self.repository}/{self.image}" if self.image else self.repository
+        return f"{settings.mirrored(name)}:{tag}"
+
+
+# Facts of the pinned chart (deployments/gpu-operator/values.yaml and the vendored
+# node-feature-discovery 0.19.0 chart at v26.7.0). The driver image gets the node's OS appended
+# to its tag by the operator (595.91.07-ubuntu24.04, ...); mirror every OS the nodes run.
+CHART_IMAGES = (
+    ChartImage(("operator",), "nvcr.io/nvidia", "gpu-operator", None, None),
+    ChartImage(("validator",), "nvcr.io/nvidia", "gpu-operator", None, None),
+    ChartImage(("driver",), "nvcr.io/nvidia", "driver", "595.91.07", "driver"),
+    ChartImage(("driver", "manager"), "nvcr.io/nvidia/cloud-native", "k8s-driver-manager",
+               "v0.12.0", "driver"),
+    ChartImage(("toolkit",), "nvcr.io/nvidia/k8s", "container-toolkit", "v1.20.0", "toolkit"),
+    ChartImage(("devicePlugin",), "nvcr.io/nvidia", "k8s-device-plugin", "v0.20.0",
+               "devicePlugin"),
+    ChartImage(("dcgmExporter",), "nvcr.io/nvidia/k8s", "dcgm-exporter",
+               "4.6.0-4.8.3-distroless", "dcgmExporter"),
+    ChartImage(("gfd",), "nvcr.io/nvidia", "k8s-device-plugin", "v0.20.0", "gfd"),
+    ChartImage(("migManager",), "nvcr.io/nvidia/cloud-native", "k8s-mig-manager", "v0.15.0",
+               "migManager"),
+    ChartImage(("vgpuDeviceManager",), "nvcr.io/nvidia/cloud-native", "vgpu-device-manager",
+               "v0.5.0", "vgpuDeviceManager"),
+    ChartImage(("vfioManager",), "nvcr.io/nvidia/cloud-native", "k8s-driver-manager",
+               "v0.12.0", "vfioManager"),
+    ChartImage(("sandboxDevicePlugin",), "nvcr.io/nvidia", "kubevirt-gpu-device-plugin",
+               "v1.6.0", "sandboxWorkloads"),
+    ChartImage(("node-feature-discovery", "image"), "registry.k8s.io/nfd/node-feature-discovery",
+               "", "v0.19.0", "nfd"),
+)
+
+
+def chart_images(settings: StackSettings) -> list[ChartImage]:
+    """The chart's images this stack's switches deploy."""
+    op = settings.gpu_operator
+    return [image for image in CHART_IMAGES
+            if image.switch is None or getattr(op, to_snake(image.switch)).enabled]
+
+
+def mirror_values(settings: StackSettings) -> dict:
+    """Every image repository of the chart pointed at the mirror (all of them, so that an
+    operand switched on later is pulled from it too)."""
+    values: dict = {}
+    for image in CHART_IMAGES:
+        node = values
+        for key in image.path:
+            node = node.setdefault(key, {})
+        node["repository"] = settings.mirrored(image.repository)
+    return values
 
 # Chart keys that would hand GPUs out through Dynamic Resource Allocation (gpuCluster.deployCR
 # with clusterPolicy.deployCR false, and the driver's own settings), which the admission policy,
@@ -101,7 +165,10 @@ def operator_values(settings: StackSettings) -> dict:
 
 def chart_values(settings: StackSettings) -> dict:
     """The values the release is installed with: generated values plus the stack's extras."""
-    return charts.merge_values(operator_values(settings), settings.gpu_operator.extra_values,
+    generated = operator_values(settings)
+    if settings.image_registry_mirror:
+        generated = charts.deep_merge(generated, mirror_values(settings))
+    return charts.merge_values(generated, settings.gpu_operator.extra_values,
                                "gpuOperator.extraValues",
                                unsupported={key: DRA_UNSUPPORTED for key in DRA_KEYS})
 
@@ -126,6 +193,7 @@ class GpuOperator(pulumi.ComponentResource):
         self.release = charts.release(
             op.release_name, chart=CHART, version=op.chart_version, repository=op.repository,
             namespace=op.namespace, values=values, parent=self, protection=op.protection,
+            chart_path=op.chart_path,
             depends_on=[self.namespace, *(after or [])])
         self.register_outputs({"namespace": op.namespace, "chartVersion": op.chart_version,
                                "releaseStatus": self.release.status})

@@ -196,6 +196,7 @@ class Monitoring(pulumi.ComponentResource):
         self.release = charts.release(
             mon.release_name, chart=CHART, version=mon.chart_version, repository=mon.repository,
             namespace=mon.namespace, values=values, parent=self, protection=mon.protection,
+            chart_path=mon.chart_path,
             depends_on=[namespace, admin])
         self.service_monitor = kube.declare(dcgm_service_monitor(settings), self,
                                             [self.release, *(after or [])])

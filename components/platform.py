@@ -8,7 +8,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi.runtime import config as runtime_config
 
-from . import gpu_operator, monitoring
+from . import charts, gpu_operator, monitoring
 from .binpack_scheduler import BinpackScheduler
 from .gpu_nodes import GpuNodes
 from .gpu_operator import GpuOperator
@@ -113,8 +113,26 @@ class GpuPlatform(pulumi.ComponentResource):
             "grafanaPortForward": self.monitoring.grafana_port_forward,
             "grafanaAdminPassword": self.monitoring.grafana_admin_password,
             "gpuNodes": self.gpu_nodes.node_names,
+            # What a mirror must hold before an air-gapped install.
+            "images": required_images(settings),
+            "charts": required_charts(settings),
         }
         self.register_outputs(self.outputs)
+
+
+def required_images(settings: StackSettings) -> list[str]:
+    """The images the program and the GPU Operator chart run, as the nodes will pull them (from
+    the mirror, when set). kube-prometheus-stack's are not listed yet."""
+    return sorted({settings.scheduler_image, settings.opa_image, settings.kube_mgmt_image,
+                   *(image.ref(settings) for image in gpu_operator.chart_images(settings))})
+
+
+def required_charts(settings: StackSettings) -> list[str]:
+    op, mon = settings.gpu_operator, settings.monitoring
+    return [charts.chart_reference(gpu_operator.CHART, op.chart_version, op.repository,
+                                   op.chart_path),
+            charts.chart_reference(monitoring.CHART, mon.chart_version, mon.repository,
+                                   mon.chart_path)]
 
 
 def deploy(config: Mapping[str, Any], secret_keys: Collection[str] = ()) -> GpuPlatform:

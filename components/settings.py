@@ -46,6 +46,20 @@ DAEMONSET_CONTROLLERS = ("system:serviceaccount:kube-system:daemon-set-controlle
 AUDIT_LABEL = "gpu-platform.io/admission-audit"
 
 
+# Where an image reference without a registry host comes from.
+DEFAULT_REGISTRY = "docker.io"
+_REGISTRY_MIRROR = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9._-]+)*$")
+
+
+def split_registry(repository: str) -> tuple[str, str]:
+    """(registry host, path) of an image repository, as container runtimes read it: the first
+    component is a host when it has a dot or a port or is localhost, else it is Docker Hub's."""
+    first, _, rest = repository.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return first, rest
+    return DEFAULT_REGISTRY, repository if "/" in repository else f"library/{repository}"
+
+
 def resource_matches(name: str, pattern: str) -> bool:
     """Whether a resource name matches a guarded name or prefix pattern (trailing *)."""
     return name.startswith(pattern[:-1]) if pattern.endswith("*") else name == pattern
@@ -148,6 +162,20 @@ def _dns_label(value: str) -> str:
 def _duration(value: str) -> str:
     if not _DURATION.match(value):
         raise Invalid("not a duration", "a Prometheus duration such as 15s, 1m, 1h30m or 15d")
+    return value
+
+
+def _chart_path(value: Optional[str]) -> Optional[str]:
+    if value is not None and not Path(value).expanduser().exists():
+        raise Invalid("no such chart on this machine", "a chart directory or .tgz that exists "
+                      "where pulumi runs, or unset to install from the repository")
+    return value
+
+
+def _repository(value: str) -> str:
+    if not re.match(r"^(https?|oci)://[^\s/]+", value):
+        raise Invalid("not a chart repository", "an https:// Helm repository or an oci:// "
+                      "registry reference")
     return value
 
 
@@ -364,8 +392,13 @@ class GpuOperatorSettings(Model):
     release_name: str = Field(default="gpu-operator", description="Helm release name.")
     namespace: str = Field(default="gpu-operator", description="Namespace of the operator.")
     repository: str = Field(default="https://helm.ngc.nvidia.com/nvidia",
-                            description="Helm repository of the chart.")
+                            description="Helm repository of the chart: https://, or an oci:// "
+                                        "registry (a mirror, for example).")
     chart_version: str = Field(default="v26.7.0", description="Pinned chart version.")
+    chart_path: Optional[str] = Field(
+        default=None,
+        description="Install from this local chart (a directory from `helm pull --untar`, or "
+                    "a .tgz) instead of the repository; its version must be chartVersion.")
     driver: Switch = switch(False, "Install the NVIDIA driver as a container (off: drivers "
                                    "are preinstalled on the nodes).")
     toolkit: Switch = switch(True, "NVIDIA container toolkit.")
@@ -402,6 +435,9 @@ class GpuOperatorSettings(Model):
 
     _check_namespace = field_validator("namespace", "release_name")(
         classmethod(lambda cls, v: _dns_label(v)))
+    _check_chart_path = field_validator("chart_path")(classmethod(lambda cls, v: _chart_path(v)))
+    _check_repository = field_validator("repository")(
+        classmethod(lambda cls, v: _repository(v)))
 
     @model_validator(mode="after")
     def sandbox_operands_need_sandbox_workloads(self) -> "GpuOperatorSettings":
@@ -562,10 +598,6 @@ class ImageSettings(Model):
     tag: str
 
     _check_tag = field_validator("tag")(classmethod(lambda cls, v: _image_tag(v)))
-
-    @property
-    def ref(self) -> str:
-        return f"{self.repository}:{self.tag}"
 
 
 class CertificateSettings(Model):
@@ -844,8 +876,13 @@ class MonitoringSettings(Model):
     release_name: str = Field(default="kube-prometheus-stack", description="Helm release name.")
     namespace: str = Field(default="monitoring", description="Namespace of the stack.")
     repository: str = Field(default="https://prometheus-community.github.io/helm-charts",
-                            description="Helm repository of the chart.")
+                            description="Helm repository of the chart: https://, or an oci:// "
+                                        "registry (a mirror, for example).")
     chart_version: str = Field(default="88.5.3", description="Pinned chart version.")
+    chart_path: Optional[str] = Field(
+        default=None,
+        description="Install from this local chart (a directory from `helm pull --untar`, or "
+                    "a .tgz) instead of the repository; its version must be chartVersion.")
     scrape_interval: str = Field(default="15s", description="Prometheus scrape interval of "
                                                             "the DCGM exporter.")
     retention: str = Field(default="15d", description="How long Prometheus keeps samples.")
@@ -870,6 +907,9 @@ class MonitoringSettings(Model):
 
     _check_names = field_validator("namespace", "release_name")(
         classmethod(lambda cls, v: _dns_label(v)))
+    _check_chart_path = field_validator("chart_path")(classmethod(lambda cls, v: _chart_path(v)))
+    _check_repository = field_validator("repository")(
+        classmethod(lambda cls, v: _repository(v)))
     _check_durations = field_validator("scrape_interval", "retention")(
         classmethod(lambda cls, v: _duration(v)))
 
@@ -907,6 +947,12 @@ class ClusterSettings(Model):
 
 class StackSettings(Model):
     cluster: ClusterSettings = Field(description="The cluster the stack deploys to (required).")
+    image_registry_mirror: Optional[str] = Field(
+        default=None,
+        description="Registry (host[:port][/path]) that mirrors every image the platform runs: "
+                    "each image's registry host is replaced by it, the path kept "
+                    "(nvcr.io/nvidia/gpu-operator -> <mirror>/nvidia/gpu-operator). Unset: "
+                    "the images' own registries. The `images` output lists what to mirror.")
     kubernetes_version: str = Field(
         description="Kubernetes version of the cluster, MAJOR.MINOR.PATCH (required; 1.30 or "
                     "newer). Selects the kube-scheduler image.")
@@ -982,9 +1028,32 @@ class StackSettings(Model):
         major, minor, _ = self.kubernetes_version.split(".")
         return int(major), int(minor)
 
+    @field_validator("image_registry_mirror")
+    @classmethod
+    def mirror_is_a_registry(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not _REGISTRY_MIRROR.match(value):
+            raise Invalid("not a registry", "host[:port][/path] without a scheme, e.g. "
+                          "registry.example.com:5000/mirror")
+        return value
+
+    def mirrored(self, repository: str) -> str:
+        """An image repository as the nodes pull it: from the mirror when one is set."""
+        if not self.image_registry_mirror:
+            return repository
+        return f"{self.image_registry_mirror}/{split_registry(repository)[1]}"
+
     @property
     def scheduler_image(self) -> str:
-        return f"registry.k8s.io/kube-scheduler:v{self.kubernetes_version}"
+        return f"{self.mirrored('registry.k8s.io/kube-scheduler')}:v{self.kubernetes_version}"
+
+    @property
+    def opa_image(self) -> str:
+        return f"{self.mirrored(self.admission.opa.repository)}:{self.admission.opa.tag}"
+
+    @property
+    def kube_mgmt_image(self) -> str:
+        return (f"{self.mirrored(self.admission.kube_mgmt.repository)}:"
+                f"{self.admission.kube_mgmt.tag}")
 
     @property
     def exempt_namespaces(self) -> list[str]:

@@ -284,3 +284,49 @@ def test_node_pool_taint_mode_patches_no_node_and_still_guards_the_taint():
     operator = recording.one(f"{K8S}helm.sh/v3:Release", "gpu-operator").inputs["values"]
     assert {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
             "effect": "NoSchedule"} in operator["daemonsets"]["tolerations"]
+
+
+# --- air-gapped and mirrored sites ------------------------------------------------------------
+
+def test_a_registry_mirror_is_followed_by_every_image_the_program_and_the_operator_run():
+    mirror = "registry.example.com:5000/mirror"
+    recording = harness.run_program(harness.stack_file_config(with_changes(
+        imageRegistryMirror=mirror)))
+    images = [c["image"] for r in recording.of_type(f"{K8S}apps/v1:Deployment")
+              for c in r.inputs["spec"]["template"]["spec"]["containers"]]
+    assert images and all(i.startswith(mirror + "/") for i in images), images
+    # Docker Hub's and registry.k8s.io's paths are kept under the mirror.
+    assert f"{mirror}/openpolicyagent/opa:1.22.2-static" in images
+    assert f"{mirror}/kube-scheduler:v1.35.10" in images
+    values = recording.one(f"{K8S}helm.sh/v3:Release", "gpu-operator").inputs["values"]
+    assert values["operator"]["repository"] == f"{mirror}/nvidia"
+    assert values["toolkit"]["repository"] == f"{mirror}/nvidia/k8s"
+    assert values["node-feature-discovery"]["image"]["repository"] == \
+        f"{mirror}/nfd/node-feature-discovery"
+    (platform,) = recording.of_type(f"{COMPONENT}GpuPlatform")
+    listed = recording.outputs[platform.urn]["images"]
+    assert set(images) <= set(listed)
+    assert f"{mirror}/nvidia/gpu-operator:v26.7.0" in listed
+    assert all(i.startswith(mirror + "/") for i in listed)
+
+
+def test_without_a_mirror_images_come_from_their_own_registries(example_run):
+    (platform,) = example_run.of_type(f"{COMPONENT}GpuPlatform")
+    listed = example_run.outputs[platform.urn]["images"]
+    assert "nvcr.io/nvidia/k8s/container-toolkit:v1.20.0" in listed
+    assert "registry.k8s.io/nfd/node-feature-discovery:v0.19.0" in listed
+    assert "docker.io/openpolicyagent/opa:1.22.2-static" not in listed   # as the manifest says
+    assert "openpolicyagent/opa:1.22.2-static" in listed
+
+
+def test_charts_install_from_a_local_path_or_an_oci_registry(tmp_path):
+    chart = tmp_path / "gpu-operator"
+    chart.mkdir()
+    recording = harness.run_program(harness.stack_file_config(with_changes(
+        gpuOperator={"chartPath": str(chart)},
+        monitoring={"repository": "oci://registry.example.com/charts"})))
+    operator = recording.one(f"{K8S}helm.sh/v3:Release", "gpu-operator").inputs
+    assert operator["chart"] == str(chart) and "repositoryOpts" not in operator
+    stack = recording.one(f"{K8S}helm.sh/v3:Release", "kube-prometheus-stack").inputs
+    assert stack["chart"] == "oci://registry.example.com/charts/kube-prometheus-stack"
+    assert stack["version"] == "88.5.3"

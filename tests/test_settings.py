@@ -116,6 +116,15 @@ MISTAKES = [
      "gpu-platform:gpuNodes.labels", '{"a": "b"}', "taintedBy: program"),
     ("program taint mode without names", with_changes(gpuNodes={"names": []}),
      "gpu-platform:gpuNodes.names", "[]", "or taintedBy: nodePool"),
+    ("local chart that does not exist",
+     with_changes(gpuOperator={"chartPath": "/nonexistent/gpu-operator"}),
+     "gpu-platform:gpuOperator.chartPath", '"/nonexistent/gpu-operator"', "unset to install"),
+    ("chart repository without a scheme",
+     with_changes(monitoring={"repository": "charts.example.com"}),
+     "gpu-platform:monitoring.repository", '"charts.example.com"', "oci:// registry"),
+    ("registry mirror with a scheme",
+     with_changes(imageRegistryMirror="https://registry.example.com"),
+     "gpu-platform:imageRegistryMirror", '"https://registry.example.com"', "without a scheme"),
     ("receiver with two destinations", with_changes(monitoring={"alertmanager": {"receivers": [
         {"name": "x", "severities": ["critical"], "webhookUrl": "https://a.example/",
          "pagerdutyRoutingKey": "k"}]}}),
@@ -251,8 +260,10 @@ def test_example_stack_is_valid_and_complete(example_settings):
     # is shown as the command that sets it.
     text = harness.EXAMPLE_STACK.read_text()
     assert "pulumi config set --secret --path monitoring.grafana.adminPassword" in text
+    # A top-level setting that is unset by default is shown as a commented example.
+    assert "# gpu-platform:imageRegistryMirror: " in text
     for path in setting_paths(type(example_settings)):
-        if path == "monitoring.grafana.adminPassword":
+        if path in ("monitoring.grafana.adminPassword", "imageRegistryMirror"):
             continue
         section, *rest = path.split(".")
         node = stack.get(f"gpu-platform:{section}")
