@@ -284,7 +284,7 @@ def deployment(settings: StackSettings) -> dict:
                     "containers": [
                         {
                             "name": "opa",
-                            "image": settings.opa_image,
+                            "image": settings.image(adm.opa),
                             "args": opa_args(settings),
                             "ports": [{"name": "https", "containerPort": adm.webhook_port},
                                       {"name": DIAGNOSTIC_PORT_NAME, "containerPort": DIAGNOSTIC_PORT}],
@@ -307,7 +307,7 @@ def deployment(settings: StackSettings) -> dict:
                         },
                         {
                             "name": "kube-mgmt",
-                            "image": settings.kube_mgmt_image,
+                            "image": settings.image(adm.kube_mgmt),
                             "args": kube_mgmt_args(settings),
                             "resources": {"requests": {"cpu": "20m", "memory": "64Mi"},
                                           "limits": {"memory": "256Mi"}},

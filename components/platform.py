@@ -123,7 +123,8 @@ class GpuPlatform(pulumi.ComponentResource):
 def required_images(settings: StackSettings) -> list[str]:
     """The images the program and the GPU Operator chart run, as the nodes will pull them (from
     the mirror, when set). kube-prometheus-stack's are not listed yet."""
-    return sorted({settings.scheduler_image, settings.opa_image, settings.kube_mgmt_image,
+    return sorted({settings.scheduler_image, settings.image(settings.admission.opa),
+                   settings.image(settings.admission.kube_mgmt),
                    *(image.ref(settings) for image in gpu_operator.chart_images(settings))})
 
 

@@ -165,6 +165,13 @@ def _duration(value: str) -> str:
     return value
 
 
+def chart_path_field():
+    return Field(default=None,
+                 description="Install from this local chart (a directory from `helm pull "
+                             "--untar`, or a .tgz) instead of the repository; its version must "
+                             "be chartVersion.")
+
+
 def _chart_path(value: Optional[str]) -> Optional[str]:
     if value is not None and not Path(value).expanduser().exists():
         raise Invalid("no such chart on this machine", "a chart directory or .tgz that exists "
@@ -395,10 +402,7 @@ class GpuOperatorSettings(Model):
                             description="Helm repository of the chart: https://, or an oci:// "
                                         "registry (a mirror, for example).")
     chart_version: str = Field(default="v26.7.0", description="Pinned chart version.")
-    chart_path: Optional[str] = Field(
-        default=None,
-        description="Install from this local chart (a directory from `helm pull --untar`, or "
-                    "a .tgz) instead of the repository; its version must be chartVersion.")
+    chart_path: Optional[str] = chart_path_field()
     driver: Switch = switch(False, "Install the NVIDIA driver as a container (off: drivers "
                                    "are preinstalled on the nodes).")
     toolkit: Switch = switch(True, "NVIDIA container toolkit.")
@@ -879,10 +883,7 @@ class MonitoringSettings(Model):
                             description="Helm repository of the chart: https://, or an oci:// "
                                         "registry (a mirror, for example).")
     chart_version: str = Field(default="88.5.3", description="Pinned chart version.")
-    chart_path: Optional[str] = Field(
-        default=None,
-        description="Install from this local chart (a directory from `helm pull --untar`, or "
-                    "a .tgz) instead of the repository; its version must be chartVersion.")
+    chart_path: Optional[str] = chart_path_field()
     scrape_interval: str = Field(default="15s", description="Prometheus scrape interval of "
                                                             "the DCGM exporter.")
     retention: str = Field(default="15d", description="How long Prometheus keeps samples.")
@@ -1046,14 +1047,9 @@ class StackSettings(Model):
     def scheduler_image(self) -> str:
         return f"{self.mirrored('registry.k8s.io/kube-scheduler')}:v{self.kubernetes_version}"
 
-    @property
-    def opa_image(self) -> str:
-        return f"{self.mirrored(self.admission.opa.repository)}:{self.admission.opa.tag}"
-
-    @property
-    def kube_mgmt_image(self) -> str:
-        return (f"{self.mirrored(self.admission.kube_mgmt.repository)}:"
-                f"{self.admission.kube_mgmt.tag}")
+    def image(self, image: ImageSettings) -> str:
+        """A pinned image of the settings as the nodes pull it."""
+        return f"{self.mirrored(image.repository)}:{image.tag}"
 
     @property
     def exempt_namespaces(self) -> list[str]:
