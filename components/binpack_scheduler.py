@@ -7,6 +7,7 @@ import pulumi
 import yaml
 
 from . import kube
+from .kube import rule
 from .settings import StackSettings
 
 COMPONENT = "scheduler"
@@ -78,40 +79,33 @@ def scheduler_configuration(settings: StackSettings) -> dict:
     }
 
 
-def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict:
-    return {"apiGroups": groups, "resources": resources, "verbs": verbs}
-
-
-READ = ["get", "list", "watch"]
-
-
 def scheduler_rules() -> list[dict]:
     """What kube-scheduler needs to place pods, and no more: the rules of the cluster's
     `system:kube-scheduler` role (v1.36) without its leases (kube-system/kube-scheduler and the
     coordinated-election candidates), so the binpack scheduler can never take the cluster
     scheduler's leadership."""
     return [
-        _rule(["", "events.k8s.io"], ["events"], ["create", "patch", "update"]),
-        _rule([""], ["nodes", "namespaces", "services", "replicationcontrollers",
-                     "persistentvolumeclaims", "persistentvolumes"], READ),
+        rule(["", "events.k8s.io"], ["events"], ["create", "patch", "update"]),
+        rule([""], ["nodes", "namespaces", "services", "replicationcontrollers",
+                     "persistentvolumeclaims", "persistentvolumes"], kube.READ),
         # Preemption deletes lower-priority pods.
-        _rule([""], ["pods"], ["delete", *READ]),
-        _rule([""], ["bindings", "pods/binding"], ["create"]),
-        _rule([""], ["pods/status"], ["patch", "update"]),
-        _rule([""], ["pods/finalizers"], ["update"]),
-        _rule(["apps"], ["replicasets", "statefulsets"], READ),
-        _rule(["policy"], ["poddisruptionbudgets"], READ),
-        _rule(["storage.k8s.io"], ["csinodes", "csidrivers", "csistoragecapacities",
-                                   "volumeattachments"], READ),
+        rule([""], ["pods"], ["delete", *kube.READ]),
+        rule([""], ["bindings", "pods/binding"], ["create"]),
+        rule([""], ["pods/status"], ["patch", "update"]),
+        rule([""], ["pods/finalizers"], ["update"]),
+        rule(["apps"], ["replicasets", "statefulsets"], kube.READ),
+        rule(["policy"], ["poddisruptionbudgets"], kube.READ),
+        rule(["storage.k8s.io"], ["csinodes", "csidrivers", "csistoragecapacities",
+                                   "volumeattachments"], kube.READ),
         # Dynamic Resource Allocation, which the scheduler serves for claims it places.
-        _rule(["resource.k8s.io"], ["deviceclasses", "resourceslices"], READ),
-        _rule(["resource.k8s.io"], ["resourceclaims"], ["create", "delete", "patch", "update",
-                                                        *READ]),
-        _rule(["resource.k8s.io"], ["resourceclaims/status"], ["patch", "update", *READ]),
-        _rule(["resource.k8s.io"], ["resourceclaims/binding"], ["patch", "update"]),
+        rule(["resource.k8s.io"], ["deviceclasses", "resourceslices"], kube.READ),
+        rule(["resource.k8s.io"], ["resourceclaims"], ["create", "delete", "patch", "update",
+                                                        *kube.READ]),
+        rule(["resource.k8s.io"], ["resourceclaims/status"], ["patch", "update", *kube.READ]),
+        rule(["resource.k8s.io"], ["resourceclaims/binding"], ["patch", "update"]),
         # Delegated authentication and authorization of callers of its secure port.
-        _rule(["authentication.k8s.io"], ["tokenreviews"], ["create"]),
-        _rule(["authorization.k8s.io"], ["subjectaccessreviews"], ["create"]),
+        rule(["authentication.k8s.io"], ["tokenreviews"], ["create"]),
+        rule(["authorization.k8s.io"], ["subjectaccessreviews"], ["create"]),
     ]
 
 
@@ -121,13 +115,7 @@ def rbac_objects(settings: StackSettings) -> list[dict]:
     meta_labels = kube.labels(sched.name, COMPONENT)
 
     def binding(kind: str, name: str, role_kind: str, role: str, namespace: str | None = None):
-        metadata = {"name": name, "labels": meta_labels}
-        if namespace:
-            metadata["namespace"] = namespace
-        return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": metadata,
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind,
-                            "name": role},
-                "subjects": [account]}
+        return kube.role_binding(kind, name, role_kind, role, account, meta_labels, namespace)
 
     cluster_role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                     "metadata": {"name": sched.name, "labels": meta_labels},

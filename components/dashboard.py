@@ -17,7 +17,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as model
 
 from .gpu_rules import (DCGM_JOB, NAMESPACE_ALLOCATED, NODE_ALLOCATABLE, NODE_ALLOCATED,
-                        NODE_FREE, POD_ALLOCATED, STRANDED)
+                        NODE_FREE, POD_ALLOCATED, STRANDED, WHOLE_FREE_NODES)
 from .settings import AUDIT_LABEL, StackSettings
 
 UID = "gpu-platform-gpus"
@@ -101,7 +101,18 @@ def _rows(settings: StackSettings) -> list[tuple[str, list]]:
                         [_query(f"{NODE_ALLOCATED}{{{node}}}", "{{node}} allocated", "A"),
                          _query(f"{NODE_ALLOCATABLE}{{{node}}}", "{{node}} allocatable", "B")]),
             _timeseries("Stranded GPUs over time", "See 'Stranded GPUs'.",
-                        [_query(STRANDED, "stranded", "A")], width=24, height=6),
+                        [_query(STRANDED, "stranded", "A")], height=6),
+            _timeseries("Whole free GPU nodes", "GPU nodes with every GPU free: room for a "
+                        "whole-node job. Compaction, when on, makes more of them.",
+                        [_query(WHOLE_FREE_NODES, "whole free nodes", "A")], height=6),
+            _timeseries("Evictions per hour",
+                        "Pod evictions the API server granted, and those a "
+                        "PodDisruptionBudget refused (HTTP 429), cluster-wide: compaction's, "
+                        "and node drains'.",
+                        [_query('sum by (code) (increase(apiserver_request_total{'
+                                'resource="pods", subresource="eviction", verb="POST", '
+                                'code=~"201|429"}[1h]))', "HTTP {{code}}", "A")],
+                        width=24, height=6),
         ]),
         ("Usage: who holds GPUs and how hard they use them", [
             _timeseries("GPUs allocated by namespace", "",

@@ -43,6 +43,7 @@ NODE_FREE = "gpu_platform:node_gpu_free:sum"
 NAMESPACE_ALLOCATED = "gpu_platform:namespace_gpu_allocated:sum"
 STRANDED = "gpu_platform:gpu_stranded:sum"
 GPU_PODS_PENDING = "gpu_platform:gpu_pods_pending:count"
+WHOLE_FREE_NODES = "gpu_platform:gpu_nodes_whole_free:count"
 
 # Days before the webhook's serving certificate expires at which the renewal alert turns
 # critical (it warns from the start of the early-renewal window).
@@ -67,6 +68,10 @@ def recording_rules(settings: StackSettings) -> list[dict]:
          "expr": f"{NODE_ALLOCATABLE} - on (node) "
                  f"({NODE_ALLOCATED} or on (node) {NODE_ALLOCATABLE} * 0)"},
         {"record": NAMESPACE_ALLOCATED, "expr": f"sum by (namespace) ({POD_ALLOCATED})"},
+        # GPU nodes with every GPU free: what a whole-node job needs, and what compaction makes.
+        {"record": WHOLE_FREE_NODES,
+         "expr": f"count(({NODE_FREE} == on (node) {NODE_ALLOCATABLE}) and on (node) "
+                 f"({NODE_ALLOCATABLE} > 0)) or vector(0)"},
         # Free GPUs on busy nodes that cannot take the largest common request (or, on a node
         # smaller than that, a pod the size of the node).
         {"record": STRANDED,
@@ -223,6 +228,26 @@ def alert_rules(settings: StackSettings, certificate_not_after: Optional[int] = 
     ]
 
 
+def compaction_alerts(settings: StackSettings) -> list[dict]:
+    """With compaction on: a compaction that has stopped running (its pod never placed, because
+    the binpack scheduler is down, or its runs failing)."""
+    compaction = settings.compaction
+    if not compaction.enabled:
+        return []
+    hours = settings.monitoring.alerts.compaction_stale_hours
+    cron_job = f'namespace="{compaction.namespace}", cronjob="{compaction.name}"'
+    return [
+        _alert("GpuCompactionNotRunning",
+               f"(time() - kube_cronjob_status_last_successful_time{{{cron_job}}} > "
+               f"{hours * 3600}) or (time() - kube_cronjob_created{{{cron_job}}} > "
+               f"{hours * 3600} unless kube_cronjob_status_last_successful_time{{{cron_job}}})",
+               "0s", "warning", "GPU compaction has not run",
+               f"No run of CronJob {compaction.namespace}/{compaction.name} has succeeded for "
+               f"{hours} hours, so half-used GPU nodes are not being emptied. A run waits for "
+               "the binpack scheduler (is it up?); see the CronJob's Jobs and their pods."),
+    ]
+
+
 def prometheus_rule(settings: StackSettings, certificate_not_after: Optional[int] = None
                     ) -> dict:
     mon = settings.monitoring
@@ -238,6 +263,7 @@ def prometheus_rule(settings: StackSettings, certificate_not_after: Optional[int
         # evaluation (separate groups run independently, a step apart in either order).
         "spec": {"groups": [
             {"name": "gpu-platform",
-             "rules": recording_rules(settings) + alert_rules(settings, certificate_not_after)},
+             "rules": recording_rules(settings) + alert_rules(settings, certificate_not_after)
+                      + compaction_alerts(settings)},
         ]},
     }

@@ -24,6 +24,7 @@ _KINDS = {
     ("v1", "ResourceQuota"): k8s.core.v1.ResourceQuota,
     ("v1", "Node"): k8s.core.v1.NodePatch,
     ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
+    ("batch/v1", "CronJob"): k8s.batch.v1.CronJob,
     ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
     ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
@@ -115,6 +116,25 @@ def spread_by_node(name: str, component: str) -> dict:
             }],
         },
     }
+
+
+READ = ["get", "list", "watch"]
+
+
+def rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict:
+    """One RBAC policy rule."""
+    return {"apiGroups": groups, "resources": resources, "verbs": verbs}
+
+
+def role_binding(kind: str, name: str, role_kind: str, role: str, account: dict,
+                 meta_labels: dict, namespace_: Optional[str] = None) -> dict:
+    """A (Cluster)RoleBinding of `role` to one ServiceAccount."""
+    metadata = {"name": name, "labels": meta_labels}
+    if namespace_:
+        metadata["namespace"] = namespace_
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": metadata,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role},
+            "subjects": [account]}
 
 
 RESTRICTED_POD_SECURITY = {

@@ -10,6 +10,7 @@ from pulumi.runtime import config as runtime_config
 
 from . import charts, gpu_operator, monitoring
 from .binpack_scheduler import BinpackScheduler
+from .gpu_compaction import GpuCompaction
 from .gpu_nodes import GpuNodes
 from .gpu_operator import GpuOperator
 from .monitoring import Monitoring
@@ -103,6 +104,10 @@ class GpuPlatform(pulumi.ComponentResource):
                                      after=[self.gpu_operator],
                                      certificate_not_after=self.admission.certificate_not_after,
                                      prefix=prefix, opts=child)
+        # Evictions only once the scheduler that places the evicted pods again is there.
+        self.compaction = (GpuCompaction(f"{prefix}gpu-compaction", settings,
+                                         after=[self.scheduler], prefix=prefix, opts=child)
+                           if settings.compaction.enabled else None)
 
         self.outputs = {
             "clusterContext": cluster.context,
@@ -113,6 +118,7 @@ class GpuPlatform(pulumi.ComponentResource):
             "grafanaPortForward": self.monitoring.grafana_port_forward,
             "grafanaAdminPassword": self.monitoring.grafana_admin_password,
             "gpuNodes": self.gpu_nodes.node_names,
+            "compactionSchedule": self.compaction.schedule if self.compaction else None,
             # What a mirror must hold before an air-gapped install.
             "images": required_images(settings),
             "charts": required_charts(settings),
@@ -123,8 +129,9 @@ class GpuPlatform(pulumi.ComponentResource):
 def required_images(settings: StackSettings) -> list[str]:
     """The images the program and the GPU Operator chart run, as the nodes will pull them (from
     the mirror, when set). kube-prometheus-stack's are not listed yet."""
+    compaction = [settings.image(settings.compaction.image)] if settings.compaction.enabled else []
     return sorted({settings.scheduler_image, settings.image(settings.admission.opa),
-                   settings.image(settings.admission.kube_mgmt),
+                   settings.image(settings.admission.kube_mgmt), *compaction,
                    *(image.ref(settings) for image in gpu_operator.chart_images(settings))})
 
 

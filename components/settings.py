@@ -42,6 +42,8 @@ NVIDIA_DEVICE_CLASS_SUFFIX = "nvidia.com"
 # ServiceAccount (--use-service-account-credentials) or with the controller-manager's identity.
 DAEMONSET_CONTROLLERS = ("system:serviceaccount:kube-system:daemon-set-controller",
                          "system:kube-controller-manager")
+# GPU Feature Discovery (deployed by the GPU Operator) labels every node with a GPU so.
+GPU_PRESENT_LABEL = ("nvidia.com/gpu.present", "true")
 # In audit mode, pods admitted against the rules carry this label (value "violation").
 AUDIT_LABEL = "gpu-platform.io/admission-audit"
 
@@ -85,6 +87,8 @@ _QUALIFIED_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 _VERSION = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
+_GO_DURATION = re.compile(r"^([0-9]+(ms|s|m|h))+$")
+_CRON_FIELD = re.compile(r"^(\*|[0-9]+(-[0-9]+)?)(/[0-9]+)?(,(\*|[0-9]+(-[0-9]+)?)(/[0-9]+)?)*$")
 _IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -604,6 +608,87 @@ class ImageSettings(Model):
     _check_tag = field_validator("tag")(classmethod(lambda cls, v: _image_tag(v)))
 
 
+class CompactionSettings(Model):
+    enabled: bool = Field(
+        default=False,
+        description="Run the descheduler's HighNodeUtilization on GPU nodes, so that opted-in "
+                    "pods on lightly used GPU nodes move to busier ones and whole nodes come "
+                    "free. Off by default: it evicts running pods.")
+    name: str = Field(default="gpu-compaction",
+                      description="Names the CronJob, its ServiceAccount, ClusterRole and "
+                                  "policy ConfigMap.")
+    namespace: str = Field(default="gpu-compaction", description="Namespace of the CronJob.")
+    image: ImageSettings = Field(
+        default_factory=lambda: ImageSettings(repository="registry.k8s.io/descheduler/descheduler",
+                                              tag="v0.36.0"),
+        description="Descheduler image (pinned; the integration suite builds this version).")
+    schedule: str = Field(
+        default="*/15 * * * *",
+        description="When a compaction run starts (cron, the cluster's time zone): each run "
+                    "evicts at most `maxEvictionsPerRun` pods.")
+    opt_in_label: str = Field(
+        default="gpu-platform.io/compaction",
+        description="Only pods carrying this label with the value `allowed` are ever moved "
+                    "(set it in the pod template of a Deployment, StatefulSet or Job whose "
+                    "pods may restart elsewhere).")
+    underused_percent: int = Field(
+        default=50, ge=1, le=99,
+        description="A GPU node whose requested GPUs (and each MIG resource in use) are at or "
+                    "below this share of its capacity is emptied onto busier nodes, percent.")
+    min_pod_age: str = Field(
+        default="2h",
+        description="Pods younger than this are never moved (Go duration: 30m, 2h, 1h30m): a "
+                    "pod that just started, or just moved, stays put.")
+    max_evictions_per_run: int = Field(default=4, ge=1, le=100,
+                                       description="Pods evicted per run, at most.")
+    max_evictions_per_node: int = Field(default=2, ge=1, le=16,
+                                        description="Pods evicted from one node per run, at most.")
+    node_selector: str = Field(
+        default=f"{GPU_PRESENT_LABEL[0]}={GPU_PRESENT_LABEL[1]}",
+        description="Label selector of the nodes compaction looks at: by default the label GPU "
+                    "Feature Discovery gives every GPU node.")
+    resources: ContainerResources = Field(
+        default_factory=lambda: ContainerResources(
+            requests={"cpu": "50m", "memory": "128Mi"}, limits={"memory": "512Mi"}),
+        description="Descheduler container requests and limits.")
+
+    _check_names = field_validator("name", "namespace")(classmethod(lambda cls, v: _dns_label(v)))
+    _check_label = field_validator("opt_in_label")(
+        classmethod(lambda cls, v: _qualified_name(v, "label key")))
+
+    @field_validator("schedule")
+    @classmethod
+    def schedule_is_cron(cls, value: str) -> str:
+        fields = value.split()
+        if len(fields) != 5 or not all(_CRON_FIELD.match(f) for f in fields):
+            raise Invalid("not a cron schedule",
+                          "five fields: minute hour day-of-month month day-of-week, e.g. "
+                          "\"*/15 * * * *\"")
+        return value
+
+    @field_validator("min_pod_age")
+    @classmethod
+    def age_is_go_duration(cls, value: str) -> str:
+        if not _GO_DURATION.match(value):
+            raise Invalid("not a duration", "a Go duration such as 30m, 2h or 1h30m (no days)")
+        return value
+
+    @field_validator("node_selector")
+    @classmethod
+    def selector_of_labels(cls, value: str) -> str:
+        for term in value.split(","):
+            key, equals, label_value = term.partition("=")
+            if not equals or not is_qualified_name(key.strip()) or \
+                    not is_label_value(label_value.strip()):
+                raise Invalid("not a label selector of key=value terms",
+                              "key=value[,key=value...], e.g. nvidia.com/gpu.present=true")
+        return value
+
+    @property
+    def opt_in(self) -> dict[str, str]:
+        return {self.opt_in_label: "allowed"}
+
+
 class CertificateSettings(Model):
     ca_validity_hours: int = Field(default=87600, ge=24,
                                    description="Lifetime of the webhook CA, hours (10 years).")
@@ -781,6 +866,10 @@ class AlertSettings(Model):
         default=60, ge=1,
         description="GpuAdmissionRejectionsHigh: more requests than this refused by the policy "
                     "in an hour (someone's chart or pipeline keeps breaking the rules).")
+    compaction_stale_hours: int = Field(
+        default=2, ge=1, le=168,
+        description="GpuCompactionNotRunning: no compaction run has succeeded for this many "
+                    "hours (with compaction enabled; a run waits for the binpack scheduler).")
     pending_growth_for: str = Field(
         default="30m",
         description="GpuPodsPendingGrowing: pending GPU pods more numerous than this long ago "
@@ -962,6 +1051,7 @@ class StackSettings(Model):
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
     monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
+    compaction: CompactionSettings = Field(default_factory=CompactionSettings)
 
     @field_validator("kubernetes_version")
     @classmethod
@@ -979,7 +1069,9 @@ class StackSettings(Model):
     @model_validator(mode="after")
     def namespaces_are_ours(self) -> "StackSettings":
         owners = {}
-        for section in ("gpuOperator", "scheduler", "admission", "monitoring"):
+        for section in ("gpuOperator", "scheduler", "admission", "monitoring", "compaction"):
+            if section == "compaction" and not self.compaction.enabled:
+                continue
             namespace = getattr(self, to_snake(section)).namespace
             if namespace in RESERVED_NAMESPACES:
                 raise Invalid("the program creates and deletes this namespace",

@@ -21,6 +21,17 @@ EXPECTED = [
     (f"{COMPONENT}OpaAdmission", "opa-admission", f"{COMPONENT}GpuPlatform"),
     ("pulumi:providers:kubernetes", "cluster", f"{COMPONENT}GpuPlatform"),
     (f"{COMPONENT}Monitoring", "monitoring", f"{COMPONENT}GpuPlatform"),
+    (f"{COMPONENT}GpuCompaction", "gpu-compaction", f"{COMPONENT}GpuPlatform"),
+    (f"{K8S}core/v1:Namespace", "gpu-compaction", f"{COMPONENT}GpuCompaction"),
+    (f"{K8S}core/v1:ServiceAccount", "gpu-compaction/gpu-compaction",
+     f"{COMPONENT}GpuCompaction"),
+    (f"{K8S}rbac.authorization.k8s.io/v1:ClusterRole", "gpu-compaction",
+     f"{COMPONENT}GpuCompaction"),
+    (f"{K8S}rbac.authorization.k8s.io/v1:ClusterRoleBinding", "gpu-compaction",
+     f"{COMPONENT}GpuCompaction"),
+    (f"{K8S}core/v1:ConfigMap", "gpu-compaction/gpu-compaction-policy",
+     f"{COMPONENT}GpuCompaction"),
+    (f"{K8S}batch/v1:CronJob", "gpu-compaction/gpu-compaction", f"{COMPONENT}GpuCompaction"),
     (f"{K8S}core/v1:NodePatch", "gpu-node-1", f"{COMPONENT}GpuNodes"),
     (f"{K8S}core/v1:NodePatch", "gpu-node-2", f"{COMPONENT}GpuNodes"),
     (f"{K8S}core/v1:Namespace", "gpu-operator", f"{COMPONENT}GpuOperator"),
@@ -146,6 +157,13 @@ EDGES = [
 ]
 
 
+def test_compaction_waits_for_the_binpack_scheduler(example_run):
+    """Evictions start only once the scheduler that places the evicted pods again is there."""
+    cron_job = example_run.one(f"{K8S}batch/v1:CronJob", "gpu-compaction/gpu-compaction")
+    scheduler = example_run.one(f"{K8S}apps/v1:Deployment", "gpu-scheduler/gpu-binpack-scheduler")
+    assert waits_for(example_run, cron_job, scheduler)
+
+
 @pytest.mark.parametrize("dependent, dependency, why", EDGES,
                          ids=[f"{e[0][1]} after {e[1][1]}" for e in EDGES])
 def test_design_edge(example_run, dependent, dependency, why):
@@ -213,10 +231,12 @@ def test_generated_grafana_password_fills_the_admin_secret(example_run):
     assert len(password) == generated.inputs["length"] >= 32
 
 
-def test_minimal_stack_declares_the_whole_platform():
+def test_minimal_stack_declares_the_whole_platform_but_compaction():
+    """Compaction evicts running pods, so a stack has it only when it asks for it."""
     recording = harness.run_program(harness.stack_file_config(MINIMAL))
     components = {r.type for r in recording.registrations if r.type.startswith(COMPONENT)}
-    assert components == {t for t, _, _ in EXPECTED if t.startswith(COMPONENT)}
+    assert components == {t for t, _, _ in EXPECTED if t.startswith(COMPONENT)} - {
+        f"{COMPONENT}GpuCompaction"}
 
 
 # --- secrets in settings ----------------------------------------------------------------------

@@ -21,6 +21,7 @@ from test_settings import raw, with_changes
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SETTINGS = load_settings(raw(with_changes()))
+WITH_COMPACTION = load_settings(raw(with_changes(compaction={"enabled": True})))
 
 # Grafana replaces these before a query reaches Prometheus.
 GRAFANA_VARIABLES = {"$namespace": ".*", "$node": ".*", "$model": ".*"}
@@ -314,7 +315,8 @@ def test_alert_descriptions_name_what_a_responder_needs(promtool_bin, tmp_path):
                                      .replace("{{ $labels.pod }}", "waiting")
                                      .replace("{{ $value }}", "2")}}]}]}],
         annotations=True)
-    for rule in gpu_rules.alert_rules(SETTINGS, CERT_NOT_AFTER):
+    for rule in gpu_rules.alert_rules(SETTINGS, CERT_NOT_AFTER) + \
+            gpu_rules.compaction_alerts(WITH_COMPACTION):
         assert rule["labels"]["severity"] in ("critical", "warning", "info")
         assert rule["annotations"]["summary"] and rule["annotations"]["description"]
         assert re.fullmatch(r"[0-9]+[smh]", rule["for"])
@@ -441,7 +443,8 @@ def test_pending_gpu_pods_piling_up_are_reported_and_a_steady_queue_is_not(promt
 
 def test_every_alert_is_exercised_by_a_rule_test():
     source = Path(__file__).read_text()
-    for rule in gpu_rules.alert_rules(SETTINGS, CERT_NOT_AFTER):
+    for rule in gpu_rules.alert_rules(SETTINGS, CERT_NOT_AFTER) + \
+            gpu_rules.compaction_alerts(WITH_COMPACTION):
         assert f'"{rule["alert"]}"' in source, rule["alert"]
 
 
@@ -552,3 +555,38 @@ def test_dashboard_answers_the_platform_teams_questions():
     }
     for title, fragment in expected.items():
         assert fragment in by_title[title], title
+
+
+# --- compaction -------------------------------------------------------------------------------
+
+def test_whole_free_nodes_are_counted(promtool_bin, tmp_path):
+    run_promtool_tests(promtool_bin, tmp_path, [{
+        "interval": "1m", "input_series": [ksm_node("n1", 8), ksm_node("n2", 8),
+                                           ksm_node("n3", 8), ksm_node("cpu-1", 0),
+                                           *ksm_pod("p", "n2", 1)],
+        "promql_expr_test": [recorded(gpu_rules.WHOLE_FREE_NODES, {"": 2})]}])
+
+
+def test_compaction_that_stopped_succeeding_is_reported(promtool_bin, tmp_path):
+    cron_job = 'namespace="gpu-compaction", cronjob="gpu-compaction"'
+    labels = {"namespace": "gpu-compaction", "cronjob": "gpu-compaction", "severity": "warning"}
+
+    def series(metric: str, values: str) -> dict:
+        return {"series": f"{metric}{{{cron_job}}}", "values": values}
+    run_promtool_tests(promtool_bin, tmp_path, [
+        # Created at 0; runs succeeded at minute 15, then never again (the binpack scheduler
+        # went down): stale 2 h after the last success.
+        {"interval": "1m", "input_series": [
+            series("kube_cronjob_created", "0x200"),
+            series("kube_cronjob_status_last_successful_time", "_x15 900x185")],
+         "alert_rule_test": [fires("GpuCompactionNotRunning", "130m", []),
+                             fires("GpuCompactionNotRunning", "136m", [labels])]},
+        # Never succeeded since it was created.
+        {"interval": "1m", "input_series": [series("kube_cronjob_created", "0x200")],
+         "alert_rule_test": [fires("GpuCompactionNotRunning", "110m", []),
+                             fires("GpuCompactionNotRunning", "125m", [labels])]},
+    ], settings=WITH_COMPACTION)
+
+
+def test_compaction_alerts_only_with_compaction_on():
+    assert gpu_rules.compaction_alerts(SETTINGS) == []

@@ -224,6 +224,21 @@ MISTAKES = [
      "gpu-platform:admission.exemptNamespaces[0]", '"Team A"', "DNS-1123"),
     ("scrape interval not a duration", with_changes(monitoring={"scrapeInterval": "15"}),
      "gpu-platform:monitoring.scrapeInterval", '"15"', "Prometheus duration"),
+    ("compaction schedule not cron", with_changes(compaction={"enabled": True,
+                                                              "schedule": "every 15m"}),
+     "gpu-platform:compaction.schedule", '"every 15m"', "minute hour day-of-month"),
+    ("compaction min age in days", with_changes(compaction={"minPodAge": "1d"}),
+     "gpu-platform:compaction.minPodAge", '"1d"', "Go duration"),
+    ("compaction node selector with a set", with_changes(compaction={
+        "nodeSelector": "nvidia.com/gpu.present in (true)"}),
+     "gpu-platform:compaction.nodeSelector", "in (true)", "key=value"),
+    ("compaction threshold of 100", with_changes(compaction={"underusedPercent": 100}),
+     "gpu-platform:compaction.underusedPercent", "100", "less than or equal to 99"),
+    ("compaction in the scheduler's namespace", with_changes(compaction={
+        "enabled": True, "namespace": "gpu-scheduler"}),
+     "gpu-platform:compaction.namespace", '"gpu-scheduler"', "separate namespace"),
+    ("compaction opt-in label not a key", with_changes(compaction={"optInLabel": "may move"}),
+     "gpu-platform:compaction.optInLabel", '"may move"', "DNS-subdomain prefix"),
 ]
 
 

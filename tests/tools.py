@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import harness  # noqa: E402
-from components.settings import AdmissionSettings  # noqa: E402
+from components.settings import AdmissionSettings, CompactionSettings  # noqa: E402
 
 TOOLS_DIR = Path(os.environ.get("GPU_PLATFORM_TOOLS",
                                 Path.home() / ".cache" / "gpu-platform-tools"))
@@ -233,10 +233,23 @@ def kube_mgmt() -> Path:
                                   f"{module}/pkg/version.Git": commit}))
 
 
+# The descheduler the compaction component deploys (its image tag); its go.mod replaces
+# kube-openapi, which go_build repeats in the wrapper module.
+def descheduler_version() -> str:
+    return CompactionSettings().image.tag
+
+
+def descheduler() -> Path:
+    module = "sigs.k8s.io/descheduler"
+    version = descheduler_version()
+    return go_build(GoTool("descheduler", module, version, f"{module}/cmd/descheduler",
+                           stamp={f"{module}/pkg/version.version": version}))
+
+
 SUITES = {
     "unit": (opa, promtool, amtool),
     "integration": (opa, etcd, kube_apiserver, kube_scheduler, kube_controller_manager,
-                    kube_mgmt),
+                    descheduler, kube_mgmt),
 }
 # Tools a suite runs without, saying so, when their module cannot be had.
 OPTIONAL = {kube_mgmt}

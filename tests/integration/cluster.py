@@ -19,7 +19,7 @@ import harness
 import tools
 from components import binpack_scheduler, gpu_operator, opa_admission
 from components.kube import base64_text
-from components.settings import StackSettings
+from components.settings import GPU_PRESENT_LABEL, StackSettings
 from controlplane import ApiError, CertificateAuthority, ControlPlane, Kube, free_port, wait_until
 
 GPU = "nvidia.com/gpu"
@@ -136,12 +136,13 @@ def create_gpu_node(kube: Kube, settings: StackSettings, name: str, gpus: int,
                     capacity: Optional[dict[str, str]] = None,
                     labels: Optional[dict[str, str]] = None) -> dict:
     """A Ready Node that advertises `gpus` GPUs in its status (the extended-resource patch the
-    device plugin's kubelet would make) and carries the platform's GPU taints and labels, and
-    `labels` (as GPU Feature Discovery adds them); `capacity`, if given, is its whole status
-    capacity instead."""
+    device plugin's kubelet would make) and carries the platform's GPU taints and labels, GPU
+    Feature Discovery's nvidia.com/gpu.present=true and `labels` (as GPU Feature Discovery adds
+    them); `capacity`, if given, is its whole status capacity instead."""
     node = kube.create({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
+                                              GPU_PRESENT_LABEL[0]: GPU_PRESENT_LABEL[1],
                                               **settings.gpu_nodes.labels, **(labels or {})}},
         "spec": {"taints": [t.as_manifest() for t in settings.gpu_nodes.taints]},
     })
@@ -250,7 +251,9 @@ class ControllerManager:
     unreachable and evict their pods."""
 
     CONTROLLERS = ("deployment-controller", "replicaset-controller", "statefulset-controller",
-                   "job-controller", "garbage-collector-controller")
+                   "job-controller", "garbage-collector-controller",
+                   # PodDisruptionBudget status, which the eviction API decides by.
+                   "disruption-controller")
 
     def __init__(self, cp: ControlPlane):
         self.port = free_port()
@@ -275,10 +278,15 @@ class ControllerManager:
 # --- what kubelets would do ------------------------------------------------------------------
 
 def pod_status(phase: str, *, ready: bool, reason: str) -> dict:
+    """A status as a kubelet reports it; a running pod with its start time (which the
+    descheduler's minPodAge reads)."""
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {"phase": phase, "conditions": [
+    status = {"phase": phase, "conditions": [
         {"type": condition, "status": str(ready), "reason": reason, "lastTransitionTime": now}
         for condition in ("Ready", "ContainersReady")]}
+    if phase == "Running":
+        status["startTime"] = now
+    return status
 
 
 def patch_pod_status(kube: Kube, pod: dict, status: dict, *,
@@ -396,6 +404,35 @@ def scheduler_with_strategy(name: str, strategy: Optional[dict] = None) -> dict:
                                     "args": {"scoringStrategy": strategy}}]
     return {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
             "leaderElection": {"leaderElect": False}, "profiles": [profile]}
+
+
+# --- the descheduler -------------------------------------------------------------------------
+
+def compaction_run(cp: ControlPlane, settings: StackSettings, objects: list[dict],
+                   policy: Optional[dict] = None) -> str:
+    """One run of the declared compaction CronJob's container, as its pod would run it: the
+    declared policy file (or `policy`), its flags, and its ServiceAccount's credentials. Waits
+    until the run ends; returns its log."""
+    compaction = settings.compaction
+    cron_job = find(objects, "CronJob", compaction.name)
+    job = {"metadata": cron_job["metadata"], "spec": cron_job["spec"]["jobTemplate"]["spec"]}
+    container = LocalContainer(cp, objects, job, "descheduler", ports={})
+    args = container.args()
+    if policy is not None:
+        policy_file = cp.write("volumes/descheduler/override/policy.yaml", yaml.safe_dump(policy))
+        args = [f"--policy-config-file={policy_file}" if a.startswith("--policy-config-file=")
+                else a for a in args]
+    token = cp.service_account_token(compaction.namespace, compaction.name)
+    process = cp.start_process(f"descheduler-{len(cp.processes)}", [
+        str(tools.descheduler()), *args[1:],
+        f"--kubeconfig={cp.kubeconfig(compaction.name, token=token)}",
+        # Its health port (10258 in the pod) is not served here, so runs cannot collide.
+        "--secure-port=0"])
+    wait_until(lambda: not process.running(), "the compaction run to end", timeout=120,
+               explain=process.tail)
+    log = process.log.read_text(errors="replace")
+    assert process.exit_code == 0, f"the compaction run failed\n{process.tail(60)}"
+    return log
 
 
 # --- running a declared container on this machine -------------------------------------------

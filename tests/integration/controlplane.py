@@ -142,6 +142,10 @@ class Process:
     def running(self) -> bool:
         return self._popen.poll() is None
 
+    @property
+    def exit_code(self) -> Optional[int]:
+        return self._popen.poll()
+
     def tail(self, lines: int = 30) -> str:
         text = self.log.read_text(errors="replace").splitlines()[-lines:]
         return f"--- last lines of {self.name}'s log ({self.log}) ---\n" + "\n".join(text)

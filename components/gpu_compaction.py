@@ -1,0 +1,181 @@
+"""GPU compaction: the Kubernetes descheduler's HighNodeUtilization on GPU nodes. Opted-in pods
+on lightly used GPU nodes are evicted, and the binpack scheduler places their replacements on
+busier nodes, so that whole nodes come free for the jobs that need one.
+
+Each run is a CronJob pod that the binpack scheduler itself places: while that scheduler is
+unavailable the run stays pending and evicts nothing, so no pod is ever evicted onto a scheduler
+that cannot place it again. Evictions go through the eviction API, so PodDisruptionBudgets hold.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import yaml
+
+from . import kube
+from .kube import rule
+from .settings import GPU_RESOURCE, StackSettings
+
+COMPONENT = "compaction"
+POLICY_DIR = "/policy-dir"
+POLICY_FILE = "policy.yaml"
+PROFILE = "gpu-compaction"
+# A run the binpack scheduler does not place within this time gives up (the Job fails, which
+# the GpuCompactionNotRunning alert reports); the next scheduled run tries again.
+RUN_DEADLINE_SECONDS = 600
+POLICY_HASH_ANNOTATION = "gpu-platform.io/compaction-policy-sha256"
+
+
+def thresholds(settings: StackSettings) -> dict[str, int]:
+    """The HighNodeUtilization thresholds: a node at or below them in every listed resource is
+    emptied. Whole GPUs and each MIG resource in use count alike."""
+    share = settings.compaction.underused_percent
+    return {name: share for name in (GPU_RESOURCE, *settings.gpu_operator.mig.resources)}
+
+
+def descheduler_policy(settings: StackSettings) -> dict:
+    """DeschedulerPolicy (descheduler/v1alpha2) of one profile."""
+    compaction = settings.compaction
+    return {
+        "apiVersion": "descheduler/v1alpha2",
+        "kind": "DeschedulerPolicy",
+        "nodeSelector": compaction.node_selector,
+        "maxNoOfPodsToEvictPerNode": compaction.max_evictions_per_node,
+        "maxNoOfPodsToEvictTotal": compaction.max_evictions_per_run,
+        # A pod that would have moved but whose budget refused it gets a Warning event saying
+        # so, which its owners see in `kubectl describe`.
+        "evictionFailureEventNotification": True,
+        "profiles": [{
+            "name": PROFILE,
+            "pluginConfig": [
+                {"name": "DefaultEvictor", "args": {
+                    # The opt-in. Bare pods, DaemonSet pods, critical pods and pods with local
+                    # storage stay protected (the evictor's default protections).
+                    "labelSelector": {"matchLabels": compaction.opt_in},
+                    "minPodAge": compaction.min_pod_age,
+                    # Only a pod that fits on another GPU node is evicted.
+                    "nodeFit": True,
+                    "nodeSelector": compaction.node_selector,
+                }},
+                {"name": "HighNodeUtilization", "args": {
+                    "thresholds": thresholds(settings),
+                    # Only pods that request a GPU resource: moving a CPU pod frees no GPU.
+                    "evictionModes": ["OnlyThresholdingResources"],
+                }},
+            ],
+            "plugins": {"balance": {"enabled": ["HighNodeUtilization"]}},
+        }],
+    }
+
+
+def compaction_rules() -> list[dict]:
+    """What the descheduler reads and does, and no more: no pod deletes (evictions only, which
+    PodDisruptionBudgets govern) and no writes besides evictions and events."""
+    return [
+        rule(["events.k8s.io"], ["events"], ["create", "update"]),
+        rule([""], ["nodes", "namespaces", "pods", "persistentvolumeclaims"], kube.READ),
+        rule([""], ["pods/eviction"], ["create"]),
+        rule(["scheduling.k8s.io"], ["priorityclasses"], kube.READ),
+        rule(["policy"], ["poddisruptionbudgets"], kube.READ),
+    ]
+
+
+def rbac_objects(settings: StackSettings) -> list[dict]:
+    compaction = settings.compaction
+    meta_labels = kube.labels(compaction.name, COMPONENT)
+    account = {"kind": "ServiceAccount", "name": compaction.name,
+               "namespace": compaction.namespace}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": compaction.name, "namespace": compaction.namespace,
+                      "labels": meta_labels}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": compaction.name, "labels": meta_labels},
+         "rules": compaction_rules()},
+        kube.role_binding("ClusterRoleBinding", compaction.name, "ClusterRole", compaction.name,
+                          account, meta_labels),
+    ]
+
+
+def config_map(settings: StackSettings) -> dict:
+    compaction = settings.compaction
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{compaction.name}-policy", "namespace": compaction.namespace,
+                     "labels": kube.labels(compaction.name, COMPONENT)},
+        "data": {POLICY_FILE: yaml.safe_dump(descheduler_policy(settings), sort_keys=False)},
+    }
+
+
+def cron_job(settings: StackSettings) -> dict:
+    compaction = settings.compaction
+    resources = {key: value for key, value in compaction.resources.model_dump().items() if value}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": compaction.name, "namespace": compaction.namespace,
+                     "labels": kube.labels(compaction.name, COMPONENT)},
+        "spec": {
+            "schedule": compaction.schedule,
+            # Never two runs at once: each decides on a snapshot the other is changing.
+            "concurrencyPolicy": "Forbid",
+            "startingDeadlineSeconds": RUN_DEADLINE_SECONDS,
+            "successfulJobsHistoryLimit": 3,
+            "failedJobsHistoryLimit": 3,
+            "jobTemplate": {"spec": {
+                "backoffLimit": 0,
+                "activeDeadlineSeconds": RUN_DEADLINE_SECONDS,
+                "template": {
+                    "metadata": {
+                        "labels": kube.labels(compaction.name, COMPONENT),
+                        "annotations": {POLICY_HASH_ANNOTATION:
+                                        kube.content_hash(descheduler_policy(settings))},
+                    },
+                    "spec": {
+                        # The gate: the binpack scheduler places the run, so a run never starts
+                        # while it is unavailable, and evicted pods always have it to return to.
+                        "schedulerName": settings.scheduler.name,
+                        "serviceAccountName": compaction.name,
+                        "restartPolicy": "Never",
+                        "securityContext": kube.RESTRICTED_POD_SECURITY,
+                        "containers": [{
+                            "name": "descheduler",
+                            "image": settings.image(compaction.image),
+                            "command": ["/bin/descheduler"],
+                            "args": [f"--policy-config-file={POLICY_DIR}/{POLICY_FILE}",
+                                     # One run per pod; nothing stays up to be scraped.
+                                     "--disable-metrics", "--v=3"],
+                            "resources": resources,
+                            "securityContext": kube.RESTRICTED_CONTAINER_SECURITY,
+                            "volumeMounts": [{"name": "policy", "mountPath": POLICY_DIR,
+                                              "readOnly": True}],
+                        }],
+                        "volumes": [{"name": "policy",
+                                     "configMap": {"name": f"{compaction.name}-policy"}}],
+                    },
+                },
+            }},
+        },
+    }
+
+
+def compaction_objects(settings: StackSettings) -> list[dict]:
+    """Everything compaction needs, namespace first."""
+    return [kube.namespace(settings.compaction.namespace, "restricted", COMPONENT),
+            *rbac_objects(settings), config_map(settings), cron_job(settings)]
+
+
+class GpuCompaction(pulumi.ComponentResource):
+    def __init__(self, name: str, settings: StackSettings,
+                 after: list[pulumi.Resource] | None = None,
+                 prefix: str = "",
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-platform:index:GpuCompaction", name, None, opts)
+        self.child_prefix = prefix
+        objects = compaction_objects(settings)
+        namespace = kube.declare(objects[0], self, depends_on=after)
+        self.resources = kube.declare_all(objects[1:], self, depends_on=[namespace])
+        self.schedule = settings.compaction.schedule
+        self.register_outputs({"namespace": settings.compaction.namespace,
+                               "schedule": self.schedule})

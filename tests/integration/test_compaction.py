@@ -1,0 +1,162 @@
+"""GPU compaction through the real descheduler (the version the CronJob's image runs), with the
+declared policy, flags and ServiceAccount, against a fragmented cluster: real
+kube-controller-manager (workload controllers and the disruption controller), the binpack
+scheduler as the program deploys it, and a fake kubelet.
+
+The fragmented state is made the way churn makes it: nodes cordoned while a Deployment scales
+up, so its replicas land on nodes the binpack scheduler would not have chosen, then uncordoned.
+The pods carry no trace of it; their replacements go wherever the binpack scheduler puts them.
+"""
+
+import time
+
+import pytest
+
+from cluster import (ControllerManager, FakeKubelet, compaction_run, create_gpu_node, create_node,
+                     ensure_namespace, find, pod_template)
+from components import gpu_compaction
+from controlplane import wait_until
+
+NAMESPACE = "serving"
+NODES = ("gpu-1", "gpu-2", "gpu-3", "gpu-4")
+
+
+@pytest.fixture(scope="module")
+def cluster(control_plane_with_schedulers, example_settings):
+    cp = control_plane_with_schedulers
+    ensure_namespace(cp.admin, NAMESPACE)
+    controllers = ControllerManager(cp)
+    kubelet = FakeKubelet(cp)
+    for name in NODES:
+        create_gpu_node(cp.admin, example_settings, name, 8)
+    yield cp
+    kubelet.stop()
+    controllers.stop()
+
+
+def cordon(kube, nodes, unschedulable: bool) -> None:
+    for node in nodes:
+        kube.request("PATCH", kube.path("v1", "Node", name=node),
+                     body={"spec": {"unschedulable": unschedulable or None}},
+                     content_type="application/merge-patch+json", what=f"cordon {node}")
+
+
+def deploy(kube, settings, name: str, replicas_by_node: dict[str, int], opt_in: bool) -> None:
+    """A Deployment of 1-GPU replicas for the binpack scheduler, `replicas_by_node[n]` of them
+    on node n: scaled up one node at a time with every other node cordoned."""
+    labels = {"app": name, **(settings.compaction.opt_in if opt_in else {})}
+    template = pod_template(labels, gpus=1, scheduler=settings.scheduler.name, settings=settings)
+    template["spec"]["terminationGracePeriodSeconds"] = 0
+    kube.create({"apiVersion": "apps/v1", "kind": "Deployment",
+                 "metadata": {"name": name, "namespace": NAMESPACE},
+                 "spec": {"replicas": 0, "selector": {"matchLabels": {"app": name}},
+                          "template": template}})
+    total = 0
+    for node, count in replicas_by_node.items():
+        cordon(kube, [n for n in NODES if n != node], True)
+        total += count
+        kube.request("PATCH", kube.path("apps/v1", "Deployment", NAMESPACE, name, "scale"),
+                     body={"spec": {"replicas": total}},
+                     content_type="application/merge-patch+json", what=f"scale {name}")
+        wait_until(lambda: len(running(kube, name)) == total,
+                   f"{total} running replicas of {name}", timeout=60)
+        cordon(kube, NODES, False)
+
+
+def running(kube, app: str) -> list[dict]:
+    return [p for p in kube.list("v1", "Pod", NAMESPACE, labelSelector=f"app={app}")
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+
+
+def gpus_by_node(kube) -> dict[str, int]:
+    used = dict.fromkeys(NODES, 0)
+    for pod in kube.list("v1", "Pod", NAMESPACE):
+        node = pod["spec"].get("nodeName")
+        if node in used and pod["status"].get("phase") in ("Pending", "Running"):
+            used[node] += int(pod["spec"]["containers"][0]["resources"]["requests"]
+                              ["nvidia.com/gpu"])
+    return used
+
+
+def whole_free_nodes(kube) -> list[str]:
+    return [n for n, used in gpus_by_node(kube).items() if used == 0]
+
+
+def test_a_run_frees_whole_gpu_nodes_and_moves_only_opted_in_pods(cluster, example_settings,
+                                                                   declared):
+    kube, settings = cluster.admin, example_settings
+    # gpu-1: 5 of 8 GPUs busy with pods that did not opt in (the busy node to fill).
+    deploy(kube, settings, "steady", {"gpu-1": 5}, opt_in=False)
+    # gpu-2: two opted-in replicas (2 of 8).
+    deploy(kube, settings, "batch-infer", {"gpu-2": 2}, opt_in=True)
+    # gpu-3: an opted-in replica its budget keeps in place, and one that did not opt in.
+    deploy(kube, settings, "serve", {"gpu-3": 1}, opt_in=True)
+    kube.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                 "metadata": {"name": "serve", "namespace": NAMESPACE},
+                 "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "serve"}}}})
+    deploy(kube, settings, "pinned", {"gpu-3": 1}, opt_in=False)
+    wait_until(lambda: kube.get("policy/v1", "PodDisruptionBudget", "serve", NAMESPACE)
+               .get("status", {}).get("currentHealthy") == 1, "the budget of serve to be known")
+    assert gpus_by_node(kube) == {"gpu-1": 5, "gpu-2": 2, "gpu-3": 2, "gpu-4": 0}
+    before = {p["metadata"]["uid"]: p["metadata"]["labels"]["app"]
+              for p in kube.list("v1", "Pod", NAMESPACE)}
+
+    # The declared policy: every pod is younger than minPodAge, so nothing moves.
+    log = compaction_run(cluster, settings, declared.objects)
+    assert {p["metadata"]["uid"] for p in kube.list("v1", "Pod", NAMESPACE)} == set(before)
+    assert "totalEvicted=0" in log, log
+
+    # The same policy with minPodAge 1s (the only change): one run.
+    time.sleep(1.5)
+    policy = gpu_compaction.descheduler_policy(settings.model_copy(update={
+        "compaction": settings.compaction.model_copy(update={"min_pod_age": "1s"})}))
+    log = compaction_run(cluster, settings, declared.objects, policy=policy)
+
+    wait_until(lambda: len(running(kube, "batch-infer")) == 2, "batch-infer back at 2 replicas")
+    after = {p["metadata"]["uid"]: p for p in kube.list("v1", "Pod", NAMESPACE)}
+    moved = {before[uid] for uid in set(before) - set(after)}
+    assert moved == {"batch-infer"}, f"pods that left: {moved}\n{log}"
+    # The replacements went to the busy node, through the binpack scheduler.
+    for pod in running(kube, "batch-infer"):
+        assert pod["spec"]["nodeName"] == "gpu-1"
+        assert pod["spec"]["schedulerName"] == settings.scheduler.name
+    assert gpus_by_node(kube) == {"gpu-1": 7, "gpu-2": 0, "gpu-3": 2, "gpu-4": 0}
+    assert sorted(whole_free_nodes(kube)) == ["gpu-2", "gpu-4"]      # was gpu-4 alone
+    # serve would have moved, but its budget (minAvailable 1 of 1) refused the eviction, and
+    # its owners were told.
+    assert len(running(kube, "serve")) == 1
+    events = kube.list("v1", "Event", NAMESPACE)
+    refused = [e for e in events if e.get("reason") == "EvictionFailed"
+               and e["involvedObject"]["name"].startswith("serve-")]
+    assert refused and "disruption budget" in refused[0]["message"], \
+        [(e.get("reason"), e.get("message")) for e in events]
+
+
+def test_no_run_starts_while_the_binpack_scheduler_is_down(cluster, example_settings, declared):
+    """A run's pod is placed by the binpack scheduler: with it up the run is bound; with it
+    down the run stays pending, so it evicts nothing."""
+    kube, settings = cluster.admin, example_settings
+    create_node(kube, "cpu-1")
+    cron_job = find(declared.objects, "CronJob", settings.compaction.name)
+    namespace = settings.compaction.namespace
+
+    def start_run(name: str) -> None:
+        kube.create({"apiVersion": "batch/v1", "kind": "Job",
+                     "metadata": {"name": name, "namespace": namespace},
+                     "spec": cron_job["spec"]["jobTemplate"]["spec"]})
+
+    def run_pod(name: str) -> dict:
+        return wait_until(lambda: next(iter(kube.list("v1", "Pod", namespace,
+                                                      labelSelector=f"job-name={name}")), None),
+                          f"the pod of {name}")
+
+    start_run("run-up")
+    wait_until(lambda: kube.get("v1", "Pod", run_pod("run-up")["metadata"]["name"], namespace)
+               ["spec"].get("nodeName") == "cpu-1", "the run to be placed on cpu-1")
+
+    scheduler = next(p for p in cluster.processes if p.name == settings.scheduler.name)
+    scheduler.stop()
+    start_run("run-down")
+    name = run_pod("run-down")["metadata"]["name"]
+    time.sleep(5)
+    assert not kube.get("v1", "Pod", name, namespace)["spec"].get("nodeName")
