@@ -164,7 +164,7 @@ def deployment(settings: StackSettings) -> dict:
     sched = settings.scheduler
     probe = {"httpGet": {"path": "/healthz", "port": SECURE_PORT, "scheme": "HTTPS"},
              "periodSeconds": 10, "failureThreshold": 3}
-    resources = {key: value for key, value in sched.resources.model_dump().items() if value}
+    mount, volume = kube.config_map_mount("config", CONFIG_DIR, f"{sched.name}-config")
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -198,13 +198,11 @@ def deployment(settings: StackSettings) -> dict:
                         "livenessProbe": {**probe, "initialDelaySeconds": 15},
                         "readinessProbe": {**probe, "httpGet": {**probe["httpGet"],
                                                                 "path": "/readyz"}},
-                        "resources": resources,
+                        "resources": kube.container_resources(sched.resources),
                         "securityContext": kube.RESTRICTED_CONTAINER_SECURITY,
-                        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR,
-                                          "readOnly": True}],
+                        "volumeMounts": [mount],
                     }],
-                    "volumes": [{"name": "config",
-                                 "configMap": {"name": f"{sched.name}-config"}}],
+                    "volumes": [volume],
                 },
             },
         },

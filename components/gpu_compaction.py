@@ -43,7 +43,7 @@ def descheduler_policy(settings: StackSettings) -> dict:
         "maxNoOfPodsToEvictPerNode": compaction.max_evictions_per_node,
         "maxNoOfPodsToEvictTotal": compaction.max_evictions_per_run,
         # A pod that would have moved but whose budget refused it gets a Warning event saying
-        # so, which its owners see in `kubectl describe`.
+        # so (best effort: a run can end before the event is sent; its log always says so).
         "evictionFailureEventNotification": True,
         "profiles": [{
             "name": PROFILE,
@@ -110,7 +110,7 @@ def config_map(settings: StackSettings) -> dict:
 
 def cron_job(settings: StackSettings) -> dict:
     compaction = settings.compaction
-    resources = {key: value for key, value in compaction.resources.model_dump().items() if value}
+    mount, volume = kube.config_map_mount("policy", POLICY_DIR, f"{compaction.name}-policy")
     return {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
@@ -146,13 +146,11 @@ def cron_job(settings: StackSettings) -> dict:
                             "args": [f"--policy-config-file={POLICY_DIR}/{POLICY_FILE}",
                                      # One run per pod; nothing stays up to be scraped.
                                      "--disable-metrics", "--v=3"],
-                            "resources": resources,
+                            "resources": kube.container_resources(compaction.resources),
                             "securityContext": kube.RESTRICTED_CONTAINER_SECURITY,
-                            "volumeMounts": [{"name": "policy", "mountPath": POLICY_DIR,
-                                              "readOnly": True}],
+                            "volumeMounts": [mount],
                         }],
-                        "volumes": [{"name": "policy",
-                                     "configMap": {"name": f"{compaction.name}-policy"}}],
+                        "volumes": [volume],
                     },
                 },
             }},

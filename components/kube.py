@@ -137,6 +137,17 @@ def role_binding(kind: str, name: str, role_kind: str, role: str, account: dict,
             "subjects": [account]}
 
 
+def container_resources(resources) -> dict:
+    """A container's `resources` from ContainerResources settings (empty parts left out)."""
+    return {key: value for key, value in resources.model_dump().items() if value}
+
+
+def config_map_mount(volume: str, mount_path: str, config_map: str) -> tuple[dict, dict]:
+    """(volumeMount, volume) of a ConfigMap mounted read-only into a container."""
+    return ({"name": volume, "mountPath": mount_path, "readOnly": True},
+            {"name": volume, "configMap": {"name": config_map}})
+
+
 RESTRICTED_POD_SECURITY = {
     "runAsNonRoot": True,
     "runAsUser": 65532,

@@ -18,6 +18,7 @@ import queue
 import re
 import socket
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -27,11 +28,14 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 import requests
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "integration")]
 
 import cluster  # noqa: E402
+import tools  # noqa: E402
+from components import gpu_compaction  # noqa: E402
 import workload  # noqa: E402
 from components.binpack_scheduler import scheduler_configuration  # noqa: E402
 from components.settings import StackSettings  # noqa: E402
@@ -41,6 +45,7 @@ from workload import BatchJob, NodeShape, Scale, Task, Trace  # noqa: E402
 NAMESPACE = "bench"
 GPU = "nvidia.com/gpu"
 SAMPLES = 200          # points of the over-time figures
+COMPACT = "compaction run"
 
 
 # --- what happened to each pod --------------------------------------------------------------
@@ -81,6 +86,7 @@ class Outcome:
     records: list[PodRecord]
     samples: list[Sample]
     scheduler_metrics: dict = field(default_factory=dict)
+    evictions: int = 0
 
     def delivered_gpu_hours(self) -> float:
         """GPU-time that ran within the observed window (batch and inference)."""
@@ -143,6 +149,10 @@ def play(label: str, trace: Trace, backend: Backend, total_gpus: int,
     for when, kind, item in trace.arrivals():
         heapq.heappush(events, (when, 1, order, item))
         order += 1
+    interval = getattr(backend, "compaction_interval", None)
+    for tick in range(1, int(trace.horizon / interval) + 1) if interval else ():
+        heapq.heappush(events, (tick * interval, 2, order, COMPACT))
+        order += 1
     sample_times = [trace.horizon * (i + 1) / SAMPLES for i in range(SAMPLES)]
     samples: list[Sample] = []
     total, done = len(events), 0
@@ -156,6 +166,8 @@ def play(label: str, trace: Trace, backend: Backend, total_gpus: int,
         elif isinstance(item, Scale):
             backend.scale(item.service, item.replicas, now)
             done += 1
+        elif item is COMPACT:
+            backend.compact(now)
         else:
             backend.finish(item, now)
         for record in backend.settle(now):
@@ -165,7 +177,8 @@ def play(label: str, trace: Trace, backend: Backend, total_gpus: int,
         progress(done, total)
     while sample_times:
         samples.append(backend.sample(sample_times.pop(0)))
-    return Outcome(label, trace.horizon, total_gpus, backend.records, samples)
+    return Outcome(label, trace.horizon, total_gpus, backend.records, samples,
+                   evictions=getattr(backend, "evictions", 0))
 
 
 class Ledger:
@@ -457,8 +470,13 @@ class RealCluster(Backend):
     SETTLE_TIMEOUT = 60.0
 
     def __init__(self, cp: ControlPlane, config: dict, nodes: dict[str, NodeShape],
-                 trace: Trace, settings: StackSettings):
-        self.kube, self.settings = cp.admin, settings
+                 trace: Trace, settings: StackSettings,
+                 compaction: Optional["Compaction"] = None):
+        self.cp, self.kube, self.settings = cp, cp.admin, settings
+        self.compaction = compaction
+        self.compaction_interval = compaction.interval if compaction else None
+        self.evictions = 0
+        self.descheduler_kubeconfig = cp.kubeconfig("descheduler") if compaction else None
         self.scheduler_name = scheduler_name(config)
         self.ledger = Ledger(nodes)
         self.records: list[PodRecord] = []
@@ -487,13 +505,16 @@ class RealCluster(Backend):
 
     def _create_service(self, service) -> None:
         labels = {"app": f"svc-{service.id}"}
+        template_labels = dict(labels)
+        if self.compaction and service.id in self.compaction.opted_in:
+            template_labels |= self.settings.compaction.opt_in
         self.kube.create({"apiVersion": "v1", "kind": "Service",
                           "metadata": {"name": f"svc-{service.id}", "namespace": NAMESPACE},
                           "spec": {"selector": labels, "ports": [{"port": 80}]}})
         self.kube.create({"apiVersion": "apps/v1", "kind": "Deployment",
                           "metadata": {"name": f"svc-{service.id}", "namespace": NAMESPACE},
                           "spec": {"replicas": 0, "selector": {"matchLabels": labels},
-                                   "template": pod_template(labels, service.task,
+                                   "template": pod_template(template_labels, service.task,
                                                             self.scheduler_name,
                                                             self.settings)}})
         self.replicas[service.id] = 0
@@ -527,6 +548,21 @@ class RealCluster(Backend):
         self.kube.patch_status(pod, {"phase": "Succeeded", "conditions": [
             {"type": "Ready", "status": "False", "reason": "PodCompleted"}]})
 
+    def compact(self, now: float) -> None:
+        """One run of the real descheduler with the platform's compaction policy; the pods it
+        evicts go, and their replacements wait for the scheduler, as any new pod does."""
+        self.now = now
+        self.settle(now)
+        run = subprocess.run([str(tools.descheduler()),
+                              f"--policy-config-file={self.compaction.policy_file}",
+                              f"--kubeconfig={self.descheduler_kubeconfig}",
+                              "--secure-port=0", "--disable-metrics", "--v=1"],
+                             capture_output=True, text=True, timeout=120)
+        if run.returncode != 0:
+            raise RuntimeError(f"the compaction run failed:\n{run.stderr[-3000:]}")
+        evicted = re.search(r"totalEvicted=(\d+)", run.stderr)
+        self.evictions += int(evicted[1]) if evicted else 0
+
     # what the watch says
 
     def _on_event(self, kind: str, pod: dict, started: list[PodRecord]) -> None:
@@ -558,8 +594,8 @@ class RealCluster(Backend):
             record.started = self.now
             del self.waiting[name]
             started.append(record)
-            self.kube.patch_status(pod, {"phase": "Running", "conditions": [
-                {"type": "Ready", "status": "True"}]})
+            self.kube.patch_status(pod, cluster.pod_status("Running", ready=True,
+                                                           reason="Replay"))
 
     def _record_for(self, pod: dict) -> PodRecord:
         labels = pod["metadata"].get("labels", {})
@@ -671,14 +707,38 @@ def scrape(scheduler: "cluster.Scheduler", cp: ControlPlane) -> dict:
             "peak_rss_mib": peak_kib / 1024}
 
 
+@dataclass(frozen=True)
+class Compaction:
+    """The platform's compaction in a replay: the descheduler with the rendered policy every
+    `interval` simulated hours, the inference services in `opted_in` carrying the opt-in label.
+    minPodAge is off: the replay's pods have no wall-clock age that means anything."""
+    interval: float
+    opted_in: frozenset
+    policy_file: Path
+
+
+def compaction_for(settings: StackSettings, trace: Trace, opt_in_share: float,
+                   interval: float, work: Path) -> Compaction:
+    services = sorted(s.id for s in trace.services)
+    opted = frozenset(services[:round(opt_in_share * len(services))])
+    policy = gpu_compaction.descheduler_policy(settings.model_copy(update={
+        "compaction": settings.compaction.model_copy(update={"min_pod_age": "0s"})}))
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / "compaction-policy.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    return Compaction(interval, opted, path)
+
+
 def replay(label: str, config: dict, trace: Trace, nodes: dict[str, NodeShape],
            settings: StackSettings,
-           progress: Callable[[int, int], None] = lambda done, total: None) -> Outcome:
-    """The trace against one kube-scheduler running `config`, on a fresh control plane."""
+           progress: Callable[[int, int], None] = lambda done, total: None,
+           compaction: Optional[Compaction] = None) -> Outcome:
+    """The trace against one kube-scheduler running `config`, on a fresh control plane (with
+    `compaction`: the descheduler's runs as well)."""
     cp = ControlPlane().start()
     backend = None
     try:
-        backend = RealCluster(cp, config, nodes, trace, settings)
+        backend = RealCluster(cp, config, nodes, trace, settings, compaction)
         outcome = play(label, trace, backend, sum(s.gpus for s in nodes.values()), progress)
         outcome.scheduler_metrics = scrape(backend.scheduler, cp)
         return outcome

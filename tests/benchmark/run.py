@@ -45,6 +45,7 @@ def figures(outcome: binpack.Outcome, reference: binpack.Outcome) -> dict:
            "waiting_gpus": outcome.mean_after_warmup("waiting_gpus"),
            "samples": [[s.time, s.free_nodes, s.stranded, s.waiting_gpus]
                        for s in outcome.samples],
+           "evictions_per_hour": outcome.evictions / outcome.horizon,
            **outcome.scheduler_metrics}
     for gpus in SIZES:
         row[f"wait_p50_{gpus}"] = outcome.wait(gpus, 0.5)
@@ -56,6 +57,7 @@ def run(args, settings) -> None:
     """Replay every configuration asked for, keeping each replay's figures in runs.jsonl as
     soon as it ends; a replay already kept there (same trace and scheduler) is skipped."""
     configs = binpack.profiles(settings, args.variants)
+    shipped = configs[settings.scheduler.name]
     if args.profiles:
         unknown = set(args.profiles) - set(configs)
         if unknown:
@@ -91,6 +93,20 @@ def run(args, settings) -> None:
                     print(f"  {label}: {time.monotonic() - started:.0f}s", file=sys.stderr,
                           flush=True)
                     keep(args.out, key | figures(outcome, best))
+                if args.compaction is not None:
+                    label = (f"{settings.scheduler.name} + compaction "
+                             f"({args.compaction:.0%} of services opted in)")
+                    if label not in done:
+                        compaction = binpack.compaction_for(
+                            settings, trace, args.compaction, args.compaction_interval,
+                            args.out / "work")
+                        started = time.monotonic()
+                        outcome = binpack.replay(label, shipped, trace,
+                                                 nodes, settings, progress_printer(label),
+                                                 compaction)
+                        print(f"  {label}: {time.monotonic() - started:.0f}s, "
+                              f"{outcome.evictions} evictions", file=sys.stderr, flush=True)
+                        keep(args.out, key | figures(outcome, best))
 
 
 def kept(out: Path) -> list[dict]:
@@ -124,8 +140,9 @@ def table(rows: list[dict]) -> str:
     """Median over seeds, with the range in brackets."""
     header = ("| mix | nodes | scheduler | seeds | GPU-time vs reference | started on arrival | "
               "8-GPU wait p50 / p95, min | 1-GPU wait p95, min | free 8-GPU nodes | "
-              "stranded GPUs | attempt p50 / p95, ms | scheduler CPU s / peak MiB |")
-    lines = [header, "|" + " --- |" * 3 + " ---: |" * 9]
+              "stranded GPUs | evictions / h | attempt p50 / p95, ms | "
+              "scheduler CPU s / peak MiB |")
+    lines = [header, "|" + " --- |" * 3 + " ---: |" * 10]
     groups: dict = {}
     for row in rows:
         groups.setdefault((row["mix"], row["nodes"], row["scheduler"]), []).append(row)
@@ -144,7 +161,9 @@ def table(rows: list[dict]) -> str:
             f"{spread([100 * v for v in col('started_on_arrival')], '.1f')}% | "
             f"{hours(col('wait_p50_8'))} / {hours(col('wait_p95_8'))} | "
             f"{hours(col('wait_p95_1'))} | {spread(col('free_nodes'), '.1f')} | "
-            f"{spread(col('stranded'), '.1f')} | {latency} | {costs} |")
+            f"{spread(col('stranded'), '.1f')} | "
+            f"{spread([v or 0.0 for v in col('evictions_per_hour')], '.1f')} | "
+            f"{latency} | {costs} |")
     return "\n".join(lines)
 
 
@@ -231,6 +250,11 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--variants", action="store_true",
                         help="also replay the shipped profile with other resource weights and "
                              "with kube-scheduler's adaptive share of nodes scored")
+    parser.add_argument("--compaction", type=float, metavar="OPT_IN_SHARE",
+                        help="also replay the shipped profile with compaction on, this share "
+                             "(0..1) of the inference services opted in")
+    parser.add_argument("--compaction-interval", type=float, default=0.25,
+                        help="with --compaction: simulated hours between descheduler runs")
     parser.add_argument("--profile", dest="profiles", action="append",
                         help="only this scheduler (a label as in the table); repeatable")
     parser.add_argument("--report", action="store_true",

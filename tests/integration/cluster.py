@@ -9,6 +9,7 @@ import base64
 import copy
 import datetime
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -371,6 +372,19 @@ class FakeKubelet:
             raise RuntimeError("the fake kubelet's thread did not stop within 10 s")
         self.kube.session.close()
         self.check()
+
+
+@contextmanager
+def workloads_running(cp: ControlPlane):
+    """Controllers that create and remove workload pods, and a fake kubelet that runs them;
+    yields the kubelet."""
+    controllers = ControllerManager(cp)
+    kubelet = FakeKubelet(cp)
+    try:
+        yield kubelet
+    finally:
+        kubelet.stop()
+        controllers.stop()
 
 
 def binpack_scheduler_args(deployment: dict) -> tuple[str, ...]:

@@ -13,8 +13,8 @@ from typing import Callable, Iterator
 
 import pytest
 
-from cluster import (DEFAULT_SCHEDULER, ControllerManager, FakeKubelet, create_gpu_node,
-                     ensure_namespace, pod, pod_template, succeed)
+from cluster import (DEFAULT_SCHEDULER, FakeKubelet, create_gpu_node, ensure_namespace, pod,
+                     pod_template, succeed, workloads_running)
 from components.settings import StackSettings
 from controlplane import Kube, wait_until
 
@@ -36,12 +36,9 @@ class Cluster:
 def cluster(control_plane_with_schedulers, example_settings):
     cp = control_plane_with_schedulers
     ensure_namespace(cp.admin, NAMESPACE)
-    controllers = ControllerManager(cp)
-    kubelet = FakeKubelet(cp)
-    yield Cluster(cp.admin, example_settings, kubelet,
-                  {"binpack": example_settings.scheduler.name, "default": DEFAULT_SCHEDULER})
-    kubelet.stop()
-    controllers.stop()
+    with workloads_running(cp) as kubelet:
+        yield Cluster(cp.admin, example_settings, kubelet,
+                      {"binpack": example_settings.scheduler.name, "default": DEFAULT_SCHEDULER})
 
 
 # --- workloads ------------------------------------------------------------------------------
