@@ -4,7 +4,6 @@ busy, so that GPU pods fill nodes up instead of leaving a few free GPUs stranded
 from __future__ import annotations
 
 import pulumi
-import yaml
 
 from . import kube
 from .kube import rule
@@ -151,13 +150,8 @@ def rbac_objects(settings: StackSettings) -> list[dict]:
 
 def config_map(settings: StackSettings) -> dict:
     sched = settings.scheduler
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": f"{sched.name}-config", "namespace": sched.namespace,
-                     "labels": kube.labels(sched.name, COMPONENT)},
-        "data": {CONFIG_FILE: yaml.safe_dump(scheduler_configuration(settings), sort_keys=False)},
-    }
+    return kube.yaml_config_map(f"{sched.name}-config", sched.namespace, COMPONENT, sched.name,
+                                CONFIG_FILE, scheduler_configuration(settings))
 
 
 def deployment(settings: StackSettings) -> dict:

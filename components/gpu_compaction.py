@@ -10,7 +10,6 @@ that cannot place it again. Evictions go through the eviction API, so PodDisrupt
 from __future__ import annotations
 
 import pulumi
-import yaml
 
 from . import kube
 from .kube import rule
@@ -99,13 +98,8 @@ def rbac_objects(settings: StackSettings) -> list[dict]:
 
 def config_map(settings: StackSettings) -> dict:
     compaction = settings.compaction
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": f"{compaction.name}-policy", "namespace": compaction.namespace,
-                     "labels": kube.labels(compaction.name, COMPONENT)},
-        "data": {POLICY_FILE: yaml.safe_dump(descheduler_policy(settings), sort_keys=False)},
-    }
+    return kube.yaml_config_map(f"{compaction.name}-policy", compaction.namespace, COMPONENT,
+                                compaction.name, POLICY_FILE, descheduler_policy(settings))
 
 
 def cron_job(settings: StackSettings) -> dict:

@@ -10,6 +10,7 @@ from typing import Any, Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
+import yaml
 
 PART_OF = "gpu-platform"
 
@@ -140,6 +141,15 @@ def role_binding(kind: str, name: str, role_kind: str, role: str, account: dict,
 def container_resources(resources) -> dict:
     """A container's `resources` from ContainerResources settings (empty parts left out)."""
     return {key: value for key, value in resources.model_dump().items() if value}
+
+
+def yaml_config_map(name: str, namespace_: str, component: str, owner: str, file: str,
+                    content: dict) -> dict:
+    """A ConfigMap holding one YAML file, labelled as `owner`'s."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace_,
+                         "labels": labels(owner, component)},
+            "data": {file: yaml.safe_dump(content, sort_keys=False)}}
 
 
 def config_map_mount(volume: str, mount_path: str, config_map: str) -> tuple[dict, dict]:
