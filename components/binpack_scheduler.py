@@ -6,7 +6,6 @@ from __future__ import annotations
 import pulumi
 
 from . import kube
-from .kube import rule
 from .settings import StackSettings
 
 COMPONENT = "scheduler"
@@ -84,27 +83,27 @@ def scheduler_rules() -> list[dict]:
     coordinated-election candidates), so the binpack scheduler can never take the cluster
     scheduler's leadership."""
     return [
-        rule(["", "events.k8s.io"], ["events"], ["create", "patch", "update"]),
-        rule([""], ["nodes", "namespaces", "services", "replicationcontrollers",
+        kube.rule(["", "events.k8s.io"], ["events"], ["create", "patch", "update"]),
+        kube.rule([""], ["nodes", "namespaces", "services", "replicationcontrollers",
                      "persistentvolumeclaims", "persistentvolumes"], kube.READ),
         # Preemption deletes lower-priority pods.
-        rule([""], ["pods"], ["delete", *kube.READ]),
-        rule([""], ["bindings", "pods/binding"], ["create"]),
-        rule([""], ["pods/status"], ["patch", "update"]),
-        rule([""], ["pods/finalizers"], ["update"]),
-        rule(["apps"], ["replicasets", "statefulsets"], kube.READ),
-        rule(["policy"], ["poddisruptionbudgets"], kube.READ),
-        rule(["storage.k8s.io"], ["csinodes", "csidrivers", "csistoragecapacities",
+        kube.rule([""], ["pods"], ["delete", *kube.READ]),
+        kube.rule([""], ["bindings", "pods/binding"], ["create"]),
+        kube.rule([""], ["pods/status"], ["patch", "update"]),
+        kube.rule([""], ["pods/finalizers"], ["update"]),
+        kube.rule(["apps"], ["replicasets", "statefulsets"], kube.READ),
+        kube.rule(["policy"], ["poddisruptionbudgets"], kube.READ),
+        kube.rule(["storage.k8s.io"], ["csinodes", "csidrivers", "csistoragecapacities",
                                    "volumeattachments"], kube.READ),
         # Dynamic Resource Allocation, which the scheduler serves for claims it places.
-        rule(["resource.k8s.io"], ["deviceclasses", "resourceslices"], kube.READ),
-        rule(["resource.k8s.io"], ["resourceclaims"], ["create", "delete", "patch", "update",
+        kube.rule(["resource.k8s.io"], ["deviceclasses", "resourceslices"], kube.READ),
+        kube.rule(["resource.k8s.io"], ["resourceclaims"], ["create", "delete", "patch", "update",
                                                         *kube.READ]),
-        rule(["resource.k8s.io"], ["resourceclaims/status"], ["patch", "update", *kube.READ]),
-        rule(["resource.k8s.io"], ["resourceclaims/binding"], ["patch", "update"]),
+        kube.rule(["resource.k8s.io"], ["resourceclaims/status"], ["patch", "update", *kube.READ]),
+        kube.rule(["resource.k8s.io"], ["resourceclaims/binding"], ["patch", "update"]),
         # Delegated authentication and authorization of callers of its secure port.
-        rule(["authentication.k8s.io"], ["tokenreviews"], ["create"]),
-        rule(["authorization.k8s.io"], ["subjectaccessreviews"], ["create"]),
+        kube.rule(["authentication.k8s.io"], ["tokenreviews"], ["create"]),
+        kube.rule(["authorization.k8s.io"], ["subjectaccessreviews"], ["create"]),
     ]
 
 

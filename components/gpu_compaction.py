@@ -12,7 +12,6 @@ from __future__ import annotations
 import pulumi
 
 from . import kube
-from .kube import rule
 from .settings import GPU_RESOURCE, StackSettings
 
 COMPONENT = "compaction"
@@ -71,11 +70,11 @@ def compaction_rules() -> list[dict]:
     """What the descheduler reads and does, and no more: no pod deletes (evictions only, which
     PodDisruptionBudgets govern) and no writes besides evictions and events."""
     return [
-        rule(["events.k8s.io"], ["events"], ["create", "update"]),
-        rule([""], ["nodes", "namespaces", "pods", "persistentvolumeclaims"], kube.READ),
-        rule([""], ["pods/eviction"], ["create"]),
-        rule(["scheduling.k8s.io"], ["priorityclasses"], kube.READ),
-        rule(["policy"], ["poddisruptionbudgets"], kube.READ),
+        kube.rule(["events.k8s.io"], ["events"], ["create", "update"]),
+        kube.rule([""], ["nodes", "namespaces", "pods", "persistentvolumeclaims"], kube.READ),
+        kube.rule([""], ["pods/eviction"], ["create"]),
+        kube.rule(["scheduling.k8s.io"], ["priorityclasses"], kube.READ),
+        kube.rule(["policy"], ["poddisruptionbudgets"], kube.READ),
     ]
 
 

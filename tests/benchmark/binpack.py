@@ -34,7 +34,6 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "integration")]
 
 import cluster  # noqa: E402
-import tools  # noqa: E402
 from components import gpu_compaction  # noqa: E402
 import workload  # noqa: E402
 from components.binpack_scheduler import scheduler_configuration  # noqa: E402
@@ -130,6 +129,8 @@ def percentile(values: list[float], quantile: float) -> Optional[float]:
 class Backend:
     """A cluster the trace is played on. Records pods as they are created, started and ended."""
     records: list[PodRecord]
+    compaction_interval: Optional[float] = None   # simulated hours between compaction runs
+    evictions = 0
 
     def submit(self, job: BatchJob, now: float) -> None: ...
     def scale(self, service: int, replicas: int, now: float) -> None: ...
@@ -138,6 +139,7 @@ class Backend:
         """Wait until nothing more can happen at `now`; the pods that started meanwhile (their
         `started` set to `now`)."""
     def sample(self, now: float) -> Sample: ...
+    def compact(self, now: float) -> None: ...
 
 
 def play(label: str, trace: Trace, backend: Backend, total_gpus: int,
@@ -149,7 +151,7 @@ def play(label: str, trace: Trace, backend: Backend, total_gpus: int,
     for when, kind, item in trace.arrivals():
         heapq.heappush(events, (when, 1, order, item))
         order += 1
-    interval = getattr(backend, "compaction_interval", None)
+    interval = backend.compaction_interval
     for tick in range(1, int(trace.horizon / interval) + 1) if interval else ():
         heapq.heappush(events, (tick * interval, 2, order, COMPACT))
         order += 1
@@ -178,7 +180,7 @@ def play(label: str, trace: Trace, backend: Backend, total_gpus: int,
     while sample_times:
         samples.append(backend.sample(sample_times.pop(0)))
     return Outcome(label, trace.horizon, total_gpus, backend.records, samples,
-                   evictions=getattr(backend, "evictions", 0))
+                   evictions=backend.evictions)
 
 
 class Ledger:
@@ -474,8 +476,8 @@ class RealCluster(Backend):
                  compaction: Optional["Compaction"] = None):
         self.cp, self.kube, self.settings = cp, cp.admin, settings
         self.compaction = compaction
-        self.compaction_interval = compaction.interval if compaction else None
-        self.evictions = 0
+        if compaction:
+            self.compaction_interval = compaction.interval
         self.descheduler_kubeconfig = cp.kubeconfig("descheduler") if compaction else None
         self.scheduler_name = scheduler_name(config)
         self.ledger = Ledger(nodes)
@@ -552,12 +554,9 @@ class RealCluster(Backend):
         """One run of the real descheduler with the platform's compaction policy; the pods it
         evicts go, and their replacements wait for the scheduler, as any new pod does."""
         self.now = now
-        self.settle(now)
-        run = subprocess.run([str(tools.descheduler()),
-                              f"--policy-config-file={self.compaction.policy_file}",
-                              f"--kubeconfig={self.descheduler_kubeconfig}",
-                              "--secure-port=0", "--disable-metrics", "--v=1"],
-                             capture_output=True, text=True, timeout=120)
+        run = subprocess.run(cluster.descheduler_command(
+            [f"--policy-config-file={self.compaction.policy_file}", "--disable-metrics",
+             "--v=1"], self.descheduler_kubeconfig), capture_output=True, text=True, timeout=120)
         if run.returncode != 0:
             raise RuntimeError(f"the compaction run failed:\n{run.stderr[-3000:]}")
         evicted = re.search(r"totalEvicted=(\d+)", run.stderr)

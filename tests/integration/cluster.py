@@ -422,6 +422,12 @@ def scheduler_with_strategy(name: str, strategy: Optional[dict] = None) -> dict:
 
 # --- the descheduler -------------------------------------------------------------------------
 
+def descheduler_command(args: list[str], kubeconfig) -> list[str]:
+    """The descheduler built from its module, with `args`, as a client of `kubeconfig`. Its
+    health port (10258 in the pod) is not served here, so runs cannot collide."""
+    return [str(tools.descheduler()), *args, f"--kubeconfig={kubeconfig}", "--secure-port=0"]
+
+
 def compaction_run(cp: ControlPlane, settings: StackSettings, objects: list[dict],
                    policy: Optional[dict] = None) -> str:
     """One run of the declared compaction CronJob's container, as its pod would run it: the
@@ -437,11 +443,8 @@ def compaction_run(cp: ControlPlane, settings: StackSettings, objects: list[dict
         args = [f"--policy-config-file={policy_file}" if a.startswith("--policy-config-file=")
                 else a for a in args]
     token = cp.service_account_token(compaction.namespace, compaction.name)
-    process = cp.start_process(f"descheduler-{len(cp.processes)}", [
-        str(tools.descheduler()), *args[1:],
-        f"--kubeconfig={cp.kubeconfig(compaction.name, token=token)}",
-        # Its health port (10258 in the pod) is not served here, so runs cannot collide.
-        "--secure-port=0"])
+    process = cp.start_process(f"descheduler-{len(cp.processes)}", descheduler_command(
+        args[1:], cp.kubeconfig(compaction.name, token=token)))
     wait_until(lambda: not process.running(), "the compaction run to end", timeout=120,
                explain=process.tail)
     log = process.log.read_text(errors="replace")
