@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import heapq
 import json
+import os
 import queue
+import random
 import re
 import socket
 import statistics
@@ -59,6 +61,12 @@ class PodRecord:
     node: Optional[str] = None
     started: Optional[float] = None
     ended: Optional[float] = None
+    resumed_at: Optional[float] = None  # a job's replacement pod: hours of work checkpointed
+
+    @property
+    def remaining(self) -> float:
+        """Simulated hours a job's pod runs once started."""
+        return self.job.duration - (self.resumed_at or 0.0)
 
     @property
     def pending(self) -> bool:
@@ -86,6 +94,7 @@ class Outcome:
     samples: list[Sample]
     scheduler_metrics: dict = field(default_factory=dict)
     evictions: int = 0
+    lost_gpu_hours: float = 0.0     # work evicted pods did after their last checkpoint
 
     def delivered_gpu_hours(self) -> float:
         """GPU-time that ran within the observed window (batch and inference)."""
@@ -95,7 +104,8 @@ class Outcome:
 
     @property
     def batch(self) -> list[PodRecord]:
-        return [r for r in self.records if r.job is not None]
+        """Each batch job's first pod (the replacement of an evicted pod is not a new job)."""
+        return [r for r in self.records if r.job is not None and r.resumed_at is None]
 
     def waits(self, gpus: Optional[int] = None) -> list[float]:
         """Simulated hours each batch job waited; one still waiting at the end counts up to the
@@ -131,6 +141,7 @@ class Backend:
     records: list[PodRecord]
     compaction_interval: Optional[float] = None   # simulated hours between compaction runs
     evictions = 0
+    lost_gpu_hours = 0.0
 
     def submit(self, job: BatchJob, now: float) -> None: ...
     def scale(self, service: int, replicas: int, now: float) -> None: ...
@@ -170,17 +181,17 @@ def play(label: str, trace: Trace, backend: Backend, total_gpus: int,
             done += 1
         elif item is COMPACT:
             backend.compact(now)
-        else:
+        elif item.ended is None:        # not evicted meanwhile
             backend.finish(item, now)
         for record in backend.settle(now):
             if record.job is not None:
-                heapq.heappush(events, (now + record.job.duration, 0, order, record))
+                heapq.heappush(events, (now + record.remaining, 0, order, record))
                 order += 1
         progress(done, total)
     while sample_times:
         samples.append(backend.sample(sample_times.pop(0)))
     return Outcome(label, trace.horizon, total_gpus, backend.records, samples,
-                   evictions=backend.evictions)
+                   evictions=backend.evictions, lost_gpu_hours=backend.lost_gpu_hours)
 
 
 class Ledger:
@@ -398,14 +409,14 @@ def node_status_capacity(shape: NodeShape) -> dict[str, str]:
             "memory": f"{shape.memory_mib}Mi", "pods": "110"}
 
 
-def pod_template(labels: dict[str, str], task: Task, scheduler: str, settings: StackSettings,
-                 restart: str = "Always") -> dict:
+def pod_template(labels: dict[str, str], task: Task, scheduler: str,
+                 settings: StackSettings) -> dict:
     """The integration suite's GPU pod template with `task`'s requests; deleted pods go at once
     (no grace period), as the replay has no kubelet to wait for."""
     template = cluster.pod_template(labels, gpus=task.gpus, scheduler=scheduler,
                                     settings=settings, cpu=f"{task.cpu_milli}m",
                                     memory=f"{task.memory_mib}Mi")
-    template["spec"] |= {"restartPolicy": restart, "terminationGracePeriodSeconds": 0}
+    template["spec"]["terminationGracePeriodSeconds"] = 0
     return template
 
 
@@ -491,6 +502,7 @@ class RealCluster(Backend):
         self.replicas: dict[int, int] = {}
         self.services = {s.id: s for s in trace.services}
         self.pending_finish: set[str] = set()
+        self.checkpointed: dict[int, float] = {}         # hours of work saved, by evicted job
         self.now = 0.0
         for name, shape in nodes.items():
             cluster.create_gpu_node(self.kube, settings, name, shape.gpus,
@@ -525,12 +537,14 @@ class RealCluster(Backend):
         self.now = now
         name = f"job-{job.id}"
         self.expected_jobs.add(job.id)
-        self.kube.create({"apiVersion": "batch/v1", "kind": "Job",
-                          "metadata": {"name": name, "namespace": NAMESPACE},
-                          "spec": {"backoffLimit": 0, "completions": 1, "parallelism": 1,
-                                   "template": pod_template({"job": name}, job.task,
-                                                            self.scheduler_name, self.settings,
-                                                            restart="Never")}})
+        labels = {"job": name}
+        movable = bool(self.compaction) and job.id in self.compaction.jobs_opted_in
+        if movable:
+            labels |= self.settings.compaction.opt_in
+        self.kube.create(cluster.job(name, NAMESPACE,
+                                     pod_template(labels, job.task, self.scheduler_name,
+                                                  self.settings),
+                                     resumes_after_eviction=movable))
         self.jobs_by_name[name] = job
 
     def scale(self, service: int, replicas: int, now: float) -> None:
@@ -578,10 +592,13 @@ class RealCluster(Backend):
         if kind == "DELETED" or phase in ("Succeeded", "Failed") or \
                 pod["metadata"].get("deletionTimestamp"):
             if pod["metadata"].get("deletionTimestamp") and kind != "DELETED":
-                # A kubelet would stop the containers; the grace period is 0 anyway.
+                # What a kubelet does once it has stopped the containers (grace period 0).
+                cluster.end_deleted_pod(self.kube, pod)
                 self.kube.delete("v1", "Pod", name, NAMESPACE)
             if record.node is not None:
                 self.ledger.release(record)
+            if record.job is not None and record.running and name not in self.pending_finish:
+                self._evicted(record)
             record.ended = self.now
             self.pending_finish.discard(name)
             self.waiting.pop(name, None)
@@ -596,13 +613,26 @@ class RealCluster(Backend):
             self.kube.patch_status(pod, cluster.pod_status("Running", ready=True,
                                                            reason="Replay"))
 
+    def _evicted(self, record: PodRecord) -> None:
+        """A job's pod ended before its time: its Job starts a replacement, which resumes
+        from the last checkpoint; the work done since is lost."""
+        ran = self.now - record.started
+        saved = ran // self.compaction.checkpoint_every * self.compaction.checkpoint_every
+        self.checkpointed[record.job.id] = (record.resumed_at or 0.0) + saved
+        self.lost_gpu_hours += record.task.gpus * (ran - saved)
+        self.expected_jobs.add(record.job.id)
+
     def _record_for(self, pod: dict) -> PodRecord:
         labels = pod["metadata"].get("labels", {})
         name = pod["metadata"]["name"]
         if "job" in labels:
             job = self.jobs_by_name[labels["job"]]
             self.expected_jobs.discard(job.id)
-            record = PodRecord(name, job.task, job.arrival, job=job)
+            if job.id in self.checkpointed:
+                record = PodRecord(name, job.task, self.now, job=job,
+                                   resumed_at=self.checkpointed[job.id])
+            else:
+                record = PodRecord(name, job.task, job.arrival, job=job)
         else:
             service = int(labels["app"].removeprefix("svc-"))
             record = PodRecord(name, self.services[service].task, self.now, service=service)
@@ -709,23 +739,32 @@ def scrape(scheduler: "cluster.Scheduler", cp: ControlPlane) -> dict:
 @dataclass(frozen=True)
 class Compaction:
     """The platform's compaction in a replay: the descheduler with the rendered policy every
-    `interval` simulated hours, the inference services in `opted_in` carrying the opt-in label.
-    minPodAge is off: the replay's pods have no wall-clock age that means anything."""
+    `interval` simulated hours. The inference services in `opted_in` and the batch jobs in
+    `jobs_opted_in` carry the opt-in label; those jobs checkpoint every `checkpoint_every`
+    simulated hours, and their Jobs replace an evicted pod (pod failure policy), which resumes
+    from the last checkpoint. minPodAge is off: the replay's pods have no wall-clock age that
+    means anything."""
     interval: float
     opted_in: frozenset
+    jobs_opted_in: frozenset
+    checkpoint_every: float
     policy_file: Path
 
 
-def compaction_for(settings: StackSettings, trace: Trace, opt_in_share: float,
-                   interval: float, work: Path) -> Compaction:
+def compaction_for(settings: StackSettings, trace: Trace, services_share: float,
+                   jobs_share: float, checkpoint_every: float, interval: float,
+                   work: Path) -> Compaction:
+    """`settings.compaction` is the policy replayed (minPodAge aside); the shares say which
+    services and which jobs opt in (the same ones for every replay of a seed)."""
     services = sorted(s.id for s in trace.services)
-    opted = frozenset(services[:round(opt_in_share * len(services))])
+    opted = frozenset(services[:round(services_share * len(services))])
+    jobs = frozenset(j.id for j in trace.jobs if random.Random(j.id).random() < jobs_share)
     policy = gpu_compaction.descheduler_policy(settings.model_copy(update={
         "compaction": settings.compaction.model_copy(update={"min_pod_age": "0s"})}))
     work.mkdir(parents=True, exist_ok=True)
-    path = work / "compaction-policy.yaml"
+    path = work / f"compaction-policy-{os.getpid()}.yaml"
     path.write_text(yaml.safe_dump(policy))
-    return Compaction(interval, opted, path)
+    return Compaction(interval, opted, jobs, checkpoint_every, path)
 
 
 def replay(label: str, config: dict, trace: Trace, nodes: dict[str, NodeShape],

@@ -14,6 +14,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import binpack
 import harness  # noqa: E402  (on the path binpack sets)
@@ -46,6 +47,7 @@ def figures(outcome: binpack.Outcome, reference: binpack.Outcome) -> dict:
            "samples": [[s.time, s.free_nodes, s.stranded, s.waiting_gpus]
                        for s in outcome.samples],
            "evictions_per_hour": outcome.evictions / outcome.horizon,
+           "lost_share": outcome.lost_gpu_hours / outcome.delivered_gpu_hours(),
            **outcome.scheduler_metrics}
     for gpus in SIZES:
         row[f"wait_p50_{gpus}"] = outcome.wait(gpus, 0.5)
@@ -94,12 +96,11 @@ def run(args, settings) -> None:
                           flush=True)
                     keep(args.out, key | figures(outcome, best))
                 if args.compaction is not None:
-                    label = (f"{settings.scheduler.name} + compaction "
-                             f"({args.compaction:.0%} of services opted in)")
+                    label = compaction_label(args, settings)
                     if label not in done:
                         compaction = binpack.compaction_for(
-                            settings, trace, args.compaction, args.compaction_interval,
-                            args.out / "work")
+                            settings, trace, args.compaction, args.compaction_jobs,
+                            args.checkpoint_every, args.compaction_interval, args.out / "work")
                         started = time.monotonic()
                         outcome = binpack.replay(label, shipped, trace,
                                                  nodes, settings, progress_printer(label),
@@ -107,6 +108,26 @@ def run(args, settings) -> None:
                         print(f"  {label}: {time.monotonic() - started:.0f}s, "
                               f"{outcome.evictions} evictions", file=sys.stderr, flush=True)
                         keep(args.out, key | figures(outcome, best))
+
+
+def compaction_label(args, settings) -> str:
+    """Names a compaction replay by what it varies: the opted-in shares and the policy settings
+    given with --compaction-set."""
+    jobs = (f", {args.compaction_jobs:.0%} of jobs (checkpoint every "
+            f"{args.checkpoint_every * 60:.0f} min)" if args.compaction_jobs else "")
+    changed = "".join(f", {key}={value}" for key, value in args.compaction_set)
+    return (f"{settings.scheduler.name} + compaction ({args.compaction:.0%} of services{jobs} "
+            f"opted in{changed})")
+
+
+def with_compaction_settings(settings, changes: list[tuple[str, str]]):
+    """`settings` with the compaction settings named as in the stack file replaced, validated
+    as a stack's would be."""
+    if not changes:
+        return settings
+    compaction = settings.compaction.model_dump(by_alias=True) | dict(changes)
+    return settings.model_copy(update={
+        "compaction": type(settings.compaction).model_validate(compaction)})
 
 
 def kept(out: Path) -> list[dict]:
@@ -136,11 +157,18 @@ def hours(values: list[float]) -> str:
     return spread([v * 60 for v in values if v is not None], ".0f")
 
 
+def lost(shares: list[Optional[float]]) -> str:
+    """The share of the GPU-time run that evictions threw away (work since the last
+    checkpoint), when any was."""
+    shares = [v for v in shares if v]
+    return f" ({spread([100 * v for v in shares], '.1f')}%)" if shares else ""
+
+
 def table(rows: list[dict]) -> str:
     """Median over seeds, with the range in brackets."""
     header = ("| mix | nodes | scheduler | seeds | GPU-time vs reference | started on arrival | "
               "8-GPU wait p50 / p95, min | 1-GPU wait p95, min | free 8-GPU nodes | "
-              "stranded GPUs | evictions / h | attempt p50 / p95, ms | "
+              "stranded GPUs | evictions / h (GPU-time lost) | attempt p50 / p95, ms | "
               "scheduler CPU s / peak MiB |")
     lines = [header, "|" + " --- |" * 3 + " ---: |" * 10]
     groups: dict = {}
@@ -162,7 +190,8 @@ def table(rows: list[dict]) -> str:
             f"{hours(col('wait_p50_8'))} / {hours(col('wait_p95_8'))} | "
             f"{hours(col('wait_p95_1'))} | {spread(col('free_nodes'), '.1f')} | "
             f"{spread(col('stranded'), '.1f')} | "
-            f"{spread([v or 0.0 for v in col('evictions_per_hour')], '.1f')} | "
+            f"{spread([v or 0.0 for v in col('evictions_per_hour')], '.1f')}"
+            f"{lost(col('lost_share'))} | "
             f"{latency} | {costs} |")
     return "\n".join(lines)
 
@@ -227,6 +256,13 @@ def latency(args, settings) -> None:
     (args.out / "latency.md").write_text(text + "\n")
 
 
+def setting(text: str) -> tuple[str, str]:
+    key, equals, value = text.partition("=")
+    if not equals:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE, e.g. underusedPercent=75")
+    return key, value
+
+
 def seeds(text: str) -> list[int]:
     first, _, last = text.partition("-")
     return list(range(int(first), int(last or first) + 1))
@@ -253,8 +289,18 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--compaction", type=float, metavar="OPT_IN_SHARE",
                         help="also replay the shipped profile with compaction on, this share "
                              "(0..1) of the inference services opted in")
+    parser.add_argument("--compaction-jobs", type=float, default=0.0, metavar="OPT_IN_SHARE",
+                        help="with --compaction: this share (0..1) of the batch jobs opted in "
+                             "too, as checkpointing Jobs that replace an evicted pod")
+    parser.add_argument("--checkpoint-every", type=float, default=0.5, metavar="HOURS",
+                        help="with --compaction-jobs: simulated hours between a job's "
+                             "checkpoints; an evicted pod loses the work since its last one")
     parser.add_argument("--compaction-interval", type=float, default=0.25,
                         help="with --compaction: simulated hours between descheduler runs")
+    parser.add_argument("--compaction-set", type=setting, action="append", default=[],
+                        metavar="KEY=VALUE",
+                        help="with --compaction: a compaction setting as in the stack file "
+                             "(e.g. underusedPercent=75); repeatable")
     parser.add_argument("--profile", dest="profiles", action="append",
                         help="only this scheduler (a label as in the table); repeatable")
     parser.add_argument("--report", action="store_true",
@@ -279,7 +325,11 @@ def main(argv: list[str]) -> None:
         if args.fresh:
             (args.out / "runs.jsonl").unlink(missing_ok=True)
         started = time.monotonic()
-        run(args, harness.example_settings())
+        try:
+            settings = with_compaction_settings(harness.example_settings(), args.compaction_set)
+        except ValueError as error:
+            parser.error(f"--compaction-set: {error}")
+        run(args, settings)
         print(f"replayed in {time.monotonic() - started:.0f}s", file=sys.stderr)
     report(args.out)
 

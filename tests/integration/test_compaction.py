@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from cluster import (compaction_run, create_gpu_node, create_node, ensure_namespace, find,
-                     pod_template, workloads_running)
+from cluster import (compaction_run, create_gpu_node, create_node, ensure_namespace, find, job,
+                     pod_template, succeed, workloads_running)
 from components import gpu_compaction
 from controlplane import wait_until
 
@@ -126,6 +126,41 @@ def test_a_run_frees_whole_gpu_nodes_and_moves_only_opted_in_pods(cluster, examp
                      log), log
     # (The Warning event it also records is sent asynchronously, and a one-shot run can end
     # before sending it, so the log is the record.)
+
+
+def test_an_evicted_checkpointing_job_resumes_on_a_busy_node(cluster, example_settings,
+                                                              declared):
+    """A batch Job that opted in with the pod failure policy README gives: its pod, alone on a
+    node, is evicted, and the Job replaces it (the eviction does not count as the Job's
+    failure) on the busiest node that fits; the Job then completes."""
+    kube, settings = cluster.admin, example_settings
+    assert gpus_by_node(kube) == {"gpu-1": 7, "gpu-2": 0, "gpu-3": 2, "gpu-4": 0}
+    labels = {"app": "train", **settings.compaction.opt_in}
+    template = pod_template(labels, gpus=1, scheduler=settings.scheduler.name, settings=settings)
+    cordon(kube, [n for n in NODES if n != "gpu-2"], True)
+    kube.create(job("train", NAMESPACE, template, resumes_after_eviction=True))
+    first = wait_until(lambda: next(iter(running(kube, "train")), None), "train to run")
+    cordon(kube, NODES, False)
+    assert first["spec"]["nodeName"] == "gpu-2"
+
+    time.sleep(1.5)
+    policy = gpu_compaction.descheduler_policy(settings.model_copy(update={
+        "compaction": settings.compaction.model_copy(update={"min_pod_age": "1s"})}))
+    log = compaction_run(cluster, settings, declared.objects, policy=policy)
+
+    replacement = wait_until(
+        lambda: next((p for p in running(kube, "train")
+                      if p["metadata"]["uid"] != first["metadata"]["uid"]), None),
+        "the Job to replace its evicted pod", explain=lambda: log)
+    assert replacement["spec"]["nodeName"] == "gpu-1"
+    assert sorted(whole_free_nodes(kube)) == ["gpu-2", "gpu-4"]
+    status = kube.get("batch/v1", "Job", "train", NAMESPACE)["status"]
+    assert not [c for c in status.get("conditions", [])
+                if c["type"] in ("Failed", "FailureTarget")], status
+    succeed(kube, replacement)
+    wait_until(lambda: any(c["type"] == "Complete" and c["status"] == "True" for c in
+                           kube.get("batch/v1", "Job", "train", NAMESPACE)["status"]
+                           .get("conditions", [])), "train to complete")
 
 
 def test_no_run_starts_while_the_binpack_scheduler_is_down(cluster, example_settings, declared):

@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from cluster import (DEFAULT_SCHEDULER, FakeKubelet, create_gpu_node, ensure_namespace, pod,
+from cluster import (DEFAULT_SCHEDULER, FakeKubelet, create_gpu_node, ensure_namespace, job, pod,
                      pod_template, succeed, workloads_running)
 from components.settings import StackSettings
 from controlplane import Kube, wait_until
@@ -78,11 +78,9 @@ def stateful_set(name: str, replicas: int, template: dict) -> dict:
 def indexed_job(name: str, pods: int, template: dict) -> dict:
     """All workers at once, each with a stable hostname under the headless Service `name`, as
     distributed training (and JobSet) runs them."""
-    template["spec"] |= {"restartPolicy": "Never", "subdomain": name}
-    return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": name, "namespace": NAMESPACE},
-            "spec": {"completions": pods, "parallelism": pods, "completionMode": "Indexed",
-                     "backoffLimit": 0, "template": template}}
+    template["spec"]["subdomain"] = name
+    return job(name, NAMESPACE, template, completions=pods, parallelism=pods,
+               completionMode="Indexed")
 
 
 Make = Callable[[str, str, StackSettings], list[dict]]    # (name, scheduler, settings) -> objects
@@ -218,8 +216,8 @@ def test_job_workers_a_headless_service_selects_pack_onto_one_node_and_the_job_c
     with gpu_nodes(cluster, THREE_EMPTY_NODES):
         for label, scheduler in cluster.schedulers.items():
             name = f"train-{label}"
-            job = indexed_job(name, 6, gpu_template(name, scheduler, cluster.settings))
-            with running(cluster, name, [service(name, headless=True), job], pods=6) as pods:
+            workers = indexed_job(name, 6, gpu_template(name, scheduler, cluster.settings))
+            with running(cluster, name, [service(name, headless=True), workers], pods=6) as pods:
                 placed[label] = per_node(pods)
                 for worker in pods:
                     succeed(cluster.kube, worker)
