@@ -57,6 +57,10 @@ SERVER_DATA_ROOT = "opa_server"    # data.opa_server in policy/opa/authz.rego
 
 SERVER_CONFIG_ANNOTATION = "gpu-platform.io/opa-server-config-sha256"
 
+# The ConfigMap whose apply proves that the API server reaches OPA (see reachability_webhook).
+REACHABILITY_PROBE = "webhook-reachability"
+PROBE_LABEL = ("gpu-platform.io/webhook-probe", "reachability")
+
 
 def rego_files(subdir: str) -> dict[str, str]:
     """The policy files of `policy/<subdir>` that ship (tests stay behind)."""
@@ -382,9 +386,49 @@ def _pod_rules(*operations: str) -> dict:
             "resources": ["pods"], "scope": "Namespaced"}
 
 
+def reachability_webhook(settings: StackSettings, ca_bundle: Any) -> dict:
+    """The pod webhook's way to OPA (Service, port, CA, decision) for one object only: the
+    reachability probe ConfigMap. It fails closed in every mode, so when the API server cannot
+    reach OPA, or OPA has no policy loaded, applying the probe is refused with the webhook's name
+    and the network or TLS error, and `pulumi up` stops there instead of ending green with a
+    webhook that refuses or waves through every GPU pod. Nothing else matches it."""
+    adm = settings.admission
+    webhook = _webhook(settings, adm.reachability_webhook_name, DECISION_PATH, ca_bundle,
+                       [{"apiGroups": [""], "apiVersions": ["v1"],
+                         "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"],
+                         "scope": "Namespaced"}], [])
+    return webhook | {
+        "failurePolicy": "Fail",
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": adm.namespace}},
+        "objectSelector": {"matchLabels": dict([PROBE_LABEL])},
+    }
+
+
+def reachability_probe(settings: StackSettings, fingerprint: Any) -> dict:
+    """The probe: applied after the webhooks are registered, and again whenever `fingerprint`
+    (a digest of everything on the way from the API server to OPA's decision) changes, so a run
+    that changes that way checks it again. Server-side apply makes a preview's dry run ask OPA
+    too, once the webhook exists."""
+    return {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {**_meta(settings, REACHABILITY_PROBE, dict([PROBE_LABEL])), "annotations": {
+            "gpu-platform.io/purpose":
+                f"Sent to OPA through the webhook {settings.admission.reachability_webhook_name} "
+                f"when applied: if that fails, the API server cannot reach OPA (README, "
+                f"Troubleshooting)."}},
+        "data": {"fingerprint": fingerprint},
+    }
+
+
+def reachability_fingerprint(settings: StackSettings, ca_bundle: str) -> str:
+    return kube.content_hash(reachability_webhook(settings, ca_bundle), service(settings),
+                             deployment(settings))
+
+
 def webhook_configuration(settings: StackSettings, ca_bundle: Any) -> dict:
     """The validating webhooks, in every mode: pods (created, tolerations added, ephemeral
-    containers added) and DRA claims (any version of resource.k8s.io the cluster serves)."""
+    containers added), DRA claims (any version of resource.k8s.io the cluster serves) and the
+    reachability probe."""
     adm = settings.admission
     pods = _webhook(
         settings, adm.webhook_name, DECISION_PATH, ca_bundle,
@@ -398,7 +442,7 @@ def webhook_configuration(settings: StackSettings, ca_bundle: Any) -> dict:
           "operations": ["CREATE", "UPDATE"],
           "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"}], [])
     return _configuration("ValidatingWebhookConfiguration", "gpu-platform-admission",
-                          [pods, claims])
+                          [pods, claims, reachability_webhook(settings, ca_bundle)])
 
 
 def mutating_webhook_configuration(settings: StackSettings, ca_bundle: Any) -> Optional[dict]:
@@ -470,8 +514,12 @@ class OpaAdmission(pulumi.ComponentResource):
         ca_bundle = self.ca.cert_pem.apply(kube.base64_text)
         ready = [opa, svc, pdb, *config_maps.values(), *secret_resources.values(), *(after or [])]
         self.webhook = kube.declare(webhook_configuration(settings, ca_bundle), self, ready)
+        webhooks = [self.webhook]
         if mutating := mutating_webhook_configuration(settings, ca_bundle):
-            kube.declare(mutating, self, ready)
+            webhooks.append(kube.declare(mutating, self, ready))
+        # Last: `pulumi up` fails here, naming the cause, if the API server cannot reach OPA.
+        self.reachability_probe = kube.declare(reachability_probe(settings, ca_bundle.apply(
+            lambda ca: reachability_fingerprint(settings, ca))), self, webhooks)
 
         self.webhook_name = adm.webhook_name
         self.certificate_not_after = server_cert.validity_end_time

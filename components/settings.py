@@ -786,6 +786,10 @@ class AdmissionSettings(Model):
     def claims_webhook_name(self) -> str:
         return f"dra.{self.webhook_name}"
 
+    @property
+    def reachability_webhook_name(self) -> str:
+        return f"reachable.{self.webhook_name}"
+
     @field_validator("nvidia_runtime_classes")
     @classmethod
     def runtime_classes_are_names(cls, names: list[str]) -> list[str]:

@@ -300,7 +300,11 @@ def test_each_mode_registers_its_webhooks_with_the_settings(mode, mutating):
     hooks = validating["webhooks"] + (mutation["webhooks"] if mutation else [])
     for hook in hooks:
         assert hook["sideEffects"] == "None"
-        assert (hook["failurePolicy"], hook["timeoutSeconds"]) == ("Ignore", 3)
+        # The reachability probe's webhook fails closed whatever the policy (it matches one
+        # ConfigMap, so that an unreachable OPA fails `pulumi up`).
+        reachability = hook["name"] == settings.admission.reachability_webhook_name
+        assert (hook["failurePolicy"], hook["timeoutSeconds"]) == \
+            ("Fail" if reachability else "Ignore", 3)
         assert hook["clientConfig"]["caBundle"] == "Q0E="
     paths = {hook["clientConfig"]["service"]["path"] for hook in hooks}
     assert paths == ({"/v0/data/gpuplatform/admission/review",

@@ -86,6 +86,7 @@ EXPECTED = [
     (f"{K8S}policy/v1:PodDisruptionBudget", "gpu-admission/opa", f"{COMPONENT}OpaAdmission"),
     (f"{K8S}admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
      "gpu-platform-admission", f"{COMPONENT}OpaAdmission"),
+    (f"{K8S}core/v1:ConfigMap", "gpu-admission/webhook-reachability", f"{COMPONENT}OpaAdmission"),
     (f"{K8S}core/v1:Namespace", "monitoring", f"{COMPONENT}Monitoring"),
     ("random:index/randomPassword:RandomPassword", "grafana-admin", f"{COMPONENT}Monitoring"),
     (f"{K8S}core/v1:Secret", "monitoring/grafana-admin", f"{COMPONENT}Monitoring"),
@@ -191,8 +192,11 @@ def test_webhook_is_registered_last_among_admission_objects(example_run):
                  and "Role" not in r.type and "ServiceAccount" not in r.type
                  and "ResourceQuota" not in r.type
                  and "Namespace" not in r.type]
-    missing = [r.name for r in admission if r.urn not in webhook.dependencies]
+    probe = example_run.one(f"{K8S}core/v1:ConfigMap", "gpu-admission/webhook-reachability")
+    missing = [r.name for r in admission if r.urn not in webhook.dependencies and r is not probe]
     assert not missing, f"webhook does not wait for {missing}"
+    # The reachability probe comes after the webhooks: its apply is what asks OPA through them.
+    assert webhook.urn in probe.dependencies
 
 
 @pytest.mark.parametrize("nodes", [["gpu-a"], ["gpu-a", "gpu-b", "gpu-c"]])

@@ -418,10 +418,38 @@ def test_audit_admits_with_the_warning_kubectl_shows_and_labels_the_pod(admissio
     assert "spec.schedulerName" in refusal(kube, bare_gpu_pod("after-audit"))
 
 
+def probe_of_a_later_run(declared, run: str) -> dict:
+    """The declared reachability probe as a later `pulumi up` applies it when the way to OPA
+    has changed (a new fingerprint)."""
+    probe = copy.deepcopy(find(declared.objects, "ConfigMap", opa_admission.REACHABILITY_PROBE))
+    probe["data"]["fingerprint"] = run
+    return probe
+
+
+def test_the_reachability_probe_is_admitted_by_opa_itself(admission, declared):
+    kube, asked = admission.cp.admin, admission.decisions()
+    for dry_run in (True, False):       # preview, then up
+        kube.apply(probe_of_a_later_run(declared, "reachable"), TEST_MANAGER, dry_run=dry_run)
+    assert admission.decisions() == asked + 2
+
+
 def test_with_opa_stopped_the_failure_policy_holds_and_other_pods_still_schedule(
-        admission, example_settings):
+        admission, example_settings, declared):
     kube = admission.cp.admin
     admission.opa.stop()
+    # The next `pulumi up` (and its preview) stops at the reachability probe, naming the webhook
+    # and the cause, whatever the failure policy of the pod webhook.
+    for dry_run in (True, False):
+        with pytest.raises(ApiError) as unreachable:
+            kube.apply(probe_of_a_later_run(declared, "unreachable"), TEST_MANAGER,
+                       dry_run=dry_run)
+        assert unreachable.value.status == 500
+        assert f'failed calling webhook "{example_settings.admission.reachability_webhook_name}"' \
+            in unreachable.value.message
+        assert "connection refused" in unreachable.value.message
+    # No other ConfigMap asks OPA.
+    kube.create({"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": "app-config", "namespace": USER_NAMESPACE}})
     gpu_pod = pod("train-while-opa-down", USER_NAMESPACE, gpus=1, settings=example_settings,
                   scheduler=example_settings.scheduler.name)
     if example_settings.admission.failure_policy == "Fail":
