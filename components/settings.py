@@ -688,6 +688,12 @@ class CompactionSettings(Model):
     def opt_in(self) -> dict[str, str]:
         return {self.opt_in_label: "allowed"}
 
+    @property
+    def min_pod_age_hours(self) -> float:
+        units = {"ms": 1 / 3_600_000, "s": 1 / 3600, "m": 1 / 60, "h": 1.0}
+        return sum(int(n) * units[unit]
+                   for n, unit in re.findall(r"([0-9]+)(ms|s|m|h)", self.min_pod_age))
+
 
 class CertificateSettings(Model):
     ca_validity_hours: int = Field(default=87600, ge=24,

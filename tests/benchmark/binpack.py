@@ -503,6 +503,7 @@ class RealCluster(Backend):
         self.services = {s.id: s for s in trace.services}
         self.pending_finish: set[str] = set()
         self.checkpointed: dict[int, float] = {}         # hours of work saved, by evicted job
+        self.labelled: set[str] = set()                  # pods given the opt-in label
         self.now = 0.0
         for name, shape in nodes.items():
             cluster.create_gpu_node(self.kube, settings, name, shape.gpus,
@@ -519,16 +520,13 @@ class RealCluster(Backend):
 
     def _create_service(self, service) -> None:
         labels = {"app": f"svc-{service.id}"}
-        template_labels = dict(labels)
-        if self.compaction and service.id in self.compaction.opted_in:
-            template_labels |= self.settings.compaction.opt_in
         self.kube.create({"apiVersion": "v1", "kind": "Service",
                           "metadata": {"name": f"svc-{service.id}", "namespace": NAMESPACE},
                           "spec": {"selector": labels, "ports": [{"port": 80}]}})
         self.kube.create({"apiVersion": "apps/v1", "kind": "Deployment",
                           "metadata": {"name": f"svc-{service.id}", "namespace": NAMESPACE},
                           "spec": {"replicas": 0, "selector": {"matchLabels": labels},
-                                   "template": pod_template(template_labels, service.task,
+                                   "template": pod_template(labels, service.task,
                                                             self.scheduler_name,
                                                             self.settings)}})
         self.replicas[service.id] = 0
@@ -537,14 +535,10 @@ class RealCluster(Backend):
         self.now = now
         name = f"job-{job.id}"
         self.expected_jobs.add(job.id)
-        labels = {"job": name}
-        movable = bool(self.compaction) and job.id in self.compaction.jobs_opted_in
-        if movable:
-            labels |= self.settings.compaction.opt_in
-        self.kube.create(cluster.job(name, NAMESPACE,
-                                     pod_template(labels, job.task, self.scheduler_name,
-                                                  self.settings),
-                                     resumes_after_eviction=movable))
+        self.kube.create(cluster.job(
+            name, NAMESPACE, pod_template({"job": name}, job.task, self.scheduler_name,
+                                          self.settings),
+            resumes_after_eviction=bool(self.compaction) and self.compaction.moves(job=job)))
         self.jobs_by_name[name] = job
 
     def scale(self, service: int, replicas: int, now: float) -> None:
@@ -566,8 +560,21 @@ class RealCluster(Backend):
 
     def compact(self, now: float) -> None:
         """One run of the real descheduler with the platform's compaction policy; the pods it
-        evicts go, and their replacements wait for the scheduler, as any new pod does."""
+        evicts go, and their replacements wait for the scheduler, as any new pod does.
+
+        minPodAge in simulated time: an opted-in pod gets the opt-in label only once it has run
+        that long, so the descheduler sees it only then."""
         self.now = now
+        of_age = now - self.settings.compaction.min_pod_age_hours
+        for record in self.records:
+            if (record.running and record.started <= of_age and record.name not in self.labelled
+                    and self.compaction.moves(record.job, record.service)):
+                self.kube.request(
+                    "PATCH", self.kube.path("v1", "Pod", NAMESPACE, record.name),
+                    body={"metadata": {"labels": self.settings.compaction.opt_in}},
+                    content_type="application/merge-patch+json",
+                    what=f"opt {record.name} in to compaction")
+                self.labelled.add(record.name)
         run = subprocess.run(cluster.descheduler_command(
             [f"--policy-config-file={self.compaction.policy_file}", "--disable-metrics",
              "--v=1"], self.descheduler_kubeconfig), capture_output=True, text=True, timeout=120)
@@ -739,16 +746,19 @@ def scrape(scheduler: "cluster.Scheduler", cp: ControlPlane) -> dict:
 @dataclass(frozen=True)
 class Compaction:
     """The platform's compaction in a replay: the descheduler with the rendered policy every
-    `interval` simulated hours. The inference services in `opted_in` and the batch jobs in
-    `jobs_opted_in` carry the opt-in label; those jobs checkpoint every `checkpoint_every`
+    `interval` simulated hours. The pods of the inference services in `opted_in` and of the
+    batch jobs in `jobs_opted_in` may move; those jobs checkpoint every `checkpoint_every`
     simulated hours, and their Jobs replace an evicted pod (pod failure policy), which resumes
-    from the last checkpoint. minPodAge is off: the replay's pods have no wall-clock age that
-    means anything."""
+    from the last checkpoint. The policy's minPodAge is off, as the replay's pods have no
+    wall-clock age that means anything; the replay applies it in simulated time instead."""
     interval: float
     opted_in: frozenset
     jobs_opted_in: frozenset
     checkpoint_every: float
     policy_file: Path
+
+    def moves(self, job: Optional[BatchJob] = None, service: Optional[int] = None) -> bool:
+        return (job.id in self.jobs_opted_in) if job is not None else service in self.opted_in
 
 
 def compaction_for(settings: StackSettings, trace: Trace, services_share: float,
