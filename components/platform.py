@@ -8,7 +8,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi.runtime import config as runtime_config
 
-from . import charts, gpu_operator, monitoring
+from . import charts, cluster_version, gpu_operator, monitoring
 from .binpack_scheduler import BinpackScheduler
 from .gpu_compaction import GpuCompaction
 from .gpu_nodes import GpuNodes
@@ -143,9 +143,30 @@ def required_charts(settings: StackSettings) -> list[str]:
                                    mon.chart_path)]
 
 
+def check_cluster(settings: StackSettings) -> None:
+    """In a preview (and the preview step of `pulumi up`): the stack's cluster must be reachable,
+    and a version skew between it and kubernetesVersion is reported as a warning."""
+    try:
+        warnings = cluster_version.preview_warnings(settings)
+    except cluster_version.ClusterUnreachable as error:
+        raise ClusterError(str(error)) from None
+    for warning in warnings:
+        pulumi.log.warn(f"{CONFIG_NAMESPACE}: {warning}")
+
+
+class ClusterError(Exception):
+    def __init__(self, problem: str):
+        super().__init__(f"the stack's cluster cannot be reached (nothing was deployed):\n"
+                         f"  - {problem}")
+
+
 def deploy(config: Mapping[str, Any], secret_keys: Collection[str] = ()) -> GpuPlatform:
-    """Validate the settings, then declare the platform and export its outputs."""
-    platform = GpuPlatform(PLATFORM_NAME, load_settings(config), secret_keys)
+    """Validate the settings, check the cluster (in previews), then declare the platform and
+    export its outputs."""
+    settings = load_settings(config)
+    if pulumi.runtime.is_dry_run():
+        check_cluster(settings)
+    platform = GpuPlatform(PLATFORM_NAME, settings, secret_keys)
     for key, value in platform.outputs.items():
         pulumi.export(key, value)
     return platform

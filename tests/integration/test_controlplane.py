@@ -5,6 +5,8 @@ import os
 import time
 
 import tools
+from components import cluster_version
+from components.settings import ClusterSettings
 from controlplane import ControlPlane
 
 
@@ -24,3 +26,17 @@ def test_starts_quickly_serves_the_stack_version_and_leaves_nothing_behind():
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}"), f"process {pid} still running after stop()"
     assert not directory.exists()
+
+
+def test_a_preview_reads_the_clusters_version_and_warns_on_skew(control_plane,
+                                                                 example_settings):
+    """What `pulumi preview` checks, against the real API server, found through a kubeconfig
+    context as the stack names it (the version read anonymously)."""
+    settings = example_settings.model_copy(update={"cluster": ClusterSettings(
+        context="test", kubeconfig=str(control_plane.kubeconfig("preview")))})
+    assert cluster_version.server_version(settings.cluster) == f"v{tools.kubernetes_version()}"
+    assert cluster_version.preview_warnings(settings) == []
+    major, minor, _ = tools.kubernetes_version().split(".")
+    behind = settings.model_copy(update={"kubernetes_version": f"{major}.{int(minor) - 1}.0"})
+    [warning] = cluster_version.preview_warnings(behind)
+    assert "one minor version ahead" in warning

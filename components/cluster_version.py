@@ -1,0 +1,140 @@
+"""The stack's cluster as a preview finds it: reachable, and at which Kubernetes version, so that
+the binpack scheduler's image (`kubernetesVersion`) keeps within Kubernetes' version skew policy
+when a managed control plane has upgraded itself.
+
+The version is read as kubectl finds the cluster (the context in the kubeconfig files), from
+`/version`, which API servers serve to anonymous clients; no credentials are needed or sent.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import requests
+import yaml
+
+from .settings import ClusterSettings, StackSettings
+
+_GIT_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
+TIMEOUT_SECONDS = 10
+
+
+class ClusterUnreachable(Exception):
+    """The stack's cluster cannot be found or reached; the message says where it was looked for."""
+
+
+def kubeconfig_paths(cluster: ClusterSettings) -> list[Path]:
+    """The kubeconfig files kubectl would read: `cluster.kubeconfig`, else $KUBECONFIG's list,
+    else ~/.kube/config."""
+    if cluster.kubeconfig:
+        return [Path(cluster.kubeconfig).expanduser()]
+    listed = os.environ.get("KUBECONFIG", "")
+    if listed:
+        return [Path(p).expanduser() for p in listed.split(os.pathsep) if p]
+    return [Path.home() / ".kube" / "config"]
+
+
+def _where(cluster: ClusterSettings) -> str:
+    files = ", ".join(str(p) for p in kubeconfig_paths(cluster))
+    return f"cluster.context {cluster.context!r} (kubeconfig {files})"
+
+
+def endpoint(cluster: ClusterSettings) -> tuple[str, dict, Optional[str]]:
+    """The context's API server URL, the request options to reach it (its CA, proxy) and the
+    temporary file this made for a CA given inline, if any (the caller removes it); the first
+    file that defines a name wins, as kubectl merges them."""
+    contexts: dict = {}
+    clusters: dict = {}
+    for path in kubeconfig_paths(cluster):
+        if not path.is_file():
+            continue
+        config = yaml.safe_load(path.read_text()) or {}
+        for entry in config.get("contexts") or []:
+            contexts.setdefault(entry["name"], (entry.get("context") or {}, path))
+        for entry in config.get("clusters") or []:
+            clusters.setdefault(entry["name"], (entry.get("cluster") or {}, path))
+    if cluster.context not in contexts:
+        raise ClusterUnreachable(f"{_where(cluster)}: no such context; defined: "
+                                 f"{', '.join(sorted(contexts)) or '(none)'}")
+    context, _ = contexts[cluster.context]
+    if context.get("cluster") not in clusters:
+        raise ClusterUnreachable(f"{_where(cluster)}: the context names cluster "
+                                 f"{context.get('cluster')!r}, which no kubeconfig defines")
+    entry, path = clusters[context["cluster"]]
+    options: dict = {"verify": not entry.get("insecure-skip-tls-verify", False)}
+    made = None
+    if entry.get("certificate-authority-data"):
+        with tempfile.NamedTemporaryFile("wb", suffix=".crt", delete=False) as ca:
+            ca.write(base64.b64decode(entry["certificate-authority-data"]))
+        options["verify"] = made = ca.name
+    elif entry.get("certificate-authority"):
+        options["verify"] = str(path.parent / Path(entry["certificate-authority"]).expanduser())
+    if entry.get("proxy-url"):
+        options["proxies"] = {"https": entry["proxy-url"], "http": entry["proxy-url"]}
+    return entry["server"].rstrip("/"), options, made
+
+
+def server_version(cluster: ClusterSettings) -> Optional[str]:
+    """The API server's gitVersion (e.g. v1.36.4-gke.1200), or None when it refuses anonymous
+    clients the version (it is reachable, but its version unknown)."""
+    server, options, made = endpoint(cluster)
+    try:
+        reply = requests.get(f"{server}/version", timeout=TIMEOUT_SECONDS, **options)
+    except requests.RequestException as error:
+        raise ClusterUnreachable(f"{_where(cluster)}: cannot reach the API server {server}: "
+                                 f"{error}") from None
+    finally:
+        if made:
+            os.unlink(made)
+    if reply.status_code in (401, 403):
+        return None
+    if not reply.ok:
+        raise ClusterUnreachable(f"{_where(cluster)}: {server}/version answered HTTP "
+                                 f"{reply.status_code}")
+    return reply.json().get("gitVersion")
+
+
+def skew_warnings(kubernetes_version: str, server: str) -> list[str]:
+    """What a platform engineer should know when the cluster's version and `kubernetesVersion`
+    differ: kube-scheduler may be up to one minor older than the API server, never newer."""
+    match = _GIT_VERSION.match(server)
+    if not match:
+        return [f"the cluster reports version {server!r}, which is not MAJOR.MINOR.PATCH: "
+                f"version skew not checked"]
+    cluster = tuple(int(n) for n in match.groups())
+    setting = tuple(int(n) for n in kubernetes_version.split("."))
+    image = f"kube-scheduler v{kubernetes_version}"
+    upgrade = (f"set gpu-platform:kubernetesVersion to {'.'.join(map(str, cluster))} and run "
+               f"pulumi up")
+    if setting[:2] > cluster[:2]:
+        return [f"kubernetesVersion {kubernetes_version} is newer than the cluster ({server}): "
+                f"{image} must not be newer than the API server (Kubernetes version skew "
+                f"policy); {upgrade}"]
+    if cluster[0] != setting[0] or cluster[1] - setting[1] > 1:
+        return [f"the cluster runs {server}, more than one minor version ahead of "
+                f"kubernetesVersion {kubernetes_version}: {image} is outside the supported "
+                f"version skew; {upgrade}"]
+    if cluster[1] > setting[1]:
+        return [f"the cluster runs {server}, one minor version ahead of kubernetesVersion "
+                f"{kubernetes_version}: {image} is supported there, but {upgrade} before the "
+                f"next control-plane upgrade"]
+    if cluster != setting:
+        return [f"the cluster runs {server}; kubernetesVersion is {kubernetes_version}: the "
+                f"binpack scheduler runs that patch release ({upgrade} to match)"]
+    return []
+
+
+def preview_warnings(settings: StackSettings) -> list[str]:
+    """The version skew warnings for the stack's cluster. An unreachable or unknown cluster
+    raises ClusterUnreachable, naming the context, the kubeconfig and the cause."""
+    version = server_version(settings.cluster)
+    if version is None:
+        return [f"{_where(settings.cluster)}: the API server does not tell anonymous clients its "
+                f"version, so version skew against kubernetesVersion "
+                f"{settings.kubernetes_version} was not checked"]
+    return skew_warnings(settings.kubernetes_version, version)
