@@ -617,8 +617,12 @@ class RealCluster(Backend):
             record.started = self.now
             del self.waiting[name]
             started.append(record)
-            self.kube.patch_status(pod, cluster.pod_status("Running", ready=True,
-                                                           reason="Replay"))
+            try:
+                self.kube.patch_status(pod, cluster.pod_status("Running", ready=True,
+                                                               reason="Replay"))
+            except cluster.ApiError as error:
+                if error.status != 404:     # evicted or scaled away meanwhile: its event follows
+                    raise
 
     def _evicted(self, record: PodRecord) -> None:
         """A job's pod ended before its time: its Job starts a replacement, which resumes
