@@ -21,6 +21,34 @@ GRAFANA_PASSWORD_KEY = "admin-password"
 DASHBOARD_LABEL = ("grafana_dashboard", "1")
 GRAFANA_PORT = 80
 
+# Facts of the pinned chart (kube-prometheus-stack 88.5.3, appVersion v0.93.1, with the
+# subcharts it pins: grafana 12.11.1, kube-state-metrics 8.4.0, prometheus-node-exporter
+# 4.56.1), read from their values.yaml and templates: the images the values below deploy, as
+# registry, repository and tag. Every one of them takes its registry from `global.imageRegistry`
+# when that is set, keeping the repository path. A None tag is set below (the chart would take
+# the cluster's exact version, which a mirror cannot know in advance).
+CRD_UPGRADE_BUSYBOX_TAG = "1.37.0"      # the chart's default is busybox:latest: pinned here
+CHART_IMAGES = (
+    ("quay.io", "prometheus-operator/prometheus-operator", "v0.93.1"),
+    ("quay.io", "prometheus-operator/prometheus-config-reloader", "v0.93.1"),
+    ("ghcr.io", "jkroepke/kube-webhook-certgen", "1.8.7"),
+    ("quay.io", "prometheus/prometheus", "v3.14.0-distroless"),
+    ("quay.io", "prometheus/alertmanager", "v0.34.0"),
+    ("registry.k8s.io", "kube-state-metrics/kube-state-metrics", "v2.20.0"),
+    ("quay.io", "prometheus/node-exporter", "v1.12.1-distroless"),
+    ("docker.io", "grafana/grafana", "13.2.0"),
+    ("quay.io", "kiwigrid/k8s-sidecar", "2.10.1"),
+    ("docker.io", "busybox", CRD_UPGRADE_BUSYBOX_TAG),     # crds.upgradeJob
+    ("registry.k8s.io", "kubectl", None),                  # crds.upgradeJob: v<kubernetesVersion>
+)
+
+
+def chart_images(settings: StackSettings) -> list[str]:
+    """The chart's images as the nodes pull them (from the mirror, when set)."""
+    return [f"{settings.mirrored(f'{registry}/{repository}')}:"
+            f"{tag or 'v' + settings.kubernetes_version}"
+            for registry, repository, tag in CHART_IMAGES]
+
 
 def grafana_service(settings: StackSettings) -> str:
     """The Grafana Service the chart creates: <release>-grafana."""
@@ -41,10 +69,16 @@ def stack_values(settings: StackSettings) -> dict:
         # Prometheus deletes the oldest blocks before the volume fills up.
         prometheus_spec["retentionSize"] = f"{int(mon.storage.prometheus_size_gib * 0.9)}GiB"
         alertmanager_spec["storage"] = volume_claim(settings, mon.storage.alertmanager_size_gib)
+    mirror = {"global": {"imageRegistry": settings.image_registry_mirror}} \
+        if settings.image_registry_mirror else {}
     return {
+        **mirror,
         # Helm installs CRDs but never upgrades them: the chart's pre-install/pre-upgrade Job
-        # applies the CRDs of the new prometheus-operator (server-side) before it starts.
-        "crds": {"upgradeJob": {"enabled": True}},
+        # applies the CRDs of the new prometheus-operator (server-side) before it starts. Its
+        # images get fixed tags, so a mirror can hold them.
+        "crds": {"upgradeJob": {"enabled": True, "image": {
+            "busybox": {"tag": CRD_UPGRADE_BUSYBOX_TAG},
+            "kubectl": {"tag": f"v{settings.kubernetes_version}"}}}},
         "prometheus": {"prometheusSpec": prometheus_spec},
         "alertmanager": {"alertmanagerSpec": alertmanager_spec,
                          "config": alertmanager_config(settings)},

@@ -127,12 +127,13 @@ class GpuPlatform(pulumi.ComponentResource):
 
 
 def required_images(settings: StackSettings) -> list[str]:
-    """The images the program and the GPU Operator chart run, as the nodes will pull them (from
-    the mirror, when set). kube-prometheus-stack's are not listed yet."""
+    """The images the program and the two charts run, as the nodes will pull them (from the
+    mirror, when set)."""
     compaction = [settings.image(settings.compaction.image)] if settings.compaction.enabled else []
     return sorted({settings.scheduler_image, settings.image(settings.admission.opa),
                    settings.image(settings.admission.kube_mgmt), *compaction,
-                   *(image.ref(settings) for image in gpu_operator.chart_images(settings))})
+                   *(image.ref(settings) for image in gpu_operator.chart_images(settings)),
+                   *monitoring.chart_images(settings)})
 
 
 def required_charts(settings: StackSettings) -> list[str]:

@@ -312,7 +312,7 @@ def test_node_pool_taint_mode_patches_no_node_and_still_guards_the_taint():
 
 # --- air-gapped and mirrored sites ------------------------------------------------------------
 
-def test_a_registry_mirror_is_followed_by_every_image_the_program_and_the_operator_run():
+def test_a_registry_mirror_is_followed_by_every_image_the_program_and_the_charts_run():
     mirror = "registry.example.com:5000/mirror"
     recording = harness.run_program(harness.stack_file_config(with_changes(
         imageRegistryMirror=mirror)))
@@ -332,6 +332,12 @@ def test_a_registry_mirror_is_followed_by_every_image_the_program_and_the_operat
     assert set(images) <= set(listed)
     assert f"{mirror}/nvidia/gpu-operator:v26.7.0" in listed
     assert all(i.startswith(mirror + "/") for i in listed)
+    # kube-prometheus-stack and its subcharts take the registry from one global value, keeping
+    # the repository path, as the listed images do.
+    stack = recording.one(f"{K8S}helm.sh/v3:Release", "kube-prometheus-stack").inputs["values"]
+    assert stack["global"]["imageRegistry"] == mirror
+    assert {f"{mirror}/prometheus/prometheus:v3.14.0-distroless", f"{mirror}/grafana/grafana:13.2.0",
+            f"{mirror}/kiwigrid/k8s-sidecar:2.10.1", f"{mirror}/busybox:1.37.0"} <= set(listed)
 
 
 def test_without_a_mirror_images_come_from_their_own_registries(example_run):
@@ -341,6 +347,15 @@ def test_without_a_mirror_images_come_from_their_own_registries(example_run):
     assert "registry.k8s.io/nfd/node-feature-discovery:v0.19.0" in listed
     assert "docker.io/openpolicyagent/opa:1.22.2-static" not in listed   # as the manifest says
     assert "openpolicyagent/opa:1.22.2-static" in listed
+    assert {"quay.io/prometheus/alertmanager:v0.34.0", "docker.io/grafana/grafana:13.2.0",
+            "registry.k8s.io/kube-state-metrics/kube-state-metrics:v2.20.0"} <= set(listed)
+    stack = example_run.one(f"{K8S}helm.sh/v3:Release", "kube-prometheus-stack").inputs["values"]
+    assert "global" not in stack
+    # The CRD upgrade job's kubectl is the cluster's version, fixed so a mirror can hold it.
+    scheduler = next(i for i in listed if "/kube-scheduler:" in i)
+    kubectl = stack["crds"]["upgradeJob"]["image"]["kubectl"]["tag"]
+    assert f"registry.k8s.io/kubectl:{kubectl}" in listed
+    assert kubectl == scheduler.rsplit(":", 1)[1]
 
 
 def test_charts_install_from_a_local_path_or_an_oci_registry(tmp_path):
