@@ -158,17 +158,17 @@ def hours(values: list[float]) -> str:
 
 
 def lost(shares: list[Optional[float]]) -> str:
-    """The share of the GPU-time run that evictions threw away (work since the last
+    """The median share of the GPU-time run that evictions threw away (work since the last
     checkpoint), when any was."""
     shares = [v for v in shares if v]
-    return f" ({spread([100 * v for v in shares], '.1f')}%)" if shares else ""
+    return f", {100 * statistics.median(shares):.1f}% lost" if shares else ""
 
 
 def table(rows: list[dict]) -> str:
     """Median over seeds, with the range in brackets."""
     header = ("| mix | nodes | scheduler | seeds | GPU-time vs reference | started on arrival | "
               "8-GPU wait p50 / p95, min | 1-GPU wait p95, min | free 8-GPU nodes | "
-              "stranded GPUs | evictions / h (GPU-time lost) | attempt p50 / p95, ms | "
+              "stranded GPUs | evictions / h, GPU-time lost | attempt p50 / p95, ms | "
               "scheduler CPU s / peak MiB |")
     lines = [header, "|" + " --- |" * 3 + " ---: |" * 10]
     groups: dict = {}
