@@ -156,6 +156,8 @@ def check_cluster(settings: StackSettings) -> None:
 
 
 class ClusterError(Exception):
+    """The stack's cluster is not there: raised before anything is declared."""
+
     def __init__(self, problem: str):
         super().__init__(f"the stack's cluster cannot be reached (nothing was deployed):\n"
                          f"  - {problem}")
