@@ -22,6 +22,7 @@ import workload
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 SIZES = (1, 2, 4, 8)
+DEFAULT_COMPACTION_INTERVAL = 0.25     # simulated hours: the shipped schedule, every 15 minutes
 
 
 def progress_printer(label: str):
@@ -116,6 +117,8 @@ def compaction_label(args, settings) -> str:
     jobs = (f", {args.compaction_jobs:.0%} of jobs (checkpoint every "
             f"{args.checkpoint_every * 60:.0f} min)" if args.compaction_jobs else "")
     changed = "".join(f", {key}={value}" for key, value in args.compaction_set)
+    if args.compaction_interval != DEFAULT_COMPACTION_INTERVAL:
+        changed += f", a run every {args.compaction_interval * 60:.0f} min"
     return (f"{settings.scheduler.name} + compaction ({args.compaction:.0%} of services{jobs} "
             f"opted in{changed})")
 
@@ -295,7 +298,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--checkpoint-every", type=float, default=0.5, metavar="HOURS",
                         help="with --compaction-jobs: simulated hours between a job's "
                              "checkpoints; an evicted pod loses the work since its last one")
-    parser.add_argument("--compaction-interval", type=float, default=0.25,
+    parser.add_argument("--compaction-interval", type=float, default=DEFAULT_COMPACTION_INTERVAL,
                         help="with --compaction: simulated hours between descheduler runs")
     parser.add_argument("--compaction-set", type=setting, action="append", default=[],
                         metavar="KEY=VALUE",
