@@ -480,7 +480,9 @@ class RealCluster(Backend):
     what kubelets would: pods bound to a node run; a job's pod succeeds when its time is up; a
     pod a controller deletes goes at once."""
 
-    SETTLE_TIMEOUT = 60.0
+    # Longer than the Job controller's longest wait before it replaces a failed pod (10 s,
+    # doubling, at most 6 min), which a Job evicted again and again reaches.
+    SETTLE_TIMEOUT = 420.0
 
     def __init__(self, cp: ControlPlane, config: dict, nodes: dict[str, NodeShape],
                  trace: Trace, settings: StackSettings,
