@@ -487,7 +487,7 @@ class RealCluster(Backend):
     def __init__(self, cp: ControlPlane, config: dict, nodes: dict[str, NodeShape],
                  trace: Trace, settings: StackSettings,
                  compaction: Optional["Compaction"] = None):
-        self.cp, self.kube, self.settings = cp, cp.admin, settings
+        self.kube, self.settings = cp.admin, settings
         self.compaction = compaction
         if compaction:
             self.compaction_interval = compaction.interval
@@ -546,11 +546,9 @@ class RealCluster(Backend):
     def scale(self, service: int, replicas: int, now: float) -> None:
         self.now = now
         self.replicas[service] = replicas
-        self.kube.request("PATCH", self.kube.path("apps/v1", "Deployment", NAMESPACE,
-                                                  f"svc-{service}", "scale"),
-                          body={"spec": {"replicas": replicas}},
-                          content_type="application/merge-patch+json",
-                          what=f"scale svc-{service} to {replicas}")
+        self.kube.merge_patch("apps/v1", "Deployment", f"svc-{service}",
+                              {"spec": {"replicas": replicas}}, NAMESPACE, "scale",
+                              what=f"scale svc-{service} to {replicas}")
 
     def finish(self, record: PodRecord, now: float) -> None:
         self.now = now
@@ -571,11 +569,9 @@ class RealCluster(Backend):
         for record in self.records:
             if (record.running and record.started <= of_age and record.name not in self.labelled
                     and self.compaction.moves(record.job, record.service)):
-                self.kube.request(
-                    "PATCH", self.kube.path("v1", "Pod", NAMESPACE, record.name),
-                    body={"metadata": {"labels": self.settings.compaction.opt_in}},
-                    content_type="application/merge-patch+json",
-                    what=f"opt {record.name} in to compaction")
+                self.kube.merge_patch("v1", "Pod", record.name,
+                                      {"metadata": {"labels": self.settings.compaction.opt_in}},
+                                      NAMESPACE, what=f"opt {record.name} in to compaction")
                 self.labelled.add(record.name)
         run = subprocess.run(cluster.descheduler_command(
             [f"--policy-config-file={self.compaction.policy_file}", "--disable-metrics",
@@ -601,9 +597,7 @@ class RealCluster(Backend):
         if kind == "DELETED" or phase in ("Succeeded", "Failed") or \
                 pod["metadata"].get("deletionTimestamp"):
             if pod["metadata"].get("deletionTimestamp") and kind != "DELETED":
-                # What a kubelet does once it has stopped the containers (grace period 0).
-                cluster.end_deleted_pod(self.kube, pod)
-                self.kube.delete("v1", "Pod", name, NAMESPACE)
+                cluster.remove_deleted_pod(self.kube, pod)
             if record.node is not None:
                 self.ledger.release(record)
             if record.job is not None and record.running and name not in self.pending_finish:

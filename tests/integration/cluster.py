@@ -332,16 +332,20 @@ def patch_pod_status(kube: Kube, pod: dict, status: dict, *,
                  what=f"set pod {meta['namespace']}/{meta['name']} {status['phase']}")
 
 
-def end_deleted_pod(kube: Kube, pod: dict) -> None:
-    """What a kubelet reports once it has stopped the containers of a pod being deleted: phase
-    Failed (unless the pod had already ended, or is gone). A Job's pod failure policy is judged
-    on it."""
-    if pod["status"].get("phase") in ("Succeeded", "Failed"):
-        return
+def remove_deleted_pod(kube: Kube, pod: dict) -> None:
+    """What a kubelet does once it has stopped the containers of a pod being deleted: report it
+    Failed (unless it had already ended; a Job's pod failure policy is judged on that), then
+    remove it. The removal names the pod's uid, so a pod recreated under the same name stays;
+    a pod already gone, or changed meanwhile, is left alone."""
+    meta = pod["metadata"]
     try:
-        patch_pod_status(kube, pod, {"phase": "Failed"})
+        if pod["status"].get("phase") not in ("Succeeded", "Failed"):
+            patch_pod_status(kube, pod, {"phase": "Failed"})
+        kube.request("DELETE", kube.path("v1", "Pod", meta["namespace"], meta["name"]),
+                     body={"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}},
+                     what=f"remove pod {meta['namespace']}/{meta['name']}")
     except ApiError as error:
-        if error.status != 404:
+        if error.status not in (404, 409):
             raise
 
 
@@ -391,12 +395,7 @@ class FakeKubelet:
         meta = pod["metadata"]
         try:
             if meta.get("deletionTimestamp"):
-                end_deleted_pod(self.kube, pod)
-                self.kube.request("DELETE", self.kube.path("v1", "Pod", meta["namespace"],
-                                                           meta["name"]),
-                                  body={"gracePeriodSeconds": 0,
-                                        "preconditions": {"uid": meta["uid"]}},
-                                  what=f"remove pod {meta['namespace']}/{meta['name']}")
+                remove_deleted_pod(self.kube, pod)
             elif pod["status"].get("phase") == "Pending":
                 patch_pod_status(self.kube, pod,
                                  pod_status("Running", ready=True, reason="FakeKubelet"),

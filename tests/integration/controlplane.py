@@ -284,6 +284,14 @@ class Kube:
         return self.request("GET", self.path(api_version, kind, namespace),
                             params=params or None, what=f"list {kind}")["items"]
 
+    def merge_patch(self, api_version: str, kind: str, name: str, body: dict,
+                    namespace: Optional[str] = None, subresource: str = "",
+                    what: str = "") -> dict:
+        """A JSON merge patch: the fields in `body` replace the object's (None removes one)."""
+        return self.request("PATCH", self.path(api_version, kind, namespace, name, subresource),
+                            body=body, content_type="application/merge-patch+json",
+                            what=what or f"patch {kind} {name}")
+
     def patch_status(self, obj: dict, status: dict) -> dict:
         return self.request("PATCH", self._path_of(obj, "status"), body={"status": status},
                             content_type="application/merge-patch+json",

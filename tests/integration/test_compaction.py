@@ -34,9 +34,8 @@ def cluster(control_plane_with_schedulers, example_settings):
 
 def cordon(kube, nodes, unschedulable: bool) -> None:
     for node in nodes:
-        kube.request("PATCH", kube.path("v1", "Node", name=node),
-                     body={"spec": {"unschedulable": unschedulable or None}},
-                     content_type="application/merge-patch+json", what=f"cordon {node}")
+        kube.merge_patch("v1", "Node", node, {"spec": {"unschedulable": unschedulable or None}},
+                         what=f"cordon {node}")
 
 
 def deploy(kube, settings, name: str, replicas_by_node: dict[str, int], opt_in: bool) -> None:
@@ -53,9 +52,8 @@ def deploy(kube, settings, name: str, replicas_by_node: dict[str, int], opt_in: 
     for node, count in replicas_by_node.items():
         cordon(kube, [n for n in NODES if n != node], True)
         total += count
-        kube.request("PATCH", kube.path("apps/v1", "Deployment", NAMESPACE, name, "scale"),
-                     body={"spec": {"replicas": total}},
-                     content_type="application/merge-patch+json", what=f"scale {name}")
+        kube.merge_patch("apps/v1", "Deployment", name, {"spec": {"replicas": total}},
+                         NAMESPACE, "scale", what=f"scale {name}")
         wait_until(lambda: len(running(kube, name)) == total,
                    f"{total} running replicas of {name}", timeout=60)
         cordon(kube, NODES, False)
