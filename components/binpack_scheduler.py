@@ -202,6 +202,25 @@ def deployment(settings: StackSettings) -> dict:
     }
 
 
+def preemptible_priority_class(settings: StackSettings) -> dict:
+    """The class GPU pods opt in to preemption with. Its priority is below that of pods naming no
+    class, so a GPU pod that does not fit preempts only such pods (kube-scheduler's
+    DefaultPreemption, on the node where the fewest have to go), and they never preempt."""
+    preemptible = settings.scheduler.preemptible_class
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": preemptible.name,
+                     "labels": kube.labels(settings.scheduler.name, COMPONENT)},
+        "value": preemptible.value,
+        "globalDefault": False,
+        "preemptionPolicy": "Never",
+        "description": "GPU pods that other GPU pods may preempt (Jobs that resume from a "
+                       "checkpoint, replicas that can be replaced), so that a job needing a "
+                       "whole node does not wait for one to drain.",
+    }
+
+
 def scheduler_objects(settings: StackSettings) -> list[dict]:
     """Everything the binpack scheduler needs, namespace first."""
     sched = settings.scheduler
@@ -210,6 +229,8 @@ def scheduler_objects(settings: StackSettings) -> list[dict]:
                *rbac_objects(settings), config_map(settings), deployment(settings)]
     if sched.replicas > 1:
         objects.append(kube.pod_disruption_budget(sched.name, sched.namespace, COMPONENT))
+    if sched.preemptible_class.enabled:
+        objects.append(preemptible_priority_class(settings))
     return objects
 
 
@@ -225,5 +246,8 @@ class BinpackScheduler(pulumi.ComponentResource):
         quota = kube.declare(objects[1], self, depends_on=[namespace])
         self.resources = kube.declare_all(objects[2:], self, depends_on=[namespace, quota])
         self.scheduler_name = settings.scheduler.name
+        preemptible = settings.scheduler.preemptible_class
+        self.preemptible_class = preemptible.name if preemptible.enabled else None
         self.register_outputs({"schedulerName": self.scheduler_name,
-                               "namespace": settings.scheduler.namespace})
+                               "namespace": settings.scheduler.namespace,
+                               "preemptibleClass": self.preemptible_class})

@@ -27,6 +27,7 @@ _KINDS = {
     ("apps/v1", "Deployment"): k8s.apps.v1.Deployment,
     ("batch/v1", "CronJob"): k8s.batch.v1.CronJob,
     ("policy/v1", "PodDisruptionBudget"): k8s.policy.v1.PodDisruptionBudget,
+    ("scheduling.k8s.io/v1", "PriorityClass"): k8s.scheduling.v1.PriorityClass,
     ("rbac.authorization.k8s.io/v1", "Role"): k8s.rbac.v1.Role,
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): k8s.rbac.v1.ClusterRole,
@@ -37,7 +38,8 @@ _KINDS = {
         k8s.admissionregistration.v1.MutatingWebhookConfiguration,
 }
 
-_FIELD_ARGS = {"roleRef": "role_ref", "stringData": "string_data"}
+_FIELD_ARGS = {"roleRef": "role_ref", "stringData": "string_data",
+               "globalDefault": "global_default", "preemptionPolicy": "preemption_policy"}
 
 
 def labels(name: str, component: str) -> dict[str, str]:

@@ -85,6 +85,10 @@ def policy_params(settings: StackSettings) -> dict:
         "daemonSetControllers": list(DAEMONSET_CONTROLLERS),
         "auditLabel": AUDIT_LABEL,
         "draDeviceClassSuffixes": [NVIDIA_DEVICE_CLASS_SUFFIX],
+        "maxGpuPodPriority": adm.max_gpu_pod_priority,
+        # "" when the class is not declared: then no pod can name it.
+        "preemptibleClass": (settings.scheduler.preemptible_class.name
+                             if settings.scheduler.preemptible_class.enabled else ""),
     }
 
 

@@ -112,6 +112,7 @@ class GpuPlatform(pulumi.ComponentResource):
         self.outputs = {
             "clusterContext": cluster.context,
             "schedulerName": self.scheduler.scheduler_name,
+            "preemptibleClass": self.scheduler.preemptible_class,
             "webhookName": self.admission.webhook_name,
             "caCertificate": self.admission.ca_certificate,
             "grafanaUrl": self.monitoring.grafana_url,

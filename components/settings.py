@@ -544,6 +544,30 @@ DEFAULT_SCORE_WEIGHTS = {"TaintToleration": 3, "NodeAffinity": 2, "NodeResources
 BINPACK_SCORE_WEIGHTS = {"NodeResourcesBalancedAllocation": 0, "ImageLocality": 0}
 
 
+class PreemptibleClassSettings(Model):
+    enabled: bool = Field(
+        default=True,
+        description="Declare the PriorityClass GPU workloads opt in to preemption with: a pod "
+                    "that cannot be placed preempts such pods where that makes room, so a job "
+                    "that needs a whole node does not wait for one to drain.")
+    name: str = Field(default="gpu-preemptible",
+                      description="The PriorityClass's name (pods set it as priorityClassName).")
+    value: int = Field(
+        default=-100, ge=-1_000_000_000, le=-1,
+        description="Its priority: below 0, the priority of pods that name no class (unless "
+                    "the cluster has a globalDefault class), so only pods that opt in are ever "
+                    "preempted by GPU pods.")
+
+    @field_validator("name")
+    @classmethod
+    def class_name(cls, value: str) -> str:
+        _dns_label(value)
+        if value.startswith("system-"):
+            raise Invalid("the API server reserves names starting with system- for its own "
+                          "classes", "a DNS-1123 label such as gpu-preemptible")
+        return value
+
+
 class SchedulerSettings(Model):
     name: str = Field(default="gpu-binpack-scheduler",
                       description="schedulerName GPU pods must use; also names the scheduler's "
@@ -576,6 +600,9 @@ class SchedulerSettings(Model):
             requests={"cpu": "100m", "memory": "128Mi"}, limits={"memory": "512Mi"}),
         description="Scheduler container requests and limits.")
     log_level: int = Field(default=2, ge=0, le=10, description="kube-scheduler -v verbosity.")
+    preemptible_class: PreemptibleClassSettings = Field(
+        default_factory=PreemptibleClassSettings,
+        description="The PriorityClass of GPU pods that may be preempted.")
 
     _check_names = field_validator("name", "namespace")(classmethod(lambda cls, v: _dns_label(v)))
 
@@ -760,6 +787,13 @@ class AdmissionSettings(Model):
                     "there). 10250 passes the control-plane firewalls of private GKE clusters "
                     "and of EKS security groups that allow only 443 and 10250 to nodes; OPA "
                     "runs unprivileged, so not below 1024.")
+    max_gpu_pod_priority: int = Field(
+        default=0, ge=-1_000_000_000, le=2_000_001_000,
+        description="Highest priority a GPU pod may have through the priorityClassName it "
+                    "names: a GPU pod above 0 would preempt other users' GPU pods that never "
+                    "opted in to preemption. Pods that name no class are not checked (a "
+                    "cluster's globalDefault class applies to them). Raise it where the cluster "
+                    "ranks GPU workloads by priority on purpose.")
     decision_logs: bool = Field(default=False,
                                 description="Log every admission decision to OPA's stdout.")
     certificate: CertificateSettings = Field(default_factory=CertificateSettings,
@@ -1112,6 +1146,16 @@ class StackSettings(Model):
                           f"a resource list that includes {GPU_RESOURCE}",
                           at=("scheduler", "scoringStrategy", "resources"),
                           value=sorted(scored), has_value=True)
+        return self
+
+    @model_validator(mode="after")
+    def preemptible_pods_are_admitted(self) -> "StackSettings":
+        preemptible = self.scheduler.preemptible_class
+        if preemptible.enabled and preemptible.value > self.admission.max_gpu_pod_priority:
+            raise Invalid(f"GPU pods in the preemptible class (priority {preemptible.value}) "
+                          "would be refused", f"at least {preemptible.value}",
+                          at=("admission", "maxGpuPodPriority"),
+                          value=self.admission.max_gpu_pod_priority, has_value=True)
         return self
 
     @property

@@ -61,6 +61,8 @@ EXPECTED = [
      f"{COMPONENT}BinpackScheduler"),
     (f"{K8S}policy/v1:PodDisruptionBudget", "gpu-scheduler/gpu-binpack-scheduler",
      f"{COMPONENT}BinpackScheduler"),
+    (f"{K8S}scheduling.k8s.io/v1:PriorityClass", "gpu-preemptible",
+     f"{COMPONENT}BinpackScheduler"),
     (f"{K8S}core/v1:Namespace", "gpu-admission", f"{COMPONENT}OpaAdmission"),
     ("tls:index/privateKey:PrivateKey", "ca", f"{COMPONENT}OpaAdmission"),
     ("tls:index/selfSignedCert:SelfSignedCert", "ca", f"{COMPONENT}OpaAdmission"),

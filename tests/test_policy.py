@@ -112,6 +112,10 @@ DAEMONSET_OWNER = {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "Daemon
                                         "name": "node-exporter", "uid": "d1", "controller": True}]}
 
 
+JOB_OWNER = {"ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train",
+                                   "uid": "5d1e", "controller": True}]}
+
+
 def binpack(*containers, **spec):
     return {"schedulerName": BINPACK, "tolerations": [GPU_TOLERATION],
             "containers": list(containers), **spec}
@@ -244,6 +248,32 @@ CASES = [
          old_spec=binpack(container(limits=GPU), nodeName="gpu-node-1")),
      False, ['ephemeral container "debugger" is privileged']),
     ("privileged cpu pod", review({"containers": [container(privileged=True)]}), True, []),
+    # priority: preempting other users' GPU pods
+    ("gpu pod in a class above the ceiling",
+     review(binpack(container(limits=GPU), priorityClassName="system-cluster-critical",
+                    priority=2000000000)),
+     False, ['priorityClassName "system-cluster-critical" gives it priority 2000000000, above 0',
+             "would preempt other users' GPU pods",
+             "name no priority class, gpu-preemptible (preemptible)"]),
+    ("gpu pod in a class at the ceiling",
+     review(binpack(container(limits=GPU), priorityClassName="batch", priority=0)), True, []),
+    ("gpu pod naming no class, under a high global default",
+     review(binpack(container(limits=GPU), priority=1000)), True, []),
+    ("cpu pod in a high class",
+     review({"priorityClassName": "system-cluster-critical", "priority": 2000000000,
+             "containers": [container(requests=CPU)]}), True, []),
+    ("Job's gpu pod in the preemptible class",
+     review(binpack(container(limits=GPU), priorityClassName="gpu-preemptible", priority=-100),
+            metadata=JOB_OWNER), True, []),
+    ("bare gpu pod in the preemptible class",
+     review(binpack(container(limits=GPU), priorityClassName="gpu-preemptible", priority=-100)),
+     False, ['priorityClassName "gpu-preemptible" lets other GPU pods preempt it',
+             "gone for good once preempted"]),
+    ("gpu pod claiming an owner that is not its controller, preemptible",
+     review(binpack(container(limits=GPU), priorityClassName="gpu-preemptible", priority=-100),
+            metadata={"ownerReferences": [{**JOB_OWNER["ownerReferences"][0],
+                                           "controller": False}]}),
+     False, ["gone for good once preempted"]),
     # Dynamic Resource Allocation
     ("claim on gpu.nvidia.com", claim(requests_of(
         {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}})),

@@ -357,6 +357,51 @@ gpu_or_gpu_node if gpu_pod
 
 gpu_or_gpu_node if on_gpu_node
 
+# Priority: kube-scheduler preempts lower-priority pods to place a pod that does not fit, so a
+# GPU pod of a high class would evict other users' GPU pods that never opted in. spec.priority is
+# already resolved from priorityClassName here (the Priority admission plugin runs before
+# webhooks); a pod naming no class gets the cluster's default and is not this rule's business.
+violations contains {
+	"rule": "priority",
+	"fixable": false,
+	"message": sprintf(
+		"pod %q: priorityClassName %q gives it priority %d, above %d, the highest a GPU pod may have: it would preempt other users' GPU pods; %s",
+		[pod_name, pod_spec.priorityClassName, pod_spec.priority, params.maxGpuPodPriority, priority_remedy],
+	),
+} if {
+	is_create
+	gpu_pod
+	is_string(pod_spec.priorityClassName)
+	pod_spec.priorityClassName != ""
+	is_number(pod_spec.priority)
+	pod_spec.priority > params.maxGpuPodPriority
+}
+
+priority_remedy := sprintf("name no priority class, %s (preemptible), or a class of priority %d or less", [params.preemptibleClass, params.maxGpuPodPriority]) if params.preemptibleClass != ""
+
+else := sprintf("name no priority class, or a class of priority %d or less", [params.maxGpuPodPriority])
+
+# A pod in the preemptible class is deleted when preempted; only a controller brings it back.
+violations contains {
+	"rule": "preemptible-bare-pod",
+	"fixable": false,
+	"message": sprintf(
+		"pod %q: priorityClassName %q lets other GPU pods preempt it, and a pod that no controller owns is gone for good once preempted; run it under a Job, Deployment or StatefulSet, or name no priority class",
+		[pod_name, params.preemptibleClass],
+	),
+} if {
+	is_create
+	gpu_pod
+	params.preemptibleClass != ""
+	pod_spec.priorityClassName == params.preemptibleClass
+	not controller_owned
+}
+
+controller_owned if {
+	some owner in input.request.object.metadata.ownerReferences
+	owner.controller == true
+}
+
 # Dynamic Resource Allocation: a claim on an NVIDIA device class would hand out GPUs that the
 # binpack scheduler does not score and the dashboard does not count.
 violations contains {
