@@ -38,7 +38,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "integratio
 import cluster  # noqa: E402
 from components import gpu_compaction  # noqa: E402
 import workload  # noqa: E402
-from components.binpack_scheduler import scheduler_configuration  # noqa: E402
+from components.binpack_scheduler import (preemptible_priority_class,  # noqa: E402
+                                          scheduler_configuration)
 from components.settings import StackSettings  # noqa: E402
 from controlplane import ControlPlane, wait_until  # noqa: E402
 from workload import BatchJob, NodeShape, Scale, Task, Trace  # noqa: E402
@@ -62,6 +63,8 @@ class PodRecord:
     started: Optional[float] = None
     ended: Optional[float] = None
     resumed_at: Optional[float] = None  # a job's replacement pod: hours of work checkpointed
+    preemptible: bool = False           # in the platform's preemptible priority class
+    nominated: Optional[str] = None     # the node kube-scheduler preempted pods on for it
 
     @property
     def remaining(self) -> float:
@@ -93,7 +96,7 @@ class Outcome:
     records: list[PodRecord]
     samples: list[Sample]
     scheduler_metrics: dict = field(default_factory=dict)
-    evictions: int = 0
+    evictions: int = 0              # by the descheduler, and preemptions by the scheduler
     lost_gpu_hours: float = 0.0     # work evicted pods did after their last checkpoint
 
     def delivered_gpu_hours(self) -> float:
@@ -115,6 +118,11 @@ class Outcome:
 
     def wait(self, gpus: int, quantile: float) -> Optional[float]:
         return percentile(self.waits(gpus), quantile)
+
+    def resume_waits(self) -> list[float]:
+        """Simulated hours each evicted or preempted job's replacement pod waited."""
+        return [(r.started if r.started is not None else self.horizon) - r.created
+                for r in self.records if r.resumed_at is not None]
 
     def started_on_arrival(self) -> float:
         """Share of the batch GPU-time asked for that started the moment it arrived."""
@@ -486,9 +494,12 @@ class RealCluster(Backend):
 
     def __init__(self, cp: ControlPlane, config: dict, nodes: dict[str, NodeShape],
                  trace: Trace, settings: StackSettings,
-                 compaction: Optional["Compaction"] = None):
+                 compaction: Optional["Compaction"] = None,
+                 preemptible_jobs: frozenset = frozenset(), checkpoint_every: float = 0.5):
         self.kube, self.settings = cp.admin, settings
         self.compaction = compaction
+        self.preemptible_jobs = preemptible_jobs
+        self.checkpoint_every = checkpoint_every
         if compaction:
             self.compaction_interval = compaction.interval
         self.descheduler_kubeconfig = cp.kubeconfig("descheduler") if compaction else None
@@ -511,6 +522,8 @@ class RealCluster(Backend):
             cluster.create_gpu_node(self.kube, settings, name, shape.gpus,
                                     capacity=node_status_capacity(shape))
         cluster.ensure_namespace(self.kube, NAMESPACE)
+        if preemptible_jobs:
+            self.kube.create(preemptible_priority_class(settings))
         self.watch = PodWatch(self.kube, NAMESPACE)
         for service in trace.services:
             self._create_service(service)
@@ -537,10 +550,13 @@ class RealCluster(Backend):
         self.now = now
         name = f"job-{job.id}"
         self.expected_jobs.add(job.id)
+        template = pod_template({"job": name}, job.task, self.scheduler_name, self.settings)
+        preemptible = job.id in self.preemptible_jobs
+        if preemptible:
+            template["spec"]["priorityClassName"] = self.settings.scheduler.preemptible_class.name
         self.kube.create(cluster.job(
-            name, NAMESPACE, pod_template({"job": name}, job.task, self.scheduler_name,
-                                          self.settings),
-            resumes_after_eviction=bool(self.compaction) and self.compaction.moves(job=job)))
+            name, NAMESPACE, template, resumes_after_eviction=preemptible or (
+                bool(self.compaction) and self.compaction.moves(job=job))))
         self.jobs_by_name[name] = job
 
     def scale(self, service: int, replicas: int, now: float) -> None:
@@ -602,12 +618,16 @@ class RealCluster(Backend):
                 self.ledger.release(record)
             if record.job is not None and record.running and name not in self.pending_finish:
                 self._evicted(record)
+                if any(c.get("reason") == "PreemptionByScheduler"
+                       for c in pod.get("status", {}).get("conditions", [])):
+                    self.evictions += 1
             record.ended = self.now
             self.pending_finish.discard(name)
             self.waiting.pop(name, None)
             if record.service is not None:
                 self.live[record.service] -= 1
             return
+        record.nominated = pod.get("status", {}).get("nominatedNodeName")
         if node and record.node is None:
             self.ledger.place(record, node)
             record.started = self.now
@@ -624,7 +644,7 @@ class RealCluster(Backend):
         """A job's pod ended before its time: its Job starts a replacement, which resumes
         from the last checkpoint; the work done since is lost."""
         ran = self.now - record.started
-        saved = ran // self.compaction.checkpoint_every * self.compaction.checkpoint_every
+        saved = ran // self.checkpoint_every * self.checkpoint_every
         self.checkpointed[record.job.id] = (record.resumed_at or 0.0) + saved
         self.lost_gpu_hours += record.task.gpus * (ran - saved)
         self.expected_jobs.add(record.job.id)
@@ -635,11 +655,12 @@ class RealCluster(Backend):
         if "job" in labels:
             job = self.jobs_by_name[labels["job"]]
             self.expected_jobs.discard(job.id)
+            preemptible = job.id in self.preemptible_jobs
             if job.id in self.checkpointed:
                 record = PodRecord(name, job.task, self.now, job=job,
-                                   resumed_at=self.checkpointed[job.id])
+                                   resumed_at=self.checkpointed[job.id], preemptible=preemptible)
             else:
-                record = PodRecord(name, job.task, job.arrival, job=job)
+                record = PodRecord(name, job.task, job.arrival, job=job, preemptible=preemptible)
         else:
             service = int(labels["app"].removeprefix("svc-"))
             record = PodRecord(name, self.services[service].task, self.now, service=service)
@@ -661,7 +682,27 @@ class RealCluster(Backend):
         fitting = [r.name for r in self.waiting.values() if self.ledger.fits_somewhere(r.task)]
         if fitting:
             return f"waiting pods that fit on a node: {fitting[:5]}"
+        if self.preemptible_jobs:
+            preempting = self._could_preempt()
+            if preempting:
+                return f"waiting pods that preemption would make room for: {preempting[:5]}"
         return ""
+
+    def _could_preempt(self) -> list[str]:
+        """Waiting pods, not yet nominated, that would fit on a node once its preemptible pods
+        were gone: kube-scheduler preempts for them when it next tries them."""
+        movable = {n: [0, 0, 0] for n in self.ledger.free}
+        for record in self.records:
+            if record.running and record.preemptible:
+                room = movable[record.node]
+                room[0] += record.task.gpus
+                room[1] += record.task.cpu_milli
+                room[2] += record.task.memory_mib
+        return [r.name for r in self.waiting.values()
+                if not r.preemptible and not r.nominated and any(
+                    all(free[i] + movable[n][i] >= need for i, need in enumerate(
+                        (r.task.gpus, r.task.cpu_milli, r.task.memory_mib)))
+                    for n, free in self.ledger.free.items())]
 
     def settle(self, now: float) -> list[PodRecord]:
         self.now = now
@@ -747,14 +788,12 @@ def scrape(scheduler: "cluster.Scheduler", cp: ControlPlane) -> dict:
 class Compaction:
     """The platform's compaction in a replay: the descheduler with the rendered policy every
     `interval` simulated hours. The pods of the inference services in `opted_in` and of the
-    batch jobs in `jobs_opted_in` may move; those jobs checkpoint every `checkpoint_every`
-    simulated hours, and their Jobs replace an evicted pod (pod failure policy), which resumes
-    from the last checkpoint. The policy's minPodAge is off, as the replay's pods have no
+    batch jobs in `jobs_opted_in` may move; those jobs checkpoint (see `replay`), and their
+    Jobs replace an evicted pod (pod failure policy), which resumes from the last checkpoint. The policy's minPodAge is off, as the replay's pods have no
     wall-clock age that means anything; the replay applies it in simulated time instead."""
     interval: float
     opted_in: frozenset
     jobs_opted_in: frozenset
-    checkpoint_every: float
     policy_file: Path
 
     def moves(self, job: Optional[BatchJob] = None, service: Optional[int] = None) -> bool:
@@ -762,31 +801,47 @@ class Compaction:
 
 
 def compaction_for(settings: StackSettings, trace: Trace, services_share: float,
-                   jobs_share: float, checkpoint_every: float, interval: float,
-                   work: Path) -> Compaction:
+                   jobs_share: float, interval: float, work: Path) -> Compaction:
     """`settings.compaction` is the policy replayed (minPodAge aside); the shares say which
     services and which jobs opt in (the same ones for every replay of a seed)."""
     services = sorted(s.id for s in trace.services)
     opted = frozenset(services[:round(services_share * len(services))])
-    jobs = frozenset(j.id for j in trace.jobs if random.Random(j.id).random() < jobs_share)
+    jobs = frozenset(j.id for j in trace.jobs if opts_in(j, jobs_share))
     policy = gpu_compaction.descheduler_policy(settings.model_copy(update={
         "compaction": settings.compaction.model_copy(update={"min_pod_age": "0s"})}))
     work.mkdir(parents=True, exist_ok=True)
     path = work / f"compaction-policy-{os.getpid()}.yaml"
     path.write_text(yaml.safe_dump(policy))
-    return Compaction(interval, opted, jobs, checkpoint_every, path)
+    return Compaction(interval, opted, jobs, path)
+
+
+def opts_in(job: BatchJob, share: float) -> bool:
+    """Whether `job` is among `share` of the jobs: the same draw for every replay of a trace,
+    so the jobs that opt in to compaction and those that opt in to preemption coincide."""
+    return random.Random(job.id).random() < share
+
+
+def preemptible_jobs(trace: Trace, share: float, whole_node_gpus: int) -> frozenset:
+    """`share` of the batch jobs smaller than a whole node, which run in the preemptible class
+    (checkpointing Jobs whose evicted pod resumes); the whole-node jobs preempt them."""
+    return frozenset(j.id for j in trace.jobs
+                     if j.task.gpus < whole_node_gpus and opts_in(j, share))
 
 
 def replay(label: str, config: dict, trace: Trace, nodes: dict[str, NodeShape],
            settings: StackSettings,
            progress: Callable[[int, int], None] = lambda done, total: None,
-           compaction: Optional[Compaction] = None) -> Outcome:
+           compaction: Optional[Compaction] = None, preemptible: frozenset = frozenset(),
+           checkpoint_every: float = 0.5) -> Outcome:
     """The trace against one kube-scheduler running `config`, on a fresh control plane (with
-    `compaction`: the descheduler's runs as well)."""
+    `compaction`: the descheduler's runs as well; the jobs in `preemptible` run in the
+    platform's preemptible class). A job that is evicted or preempted resumes from its last
+    checkpoint, taken every `checkpoint_every` simulated hours."""
     cp = ControlPlane().start()
     backend = None
     try:
-        backend = RealCluster(cp, config, nodes, trace, settings, compaction)
+        backend = RealCluster(cp, config, nodes, trace, settings, compaction, preemptible,
+                              checkpoint_every)
         outcome = play(label, trace, backend, sum(s.gpus for s in nodes.values()), progress)
         outcome.scheduler_metrics = scrape(backend.scheduler, cp)
         return outcome

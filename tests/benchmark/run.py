@@ -49,6 +49,7 @@ def figures(outcome: binpack.Outcome, reference: binpack.Outcome) -> dict:
                        for s in outcome.samples],
            "evictions_per_hour": outcome.evictions / outcome.horizon,
            "lost_share": outcome.lost_gpu_hours / outcome.delivered_gpu_hours(),
+           "resume_wait_p95": binpack.percentile(outcome.resume_waits(), 0.95),
            **outcome.scheduler_metrics}
     for gpus in SIZES:
         row[f"wait_p50_{gpus}"] = outcome.wait(gpus, 0.5)
@@ -96,31 +97,41 @@ def run(args, settings) -> None:
                     print(f"  {label}: {time.monotonic() - started:.0f}s", file=sys.stderr,
                           flush=True)
                     keep(args.out, key | figures(outcome, best))
-                if args.compaction is not None:
-                    label = compaction_label(args, settings)
-                    if label not in done:
-                        compaction = binpack.compaction_for(
-                            settings, trace, args.compaction, args.compaction_jobs,
-                            args.checkpoint_every, args.compaction_interval, args.out / "work")
-                        started = time.monotonic()
-                        outcome = binpack.replay(label, shipped, trace,
-                                                 nodes, settings, progress_printer(label),
-                                                 compaction)
-                        print(f"  {label}: {time.monotonic() - started:.0f}s, "
-                              f"{outcome.evictions} evictions", file=sys.stderr, flush=True)
-                        keep(args.out, key | figures(outcome, best))
+                label = moving_label(args, settings, biggest.gpus)
+                if label and label not in done:
+                    compaction = binpack.compaction_for(
+                        settings, trace, args.compaction, args.compaction_jobs,
+                        args.compaction_interval, args.out / "work") \
+                        if args.compaction is not None else None
+                    preemptible = binpack.preemptible_jobs(trace, args.preemptible,
+                                                           biggest.gpus)
+                    started = time.monotonic()
+                    outcome = binpack.replay(label, shipped, trace, nodes, settings,
+                                             progress_printer(label), compaction, preemptible,
+                                             args.checkpoint_every)
+                    print(f"  {label}: {time.monotonic() - started:.0f}s, "
+                          f"{outcome.evictions} evictions and preemptions", file=sys.stderr,
+                          flush=True)
+                    keep(args.out, key | figures(outcome, best))
 
 
-def compaction_label(args, settings) -> str:
-    """Names a compaction replay by what it varies: the opted-in shares and the policy settings
-    given with --compaction-set."""
-    jobs = (f", {args.compaction_jobs:.0%} of jobs (checkpoint every "
-            f"{args.checkpoint_every * 60:.0f} min)" if args.compaction_jobs else "")
-    changed = "".join(f", {key}={value}" for key, value in args.compaction_set)
-    if args.compaction_interval != DEFAULT_COMPACTION_INTERVAL:
-        changed += f", a run every {args.compaction_interval * 60:.0f} min"
-    return (f"{settings.scheduler.name} + compaction ({args.compaction:.0%} of services{jobs} "
-            f"opted in{changed})")
+def moving_label(args, settings, whole_node_gpus: int) -> str:
+    """Names a replay of the shipped profile whose pods may move, by what it varies: with
+    compaction, the opted-in shares and the policy settings given with --compaction-set; with
+    preemption, the share of jobs in the preemptible class ("" when neither is asked for)."""
+    checkpoint = f"checkpoint every {args.checkpoint_every * 60:.0f} min"
+    label = settings.scheduler.name
+    if args.compaction is not None:
+        jobs = f", {args.compaction_jobs:.0%} of jobs ({checkpoint})" \
+            if args.compaction_jobs else ""
+        changed = "".join(f", {key}={value}" for key, value in args.compaction_set)
+        if args.compaction_interval != DEFAULT_COMPACTION_INTERVAL:
+            changed += f", a run every {args.compaction_interval * 60:.0f} min"
+        label += f" + compaction ({args.compaction:.0%} of services{jobs} opted in{changed})"
+    if args.preemptible:
+        label += (f" + preemption ({args.preemptible:.0%} of the jobs below "
+                  f"{whole_node_gpus} GPUs preemptible, {checkpoint})")
+    return "" if label == settings.scheduler.name else label
 
 
 def with_compaction_settings(settings, changes: list[tuple[str, str]]):
@@ -171,7 +182,8 @@ def table(rows: list[dict]) -> str:
     """Median over seeds, with the range in brackets."""
     header = ("| mix | nodes | scheduler | seeds | GPU-time vs reference | started on arrival | "
               "8-GPU wait p50 / p95, min | 1-GPU wait p95, min | free 8-GPU nodes | "
-              "stranded GPUs | evictions / h, GPU-time lost | attempt p50 / p95, ms | "
+              "stranded GPUs | evictions or preemptions / h, GPU-time lost | "
+              "attempt p50 / p95, ms | "
               "scheduler CPU s / peak MiB |")
     lines = [header, "|" + " --- |" * 3 + " ---: |" * 10]
     groups: dict = {}
@@ -296,14 +308,20 @@ def main(argv: list[str]) -> None:
                         help="with --compaction: this share (0..1) of the batch jobs opted in "
                              "too, as checkpointing Jobs that replace an evicted pod")
     parser.add_argument("--checkpoint-every", type=float, default=0.5, metavar="HOURS",
-                        help="with --compaction-jobs: simulated hours between a job's "
-                             "checkpoints; an evicted pod loses the work since its last one")
+                        help="with --compaction-jobs or --preemptible: simulated hours "
+                             "between a job's checkpoints; an evicted or preempted pod loses "
+                             "the work since its last one")
     parser.add_argument("--compaction-interval", type=float, default=DEFAULT_COMPACTION_INTERVAL,
                         help="with --compaction: simulated hours between descheduler runs")
     parser.add_argument("--compaction-set", type=setting, action="append", default=[],
                         metavar="KEY=VALUE",
                         help="with --compaction: a compaction setting as in the stack file "
                              "(e.g. underusedPercent=75); repeatable")
+    parser.add_argument("--preemptible", type=float, default=0.0, metavar="SHARE",
+                        help="also replay the shipped profile with this share (0..1) of the "
+                             "batch jobs smaller than a whole node in the preemptible priority "
+                             "class, as checkpointing Jobs (with --compaction: one replay with "
+                             "both)")
     parser.add_argument("--profile", dest="profiles", action="append",
                         help="only this scheduler (a label as in the table); repeatable")
     parser.add_argument("--report", action="store_true",
