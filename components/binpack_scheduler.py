@@ -12,6 +12,7 @@ COMPONENT = "scheduler"
 CONFIG_DIR = "/etc/kubernetes/gpu-binpack-scheduler"
 CONFIG_FILE = "config.yaml"
 SECURE_PORT = 10259
+METRICS_PORT_NAME = "https-metrics"
 # Pod annotation holding a digest of the configuration: a changed configuration changes the pod
 # template, so the Deployment rolls the scheduler pods onto it.
 CONFIG_HASH_ANNOTATION = "gpu-platform.io/scheduler-config-sha256"
@@ -202,6 +203,24 @@ def deployment(settings: StackSettings) -> dict:
     }
 
 
+def metrics_service(settings: StackSettings) -> dict:
+    """A headless Service of the scheduler pods' secure port, for Prometheus to find them by
+    (Monitoring's ServiceMonitor): the scheduler's own metrics count its preemptions."""
+    sched = settings.scheduler
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": sched.name, "namespace": sched.namespace,
+                     "labels": kube.labels(sched.name, COMPONENT)},
+        "spec": {
+            "clusterIP": "None",
+            "selector": kube.selector_labels(sched.name, COMPONENT),
+            "ports": [{"name": METRICS_PORT_NAME, "port": SECURE_PORT, "targetPort": "https",
+                       "protocol": "TCP"}],
+        },
+    }
+
+
 def preemptible_priority_class(settings: StackSettings) -> dict:
     """The class GPU pods opt in to preemption with. Its priority is below that of pods naming no
     class, so a GPU pod that does not fit preempts only such pods (kube-scheduler's
@@ -226,7 +245,8 @@ def scheduler_objects(settings: StackSettings) -> list[dict]:
     sched = settings.scheduler
     objects = [kube.namespace(sched.namespace, "restricted", COMPONENT),
                kube.critical_pods_quota(sched.namespace, COMPONENT, sched.replicas),
-               *rbac_objects(settings), config_map(settings), deployment(settings)]
+               *rbac_objects(settings), config_map(settings), deployment(settings),
+               metrics_service(settings)]
     if sched.replicas > 1:
         objects.append(kube.pod_disruption_budget(sched.name, sched.namespace, COMPONENT))
     if sched.preemptible_class.enabled:

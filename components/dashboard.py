@@ -28,6 +28,8 @@ POD_SIZES = (1, 2, 4, 8)
 # health panels; the capacity panels show every node the node variable selects.
 GPU_FILTER = 'node=~"$node", modelName=~"$model"'
 WORKLOAD_FILTER = f'{GPU_FILTER}, namespace=~"$namespace", pod!=""'
+# kube-scheduler's histogram of victims per preemption (count: preemptions, sum: pods).
+PREEMPTION_VICTIMS = "scheduler_preemption_victims"
 
 
 def _query(expr: str, legend: str = "", ref: str = "A", instant: bool = False):
@@ -75,6 +77,8 @@ def _rows(settings: StackSettings) -> list[tuple[str, list]]:
     alerts = settings.monitoring.alerts
     largest = settings.monitoring.largest_common_request
     node = 'node=~"$node"'
+    # The ServiceMonitor's job label is the scheduler's Service name.
+    scheduler = f'job="{settings.scheduler.name}"'
     return [
         ("Capacity: where GPUs are free", [
             _stat("GPUs allocated / allocatable",
@@ -112,7 +116,16 @@ def _rows(settings: StackSettings) -> list[tuple[str, list]]:
                         [_query('sum by (code) (increase(apiserver_request_total{'
                                 'resource="pods", subresource="eviction", verb="POST", '
                                 'code=~"201|429"}[1h]))', "HTTP {{code}}", "A")],
-                        width=24, height=6),
+                        width=12, height=6),
+            _timeseries("GPU pods preempted per hour",
+                        "Pods of the preemptible class that the binpack scheduler preempted to "
+                        "place a GPU pod that fit nowhere (see README, \"Preemptible GPU "
+                        "pods\"), and the preemptions that made room.",
+                        [_query(f"sum(increase({PREEMPTION_VICTIMS}_sum{{{scheduler}}}[1h]))",
+                                "pods preempted", "A"),
+                         _query(f"sum(increase({PREEMPTION_VICTIMS}_count{{{scheduler}}}[1h]))",
+                                "preemptions", "B")],
+                        width=12, height=6),
         ]),
         ("Usage: who holds GPUs and how hard they use them", [
             _timeseries("GPUs allocated by namespace", "",

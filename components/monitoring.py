@@ -8,7 +8,7 @@ from typing import Any, Optional, Sequence
 import pulumi
 import pulumi_random as random
 
-from . import charts, dashboard, gpu_rules, kube, opa_admission
+from . import binpack_scheduler, charts, dashboard, gpu_rules, kube, opa_admission
 from .gpu_operator import DCGM_METRICS_PORT, DCGM_SERVICE_LABELS
 from .settings import AUDIT_LABEL, Receiver, StackSettings
 
@@ -20,6 +20,8 @@ GRAFANA_PASSWORD_KEY = "admin-password"
 # The chart's Grafana sidecar loads ConfigMaps with this label as dashboards.
 DASHBOARD_LABEL = ("grafana_dashboard", "1")
 GRAFANA_PORT = 80
+# Where Prometheus' pods hold their ServiceAccount token (the kubelet mounts it there).
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 # Facts of the pinned chart (kube-prometheus-stack 88.5.3, appVersion v0.93.1, with the
 # subcharts it pins: grafana 12.11.1, kube-state-metrics 8.4.0, prometheus-node-exporter
@@ -183,6 +185,22 @@ def opa_pod_monitor(settings: StackSettings) -> dict:
                           {"port": opa_admission.DIAGNOSTIC_PORT_NAME})
 
 
+def scheduler_service_monitor(settings: StackSettings) -> dict:
+    """Scrapes the binpack scheduler's secure port, as the chart scrapes the cluster's own
+    kube-scheduler: with Prometheus' ServiceAccount token, which the scheduler checks through
+    the API server (the chart's Prometheus role may get /metrics), and without verifying the
+    certificate the scheduler makes itself at start."""
+    sched = settings.scheduler
+    return scrape_monitor(settings, "ServiceMonitor", sched.name, sched.namespace,
+                          kube.selector_labels(sched.name, binpack_scheduler.COMPONENT), {
+        "port": binpack_scheduler.METRICS_PORT_NAME,
+        "scheme": "https",
+        "interval": settings.monitoring.scrape_interval,
+        "bearerTokenFile": SERVICE_ACCOUNT_TOKEN,
+        "tlsConfig": {"insecureSkipVerify": True},
+    })
+
+
 def dashboard_config_map(settings: StackSettings) -> dict:
     return {
         "apiVersion": "v1",
@@ -242,6 +260,8 @@ class Monitoring(pulumi.ComponentResource):
                 settings, gpu_rules.unix_time(end))["spec"])
         self.rules = kube.declare(rule, self, [self.release])
         self.opa_monitor = kube.declare(opa_pod_monitor(settings), self, [self.release])
+        self.scheduler_monitor = kube.declare(scheduler_service_monitor(settings), self,
+                                              [self.release])
 
         self.grafana_url = f"http://{grafana_service(settings)}.{mon.namespace}.svc:{GRAFANA_PORT}"
         self.grafana_port_forward = (f"kubectl -n {mon.namespace} port-forward "

@@ -63,6 +63,8 @@ EXPECTED = [
      f"{COMPONENT}BinpackScheduler"),
     (f"{K8S}scheduling.k8s.io/v1:PriorityClass", "gpu-preemptible",
      f"{COMPONENT}BinpackScheduler"),
+    (f"{K8S}core/v1:Service", "gpu-scheduler/gpu-binpack-scheduler",
+     f"{COMPONENT}BinpackScheduler"),
     (f"{K8S}core/v1:Namespace", "gpu-admission", f"{COMPONENT}OpaAdmission"),
     ("tls:index/privateKey:PrivateKey", "ca", f"{COMPONENT}OpaAdmission"),
     ("tls:index/selfSignedCert:SelfSignedCert", "ca", f"{COMPONENT}OpaAdmission"),
@@ -99,6 +101,8 @@ EXPECTED = [
     (f"{K8S}monitoring.coreos.com/v1:PrometheusRule", "monitoring/gpu-platform",
      f"{COMPONENT}Monitoring"),
     (f"{K8S}monitoring.coreos.com/v1:PodMonitor", "monitoring/gpu-admission-opa",
+     f"{COMPONENT}Monitoring"),
+    (f"{K8S}monitoring.coreos.com/v1:ServiceMonitor", "monitoring/gpu-binpack-scheduler",
      f"{COMPONENT}Monitoring"),
 ]
 

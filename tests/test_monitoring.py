@@ -550,6 +550,9 @@ def test_dashboard_answers_the_platform_teams_questions():
             'apiserver_admission_webhook_rejection_count{name=~"gpu-scheduler-policy.gpu-platform.io'
             '|dra.gpu-scheduler-policy.gpu-platform.io", error_type="no_error"}',
         # kube-state-metrics writes label gpu-platform.io/admission-audit as this.
+        # The binpack scheduler's own histogram, scraped by the platform's ServiceMonitor.
+        "GPU pods preempted per hour":
+            'increase(scheduler_preemption_victims_sum{job="gpu-binpack-scheduler"}[1h])',
         "Pods admitted against the rules (audit mode)":
             'kube_pod_labels{label_gpu_platform_io_admission_audit="violation"',
     }

@@ -789,8 +789,9 @@ class Compaction:
     """The platform's compaction in a replay: the descheduler with the rendered policy every
     `interval` simulated hours. The pods of the inference services in `opted_in` and of the
     batch jobs in `jobs_opted_in` may move; those jobs checkpoint (see `replay`), and their
-    Jobs replace an evicted pod (pod failure policy), which resumes from the last checkpoint. The policy's minPodAge is off, as the replay's pods have no
-    wall-clock age that means anything; the replay applies it in simulated time instead."""
+    Jobs replace an evicted pod (pod failure policy), which resumes from the last checkpoint.
+    The policy's minPodAge is off, as the replay's pods have no wall-clock age that means
+    anything; the replay applies it in simulated time instead."""
     interval: float
     opted_in: frozenset
     jobs_opted_in: frozenset

@@ -11,7 +11,7 @@ import datetime
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 import requests
 import yaml
@@ -330,6 +330,13 @@ def patch_pod_status(kube: Kube, pod: dict, status: dict, *,
     kube.request("PATCH", kube.path("v1", "Pod", meta["namespace"], meta["name"], "status"),
                  body=body, content_type="application/strategic-merge-patch+json",
                  what=f"set pod {meta['namespace']}/{meta['name']} {status['phase']}")
+
+
+def cordon(kube: Kube, nodes: Iterable[str], unschedulable: bool) -> None:
+    """Mark `nodes` unschedulable (or schedulable again), as `kubectl cordon` does."""
+    for node in nodes:
+        kube.merge_patch("v1", "Node", node, {"spec": {"unschedulable": unschedulable or None}},
+                         what=f"cordon {node}")
 
 
 def remove_deleted_pod(kube: Kube, pod: dict) -> None:

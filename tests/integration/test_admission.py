@@ -304,6 +304,34 @@ def test_privileged_gpu_pod_is_refused(admission, example_settings):
                                                                           obj)
 
 
+def test_gpu_pods_cannot_outrank_others_into_preempting_them(admission, example_settings):
+    """Preemption serves only pods that opted in to it: a GPU pod naming a class above
+    admission.maxGpuPodPriority (the API server has resolved its priority by the time OPA sees
+    it) is refused, and so is a bare pod in the preemptible class, which nothing would bring
+    back; a pod naming no class is not affected."""
+    kube, settings = admission.cp.admin, example_settings
+
+    def gpu_pod(name: str, priority_class: str = "") -> dict:
+        obj = pod(name, USER_NAMESPACE, gpus=1, settings=settings,
+                  scheduler=settings.scheduler.name)
+        if priority_class:
+            obj["spec"]["priorityClassName"] = priority_class
+        return obj
+
+    kube.apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                "metadata": {"name": "urgent"}, "value": 1000}, TEST_MANAGER)
+    message = refusal(kube, gpu_pod("jumps-the-queue", "urgent"))
+    assert 'priorityClassName "urgent" gives it priority 1000, above 0' in message
+    assert "would preempt other users' GPU pods" in message
+    assert "priority 2000000000" in refusal(kube, gpu_pod("poses-as-system",
+                                                          "system-cluster-critical"))
+    preemptible = settings.scheduler.preemptible_class.name
+    assert "gone for good once preempted" in refusal(kube, gpu_pod("bare-preemptible",
+                                                                   preemptible))
+    kube.create(gpu_pod("no-class"))
+    assert kube.get("v1", "Pod", "no-class", USER_NAMESPACE)["spec"]["priority"] == 0
+
+
 def test_gpu_claims_through_dynamic_resource_allocation_are_refused(admission):
     kube = admission.cp.admin
     if not kube.serves("resource.k8s.io/v1", "ResourceClaim"):

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from cluster import (compaction_run, create_gpu_node, create_node, ensure_namespace, find, job,
-                     pod_template, succeed, workloads_running)
+from cluster import (compaction_run, cordon, create_gpu_node, create_node, ensure_namespace,
+                     find, job, pod_template, succeed, workloads_running)
 from components import gpu_compaction
 from controlplane import wait_until
 
@@ -30,12 +30,6 @@ def cluster(control_plane_with_schedulers, example_settings):
         create_gpu_node(cp.admin, example_settings, name, 8)
     with workloads_running(cp):
         yield cp
-
-
-def cordon(kube, nodes, unschedulable: bool) -> None:
-    for node in nodes:
-        kube.merge_patch("v1", "Node", node, {"spec": {"unschedulable": unschedulable or None}},
-                         what=f"cordon {node}")
 
 
 def deploy(kube, settings, name: str, replicas_by_node: dict[str, int], opt_in: bool) -> None:
