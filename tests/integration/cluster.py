@@ -437,6 +437,18 @@ def workloads_running(cp: ControlPlane):
         controllers.stop()
 
 
+@contextmanager
+def gpu_workloads(cp: ControlPlane, settings: StackSettings, namespace: str,
+                  nodes: Iterable[str], gpus: int = 8):
+    """A namespace for workloads, GPU nodes of `gpus` GPUs, and the controllers and fake kubelet
+    that run the workloads (see `workloads_running`)."""
+    ensure_namespace(cp.admin, namespace)
+    for name in nodes:
+        create_gpu_node(cp.admin, settings, name, gpus)
+    with workloads_running(cp) as kubelet:
+        yield kubelet
+
+
 def binpack_scheduler_args(deployment: dict) -> tuple[str, ...]:
     """The flags of the declared scheduler Deployment, less those the fixture sets itself
     (config file, port)."""

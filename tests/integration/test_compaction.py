@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from cluster import (compaction_run, cordon, create_gpu_node, create_node, ensure_namespace,
-                     find, job, pod_template, succeed, workloads_running)
+from cluster import (compaction_run, cordon, create_node, find, gpu_workloads, job,
+                     pod_template, succeed)
 from components import gpu_compaction
 from controlplane import wait_until
 
@@ -25,10 +25,7 @@ NODES = ("gpu-1", "gpu-2", "gpu-3", "gpu-4")
 @pytest.fixture(scope="module")
 def cluster(control_plane_with_schedulers, example_settings):
     cp = control_plane_with_schedulers
-    ensure_namespace(cp.admin, NAMESPACE)
-    for name in NODES:
-        create_gpu_node(cp.admin, example_settings, name, 8)
-    with workloads_running(cp):
+    with gpu_workloads(cp, example_settings, NAMESPACE, NODES):
         yield cp
 
 

@@ -8,8 +8,8 @@ their pods land on nodes the binpack scheduler would not have chosen, then uncor
 import pytest
 import requests
 
-from cluster import (TEST_MANAGER, cordon, create_gpu_node, ensure_namespace, job, pod_template,
-                     workloads_running)
+from cluster import (TEST_MANAGER, cordon, ensure_namespace, gpu_workloads, job,
+                     pod_template)
 from components import dashboard
 from controlplane import wait_until
 
@@ -20,10 +20,7 @@ NODES = ("gpu-1", "gpu-2", "gpu-3")
 @pytest.fixture(scope="module")
 def cluster(control_plane_with_schedulers, example_settings):
     cp = control_plane_with_schedulers
-    ensure_namespace(cp.admin, NAMESPACE)
-    for name in NODES:
-        create_gpu_node(cp.admin, example_settings, name, 8)
-    with workloads_running(cp):
+    with gpu_workloads(cp, example_settings, NAMESPACE, NODES):
         yield cp
 
 
