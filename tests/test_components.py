@@ -7,7 +7,7 @@ import yaml
 
 from components import binpack_scheduler, gpu_nodes, gpu_operator, monitoring, opa_admission
 from components.settings import SettingsError, load_settings
-from test_settings import MINIMAL, raw, with_changes
+from test_settings import raw, with_changes
 
 
 def settings_of(**changes):
