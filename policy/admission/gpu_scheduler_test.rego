@@ -81,3 +81,29 @@ test_mutate_sets_the_scheduler if {
 test_no_decision_without_parameters if {
 	not admission.review with input as pod_review("team-a", {"containers": [gpu_container]})
 }
+
+high_priority_pod := {
+	"schedulerName": "gpu-binpack-scheduler", "containers": [gpu_container],
+	"tolerations": [params.gpuTaints[0].toleration],
+	"priorityClassName": "urgent", "priority": 1000,
+}
+
+test_priority_remedy_names_the_preemptible_class_only_when_it_exists if {
+	with_class := object.union(params, {"maxGpuPodPriority": 0, "preemptibleClass": "gpu-preemptible"})
+	review := admission.review with input as pod_review("team-a", high_priority_pod)
+		with data["gpu-admission"] as {"gpu-platform-admission-params": {"params.json": with_class}}
+	contains(review.response.status.message, "name no priority class, gpu-preemptible (preemptible), or a class of priority 0 or less")
+
+	without := object.union(params, {"maxGpuPodPriority": 0, "preemptibleClass": ""})
+	plain := admission.review with input as pod_review("team-a", high_priority_pod)
+		with data["gpu-admission"] as {"gpu-platform-admission-params": {"params.json": without}}
+	contains(plain.response.status.message, "name no priority class, or a class of priority 0 or less")
+}
+
+test_no_preemptible_class_means_no_bare_pod_rule if {
+	spec := object.union(high_priority_pod, {"priorityClassName": "gpu-preemptible", "priority": -100})
+	without := object.union(params, {"maxGpuPodPriority": 0, "preemptibleClass": ""})
+	review := admission.review with input as pod_review("team-a", spec)
+		with data["gpu-admission"] as {"gpu-platform-admission-params": {"params.json": without}}
+	review.response == {"uid": "7f0c", "allowed": true}
+}
