@@ -1,7 +1,8 @@
 """Regression guard for the binpack benchmark: a small trace of batch Jobs and scaling inference
 Deployments behind Services, replayed with queueing against the real kube-scheduler and
 kube-controller-manager. The project's profile starts more GPU-time on arrival, keeps 8-GPU jobs
-waiting less and delivers more GPU-time than the default profile. (The fragmentation example is
+waiting less and delivers more GPU-time than the default profile, and with the smaller jobs
+preemptible the 8-GPU jobs wait less still. (The fragmentation example is
 in test_scheduling.py, owned workloads in test_workloads.py; the full benchmark is
 `bash tests/run benchmark`.)"""
 
