@@ -353,6 +353,23 @@ def test_service_monitor_keeps_the_workload_labels_and_adds_the_node():
                      "action": "replace"}]
 
 
+def test_scheduler_service_monitor_finds_the_scheduler_pods_port():
+    """The ServiceMonitor selects the scheduler's Service, in its namespace, by a port the
+    Service has; the Service selects the Deployment's pods, on the port their container
+    serves, the job label being the name the dashboard's panel filters on."""
+    objects = binpack_scheduler.scheduler_objects(DEFAULT)
+    service = next(o for o in objects if o["kind"] == "Service")
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    monitor = monitoring.scheduler_service_monitor(DEFAULT)["spec"]
+    assert monitor["namespaceSelector"]["matchNames"] == [service["metadata"]["namespace"]]
+    assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    port = next(p for p in service["spec"]["ports"] if p["name"] == monitor["endpoints"][0]["port"])
+    pod = deployment["spec"]["template"]
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    assert port["targetPort"] in {p["name"] for p in pod["spec"]["containers"][0]["ports"]}
+    assert service["metadata"]["name"] == DEFAULT.scheduler.name
+
+
 def test_dashboard_and_rules_ship_to_the_stack():
     config_map = monitoring.dashboard_config_map(DEFAULT)
     board = json.loads(config_map["data"]["gpu-platform.json"])
