@@ -38,6 +38,10 @@ _KINDS = {
         k8s.admissionregistration.v1.MutatingWebhookConfiguration,
 }
 
+# Fields the API server refuses to change in an update: a change replaces the object, the old
+# one deleted first, as the new one has the same name.
+_IMMUTABLE_FIELDS = {("scheduling.k8s.io/v1", "PriorityClass"): ["value", "preemptionPolicy"]}
+
 _FIELD_ARGS = {"roleRef": "role_ref", "stringData": "string_data",
                "globalDefault": "global_default", "preemptionPolicy": "preemption_policy"}
 
@@ -198,6 +202,9 @@ def declare(obj: dict, parent: pulumi.Resource,
             depends_on: Optional[Sequence[pulumi.Resource]] = None) -> pulumi.CustomResource:
     """Declare one manifest as a resource that is a child of `parent`."""
     opts = pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on or []))
+    if immutable := _IMMUTABLE_FIELDS.get((obj["apiVersion"], obj["kind"])):
+        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
+            replace_on_changes=immutable, delete_before_replace=True))
     fields = {_FIELD_ARGS.get(key, key): value for key, value in obj.items()
               if key not in ("apiVersion", "kind")}
     resource_class = _KINDS.get((obj["apiVersion"], obj["kind"]))

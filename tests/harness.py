@@ -61,6 +61,8 @@ class Registration:
     retain_on_delete: bool = False
     aliases: tuple[str, ...] = ()    # URNs this resource had before, by name or type
     provider: str = ""               # the provider reference, "<urn>::<id>" (empty: default)
+    replace_on_changes: tuple[str, ...] = ()
+    delete_before_replace: bool = False
 
     @property
     def inputs(self) -> dict:
@@ -162,7 +164,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 else {},
                 protect=request.protect, retain_on_delete=request.retainOnDelete,
                 aliases=tuple(_alias_urn(response.urn, alias) for alias in request.aliases),
-                provider=request.provider))
+                provider=request.provider,
+                replace_on_changes=tuple(request.replaceOnChanges),
+                delete_before_replace=request.deleteBeforeReplace))
         return response
 
     def RegisterResourceOutputs(self, request):

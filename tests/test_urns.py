@@ -85,3 +85,13 @@ def test_two_platforms_in_one_program_do_not_collide():
 if __name__ == "__main__":
     SNAPSHOT.write_text("\n".join(sorted(current_urns(harness.run_program()))) + "\n")
     print(f"wrote {SNAPSHOT}")
+
+
+def test_a_changed_priority_class_value_replaces_the_class(example_run):
+    """The API server refuses to change a PriorityClass's value or preemption policy in place
+    (test_preemption.py shows it): such a change replaces the class, the old one deleted first
+    since the new one has its name. Nothing else is replaced that way."""
+    replaced = {r.name: r for r in example_run.registrations if r.replace_on_changes}
+    assert list(replaced) == ["gpu-preemptible"]
+    assert sorted(replaced["gpu-preemptible"].replace_on_changes) == ["preemptionPolicy", "value"]
+    assert replaced["gpu-preemptible"].delete_before_replace is True

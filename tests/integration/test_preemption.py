@@ -8,7 +8,7 @@ their pods land on nodes the binpack scheduler would not have chosen, then uncor
 import pytest
 import requests
 
-from cluster import (TEST_MANAGER, cordon, ensure_namespace, gpu_workloads, job,
+from cluster import (TEST_MANAGER, ApiError, cordon, ensure_namespace, gpu_workloads, job,
                      pod_template)
 from components import dashboard
 from controlplane import wait_until
@@ -155,3 +155,13 @@ def test_the_preemption_shows_in_the_metrics_prometheus_scrapes(cluster, example
               if line.startswith(dashboard.PREEMPTION_VICTIMS + "_")}
     assert series[f"{dashboard.PREEMPTION_VICTIMS}_count"] == 1, series
     assert series[f"{dashboard.PREEMPTION_VICTIMS}_sum"] == 1, series
+
+
+@pytest.mark.parametrize("change", [{"value": -50}, {"preemptionPolicy": "PreemptLowerPriority"}])
+def test_the_class_cannot_be_changed_in_place(cluster, example_settings, change):
+    """Why the program replaces the class when its value or preemption policy changes
+    (test_urns.py): the API server refuses the update."""
+    with pytest.raises(ApiError) as refused:
+        cluster.admin.merge_patch("scheduling.k8s.io/v1", "PriorityClass",
+                                  example_settings.scheduler.preemptible_class.name, change)
+    assert refused.value.status == 422, refused.value.message
