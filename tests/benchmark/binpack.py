@@ -202,29 +202,39 @@ def play(label: str, trace: Trace, backend: Backend, total_gpus: int,
                    evictions=backend.evictions, lost_gpu_hours=backend.lost_gpu_hours)
 
 
+def needs(task: Task) -> tuple[int, int, int]:
+    """What a pod of `task` takes from a node: GPUs, CPU (milli) and memory (MiB)."""
+    return task.gpus, task.cpu_milli, task.memory_mib
+
+
 class Ledger:
-    """Which node holds which pod, and what is free where."""
+    """Which node holds which pod, what is free where, and what preemption could free there
+    (the requests of the pods in the preemptible class)."""
 
     def __init__(self, nodes: dict[str, NodeShape]):
         self.nodes = nodes
         self.free = {n: [s.gpus, s.cpu_milli, s.memory_mib] for n, s in nodes.items()}
+        self.preemptible = {n: [0, 0, 0] for n in nodes}
+
+    def _add(self, record: PodRecord, sign: int) -> None:
+        for i, amount in enumerate(needs(record.task)):
+            self.free[record.node][i] -= sign * amount
+            if record.preemptible:
+                self.preemptible[record.node][i] += sign * amount
 
     def place(self, record: PodRecord, node: str) -> None:
         record.node = node
-        free = self.free[node]
-        free[0] -= record.task.gpus
-        free[1] -= record.task.cpu_milli
-        free[2] -= record.task.memory_mib
+        self._add(record, 1)
 
     def release(self, record: PodRecord) -> None:
-        free = self.free[record.node]
-        free[0] += record.task.gpus
-        free[1] += record.task.cpu_milli
-        free[2] += record.task.memory_mib
+        self._add(record, -1)
 
-    def fits_somewhere(self, task: Task) -> bool:
-        return any(f[0] >= task.gpus and f[1] >= task.cpu_milli and f[2] >= task.memory_mib
-                   for f in self.free.values())
+    def fits_somewhere(self, task: Task, preempting: bool = False) -> bool:
+        """Whether a pod of `task` fits on some node now, or (`preempting`) once that node's
+        preemptible pods were gone."""
+        return any(all(free[i] + (self.preemptible[n][i] if preempting else 0) >= need
+                       for i, need in enumerate(needs(task)))
+                   for n, free in self.free.items())
 
     def sample(self, now: float, waiting: Iterable[PodRecord]) -> Sample:
         biggest = max(s.gpus for s in self.nodes.values())
@@ -691,18 +701,9 @@ class RealCluster(Backend):
     def _could_preempt(self) -> list[str]:
         """Waiting pods, not yet nominated, that would fit on a node once its preemptible pods
         were gone: kube-scheduler preempts for them when it next tries them."""
-        movable = {n: [0, 0, 0] for n in self.ledger.free}
-        for record in self.records:
-            if record.running and record.preemptible:
-                room = movable[record.node]
-                room[0] += record.task.gpus
-                room[1] += record.task.cpu_milli
-                room[2] += record.task.memory_mib
         return [r.name for r in self.waiting.values()
-                if not r.preemptible and not r.nominated and any(
-                    all(free[i] + movable[n][i] >= need for i, need in enumerate(
-                        (r.task.gpus, r.task.cpu_milli, r.task.memory_mib)))
-                    for n, free in self.ledger.free.items())]
+                if not r.preemptible and not r.nominated
+                and self.ledger.fits_somewhere(r.task, preempting=True)]
 
     def settle(self, now: float) -> list[PodRecord]:
         self.now = now

@@ -332,6 +332,14 @@ def patch_pod_status(kube: Kube, pod: dict, status: dict, *,
                  what=f"set pod {meta['namespace']}/{meta['name']} {status['phase']}")
 
 
+def running_pods(kube: Kube, namespace: str, app: Optional[str] = None) -> list[dict]:
+    """The namespace's pods (labelled app=`app`, if given) that run and are not being
+    deleted."""
+    params = {"labelSelector": f"app={app}"} if app else {}
+    return [p for p in kube.list("v1", "Pod", namespace, **params)
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+
+
 def cordon(kube: Kube, nodes: Iterable[str], unschedulable: bool) -> None:
     """Mark `nodes` unschedulable (or schedulable again), as `kubectl cordon` does."""
     for node in nodes:

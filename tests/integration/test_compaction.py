@@ -14,7 +14,7 @@ import time
 import pytest
 
 from cluster import (compaction_run, cordon, create_node, find, gpu_workloads, job,
-                     pod_template, succeed)
+                     pod_template, running_pods, succeed)
 from components import gpu_compaction
 from controlplane import wait_until
 
@@ -51,8 +51,7 @@ def deploy(kube, settings, name: str, replicas_by_node: dict[str, int], opt_in: 
 
 
 def running(kube, app: str) -> list[dict]:
-    return [p for p in kube.list("v1", "Pod", NAMESPACE, labelSelector=f"app={app}")
-            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+    return running_pods(kube, NAMESPACE, app)
 
 
 def gpus_by_node(kube) -> dict[str, int]:

@@ -9,7 +9,7 @@ import pytest
 import requests
 
 from cluster import (TEST_MANAGER, ApiError, cordon, ensure_namespace, gpu_workloads, job,
-                     pod_template)
+                     pod_template, running_pods)
 from components import dashboard
 from controlplane import wait_until
 
@@ -33,8 +33,7 @@ def template(settings, app: str, gpus: int, preemptible: bool) -> dict:
 
 
 def running(kube, app: str) -> list[dict]:
-    return [p for p in kube.list("v1", "Pod", NAMESPACE, labelSelector=f"app={app}")
-            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+    return running_pods(kube, NAMESPACE, app)
 
 
 def start_on(kube, node: str, app: str, obj: dict, pods: int) -> list[dict]:
@@ -51,9 +50,8 @@ def start_on(kube, node: str, app: str, obj: dict, pods: int) -> list[dict]:
 def layout(kube) -> dict[str, list[str]]:
     """The apps on each node, by running pod."""
     nodes = {n: [] for n in NODES}
-    for p in kube.list("v1", "Pod", NAMESPACE):
-        if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp"):
-            nodes[p["spec"]["nodeName"]].append(p["metadata"]["labels"]["app"])
+    for p in running_pods(kube, NAMESPACE):
+        nodes[p["spec"]["nodeName"]].append(p["metadata"]["labels"]["app"])
     return {n: sorted(apps) for n, apps in nodes.items()}
 
 
