@@ -34,23 +34,24 @@ def score_plugins(settings: StackSettings) -> dict:
     return plugins
 
 
+def scoring_strategy(settings: StackSettings) -> dict:
+    """NodeResourcesFit's scoring strategy: how full a node is, weighted by resource (compaction
+    predicts placements with it too)."""
+    return {
+        "type": "RequestedToCapacityRatio",
+        "resources": [{"name": r.name, "weight": r.weight} for r in settings.scored_resources],
+        "requestedToCapacityRatio": {
+            "shape": [{"utilization": p.utilization, "score": p.score}
+                      for p in settings.scheduler.scoring_strategy.requested_to_capacity_ratio
+                      .shape],
+        },
+    }
+
+
 def plugin_config(settings: StackSettings) -> list[dict]:
     sched = settings.scheduler
-    scoring = sched.scoring_strategy
-    config = [{
-        "name": "NodeResourcesFit",
-        "args": {
-            "scoringStrategy": {
-                "type": "RequestedToCapacityRatio",
-                "resources": [{"name": r.name, "weight": r.weight}
-                              for r in settings.scored_resources],
-                "requestedToCapacityRatio": {
-                    "shape": [{"utilization": p.utilization, "score": p.score}
-                              for p in scoring.requested_to_capacity_ratio.shape],
-                },
-            },
-        },
-    }]
+    config = [{"name": "NodeResourcesFit",
+               "args": {"scoringStrategy": scoring_strategy(settings)}}]
     if not sched.system_default_spread:
         # `List` with no constraints of its own: only what a pod declares is spread.
         config.append({"name": "PodTopologySpread", "args": {"defaultingType": "List"}})

@@ -9,14 +9,22 @@ that cannot place it again. Evictions go through the eviction API, so PodDisrupt
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pulumi
 
-from . import kube
+from . import compaction_plan, kube
+from .binpack_scheduler import scoring_strategy
 from .settings import GPU_RESOURCE, StackSettings
 
 COMPONENT = "compaction"
 POLICY_DIR = "/policy-dir"
-POLICY_FILE = "policy.yaml"
+# JSON, which the descheduler reads as it reads YAML, so that the plan needs no YAML parser.
+POLICY_FILE = "policy.json"
+SCORING_FILE = "scoring.json"
+PLAN_SCRIPT = Path(compaction_plan.__file__).name
+RUN_POLICY_DIR = "/run-policy"      # the policy of this run, written by the plan
 PROFILE = "gpu-compaction"
 # A run the binpack scheduler does not place within this time gives up (the Job fails, which
 # the GpuCompactionNotRunning alert reports); the next scheduled run tries again.
@@ -96,14 +104,44 @@ def rbac_objects(settings: StackSettings) -> list[dict]:
 
 
 def config_map(settings: StackSettings) -> dict:
+    """The policy; with planning, also the plan and the scheduler's scoring it predicts with."""
     compaction = settings.compaction
-    return kube.yaml_config_map(f"{compaction.name}-policy", compaction.namespace, COMPONENT,
-                                compaction.name, POLICY_FILE, descheduler_policy(settings))
+    files = {POLICY_FILE: json.dumps(descheduler_policy(settings), indent=1)}
+    if compaction.plan_threshold:
+        files |= {SCORING_FILE: json.dumps(scoring_strategy(settings), indent=1),
+                  PLAN_SCRIPT: Path(compaction_plan.__file__).read_text()}
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": f"{compaction.name}-policy", "namespace": compaction.namespace,
+                         "labels": kube.labels(compaction.name, COMPONENT)},
+            "data": files}
+
+
+def plan_container(settings: StackSettings, policy_mount: dict, run_mount: dict) -> dict:
+    """The init container that writes this run's policy: the threshold that frees the most
+    nodes now (see compaction_plan.py). It reads nodes and pods, which the ClusterRole allows."""
+    return {
+        "name": "plan",
+        "image": settings.image(settings.compaction.plan_image),
+        "command": ["python3", f"{POLICY_DIR}/{PLAN_SCRIPT}",
+                    f"--policy={POLICY_DIR}/{POLICY_FILE}",
+                    f"--scoring={POLICY_DIR}/{SCORING_FILE}",
+                    f"--out={RUN_POLICY_DIR}/{POLICY_FILE}"],
+        "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
+        "resources": kube.container_resources(settings.compaction.resources),
+        "securityContext": kube.RESTRICTED_CONTAINER_SECURITY,
+        "volumeMounts": [policy_mount, run_mount],
+    }
 
 
 def cron_job(settings: StackSettings) -> dict:
     compaction = settings.compaction
     mount, volume = kube.config_map_mount("policy", POLICY_DIR, f"{compaction.name}-policy")
+    run_mount = {"name": "run-policy", "mountPath": RUN_POLICY_DIR}
+    planned = compaction.plan_threshold
+    policy_file = f"{RUN_POLICY_DIR if planned else POLICY_DIR}/{POLICY_FILE}"
+    init = {"initContainers": [plan_container(settings, mount, run_mount)]} if planned else {}
+    volumes = [volume, {"name": "run-policy", "emptyDir": {"sizeLimit": "1Mi"}}] if planned \
+        else [volume]
     return {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
@@ -123,7 +161,7 @@ def cron_job(settings: StackSettings) -> dict:
                     "metadata": {
                         "labels": kube.labels(compaction.name, COMPONENT),
                         "annotations": {POLICY_HASH_ANNOTATION:
-                                        kube.content_hash(descheduler_policy(settings))},
+                                        kube.content_hash(config_map(settings)["data"])},
                     },
                     "spec": {
                         # The gate: the binpack scheduler places the run, so a run never starts
@@ -132,18 +170,19 @@ def cron_job(settings: StackSettings) -> dict:
                         "serviceAccountName": compaction.name,
                         "restartPolicy": "Never",
                         "securityContext": kube.RESTRICTED_POD_SECURITY,
+                        **init,
                         "containers": [{
                             "name": "descheduler",
                             "image": settings.image(compaction.image),
                             "command": ["/bin/descheduler"],
-                            "args": [f"--policy-config-file={POLICY_DIR}/{POLICY_FILE}",
+                            "args": [f"--policy-config-file={policy_file}",
                                      # One run per pod; nothing stays up to be scraped.
                                      "--disable-metrics", "--v=3"],
                             "resources": kube.container_resources(compaction.resources),
                             "securityContext": kube.RESTRICTED_CONTAINER_SECURITY,
-                            "volumeMounts": [mount],
+                            "volumeMounts": [mount, run_mount] if planned else [mount],
                         }],
-                        "volumes": [volume],
+                        "volumes": volumes,
                     },
                 },
             }},

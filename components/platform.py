@@ -130,9 +130,12 @@ class GpuPlatform(pulumi.ComponentResource):
 def required_images(settings: StackSettings) -> list[str]:
     """The images the program and the two charts run, as the nodes will pull them (from the
     mirror, when set)."""
-    compaction = [settings.image(settings.compaction.image)] if settings.compaction.enabled else []
+    compaction = settings.compaction
+    compaction_images = [settings.image(compaction.image)] if compaction.enabled else []
+    if compaction.enabled and compaction.plan_threshold:
+        compaction_images.append(settings.image(compaction.plan_image))
     return sorted({settings.scheduler_image, settings.image(settings.admission.opa),
-                   settings.image(settings.admission.kube_mgmt), *compaction,
+                   settings.image(settings.admission.kube_mgmt), *compaction_images,
                    *(image.ref(settings) for image in gpu_operator.chart_images(settings)),
                    *monitoring.chart_images(settings)})
 

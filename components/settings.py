@@ -661,7 +661,18 @@ class CompactionSettings(Model):
     underused_percent: int = Field(
         default=50, ge=1, le=99,
         description="A GPU node whose requested GPUs (and each MIG resource in use) are at or "
-                    "below this share of its capacity is emptied onto busier nodes, percent.")
+                    "below this share of its capacity is emptied onto busier nodes, percent. "
+                    "With `planThreshold`, the highest threshold a run may use.")
+    plan_threshold: bool = Field(
+        default=True,
+        description="Before each run, choose the threshold (at most `underusedPercent`) whose "
+                    "run leaves the most whole free GPU nodes, replaying the descheduler's rules "
+                    "and the binpack scheduler's placements; a run that would free no node "
+                    "evicts nothing. Off: every run uses `underusedPercent`.")
+    plan_image: ImageSettings = Field(
+        default_factory=lambda: ImageSettings(repository="docker.io/library/python",
+                                              tag="3.13.9-alpine3.22"),
+        description="Image that runs the threshold plan (pinned; standard library only).")
     min_pod_age: str = Field(
         default="2h",
         description="Pods younger than this are never moved (Go duration: 30m, 2h, 1h30m): a "

@@ -30,16 +30,15 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 import requests
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "integration")]
 
 import cluster  # noqa: E402
-from components import gpu_compaction  # noqa: E402
+from components import compaction_plan, gpu_compaction  # noqa: E402
 import workload  # noqa: E402
 from components.binpack_scheduler import (preemptible_priority_class,  # noqa: E402
-                                          scheduler_configuration)
+                                          scheduler_configuration, scoring_strategy)
 from components.settings import StackSettings  # noqa: E402
 from controlplane import ControlPlane, wait_until  # noqa: E402
 from workload import BatchJob, NodeShape, Scale, Task, Trace  # noqa: E402
@@ -599,6 +598,12 @@ class RealCluster(Backend):
                                       {"metadata": {"labels": self.settings.compaction.opt_in}},
                                       NAMESPACE, what=f"opt {record.name} in to compaction")
                 self.labelled.add(record.name)
+        policy = self.compaction.policy
+        if self.settings.compaction.plan_threshold:
+            policy, _ = compaction_plan.planned_policy(
+                policy, self.kube.list("v1", "Node"), self.kube.list("v1", "Pod"),
+                self.compaction.scoring)
+        self.compaction.policy_file.write_text(json.dumps(policy))
         run = subprocess.run(cluster.descheduler_command(
             [f"--policy-config-file={self.compaction.policy_file}", "--disable-metrics",
              "--v=1"], self.descheduler_kubeconfig), capture_output=True, text=True, timeout=120)
@@ -792,11 +797,14 @@ class Compaction:
     batch jobs in `jobs_opted_in` may move; those jobs checkpoint (see `replay`), and their
     Jobs replace an evicted pod (pod failure policy), which resumes from the last checkpoint.
     The policy's minPodAge is off, as the replay's pods have no wall-clock age that means
-    anything; the replay applies it in simulated time instead."""
+    anything; the replay applies it in simulated time instead. With threshold planning, each
+    run's threshold is planned as the CronJob's init container plans it."""
     interval: float
     opted_in: frozenset
     jobs_opted_in: frozenset
-    policy_file: Path
+    policy: dict
+    scoring: dict               # the binpack scheduler's, which the plan predicts with
+    policy_file: Path           # where each run's policy is written
 
     def moves(self, job: Optional[BatchJob] = None, service: Optional[int] = None) -> bool:
         return (job.id in self.jobs_opted_in) if job is not None else service in self.opted_in
@@ -812,9 +820,8 @@ def compaction_for(settings: StackSettings, trace: Trace, services_share: float,
     policy = gpu_compaction.descheduler_policy(settings.model_copy(update={
         "compaction": settings.compaction.model_copy(update={"min_pod_age": "0s"})}))
     work.mkdir(parents=True, exist_ok=True)
-    path = work / f"compaction-policy-{os.getpid()}.yaml"
-    path.write_text(yaml.safe_dump(policy))
-    return Compaction(interval, opted, jobs, path)
+    return Compaction(interval, opted, jobs, policy, scoring_strategy(settings),
+                      work / f"compaction-policy-{os.getpid()}.json")
 
 
 def opts_in(job: BatchJob, share: float) -> bool:

@@ -1,0 +1,127 @@
+"""The compaction plan (components/compaction_plan.py): which threshold a run gets, on cluster
+states worked out by hand. Each node is 8 GPUs, 64 cores, 512 GiB; pods are listed as the API
+server lists them. The script in its pod's place, and the real descheduler and scheduler acting
+on its plan, are in tests/integration/test_compaction.py."""
+
+import pytest
+
+import harness
+from components import compaction_plan, gpu_compaction
+from components.binpack_scheduler import scoring_strategy
+
+NOW = 1_800_000_000.0
+LONG_AGO = "2020-01-01T00:00:00Z"
+
+
+def node(name: str, unschedulable: bool = False) -> dict:
+    return {"metadata": {"name": name, "labels": {"nvidia.com/gpu.present": "true"}},
+            "spec": {"unschedulable": unschedulable},
+            "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "64", "memory": "512Gi",
+                                       "pods": "110"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def pod(name: str, on: str, gpus: int = 1, movable: bool = True, memory: str = "32Gi",
+        started: str = LONG_AGO, owner: str = "ReplicaSet") -> dict:
+    labels = {"gpu-platform.io/compaction": "allowed"} if movable else {}
+    return {"metadata": {"name": name, "namespace": "work", "labels": labels,
+                         "ownerReferences": [{"kind": owner, "name": "x"}] if owner else []},
+            "spec": {"nodeName": on, "containers": [{"resources": {"requests": {
+                "nvidia.com/gpu": str(gpus), "cpu": "2", "memory": memory}}}]},
+            "status": {"phase": "Running", "startTime": started}}
+
+
+def pods_on(node_name: str, count: int, **kwargs) -> list[dict]:
+    return [pod(f"{node_name}-{i}", node_name, **kwargs) for i in range(count)]
+
+
+@pytest.fixture
+def settings():
+    base = harness.example_settings()
+    return base.model_copy(update={"compaction": base.compaction.model_copy(update={
+        "underused_percent": 75, "max_evictions_per_node": 8, "max_evictions_per_run": 16})})
+
+
+def plan(settings, nodes, pods):
+    return compaction_plan.planned_policy(gpu_compaction.descheduler_policy(settings), nodes,
+                                          pods, scoring_strategy(settings), now=NOW)
+
+
+def thresholds(policy: dict) -> set:
+    return set(compaction_plan.plugin_args(policy, "HighNodeUtilization")["thresholds"].values())
+
+
+def test_a_node_above_the_default_threshold_is_emptied_when_the_others_can_take_its_pods(
+        settings):
+    # a: 5 movable pods (62.5%); b, c: 6 fixed (2 free each); d: 7 fixed (1 free). The static
+    # 50% never touches a; 62.5% puts a's five pods into the five free GPUs.
+    nodes = [node(n) for n in "abcd"]
+    pods = (pods_on("a", 5) + pods_on("b", 6, movable=False) + pods_on("c", 6, movable=False)
+            + pods_on("d", 7, movable=False))
+    policy, outcome = plan(settings, nodes, pods)
+    assert thresholds(policy) == {62.5}
+    assert outcome.emptied == ["a"] and outcome.gain == 1
+    assert sorted(outcome.evicted) == [f"work/a-{i}" for i in range(5)]
+
+
+def test_the_lowest_node_is_emptied_first_whatever_the_memory_order(settings):
+    # a: 2 pods with much memory (25%); b: 5 pods with little memory (62.5%); c, d: 7 fixed.
+    # At 75% the descheduler would visit b first (less memory requested), spend the two free
+    # GPUs of c and d on two of b's pods and empty nothing; the plan takes 25%, which empties a.
+    nodes = [node(n) for n in "abcd"]
+    pods = (pods_on("a", 2, memory="200Gi") + pods_on("b", 5, memory="8Gi")
+            + pods_on("c", 7, movable=False) + pods_on("d", 7, movable=False))
+    policy, outcome = plan(settings, nodes, pods)
+    assert thresholds(policy) == {25.0}
+    assert outcome.emptied == ["a"]
+    static = compaction_plan.replay_run(
+        compaction_plan.snapshot(nodes, pods, gpu_compaction.descheduler_policy(settings), NOW),
+        75.0, gpu_compaction.descheduler_policy(settings), scoring_strategy(settings))
+    assert static.gain == 0 and len(static.evicted) == 2
+
+
+@pytest.mark.parametrize("case, pods", [
+    ("a pod that did not opt in", pods_on("a", 1) + pods_on("a2", 1, movable=False)),
+    ("a pod younger than minPodAge", pods_on("a", 2, started="2027-01-15T07:59:00Z")),
+    ("a bare pod", pods_on("a", 2, owner="")),
+    ("a DaemonSet pod", pods_on("a", 1) + pods_on("a2", 1, owner="DaemonSet")),
+])
+def test_no_run_when_a_pod_that_may_not_move_keeps_the_node_busy(settings, case, pods):
+    nodes = [node("a"), node("b")]
+    pods = [{**p, "spec": {**p["spec"], "nodeName": "a"}} for p in pods] + \
+        pods_on("b", 4, movable=False)
+    policy, outcome = plan(settings, nodes, pods)
+    assert thresholds(policy) == {0.0}, case
+    assert outcome.evicted == [] and outcome.gain == 0
+
+
+def test_no_run_when_the_busier_nodes_have_no_room_for_a_whole_pod(settings):
+    # a: one 4-GPU pod; b and c: 5 used (3 free each): 6 GPUs free above a, but never 4 on one
+    # node, so the pod would come back on a or on an empty node.
+    nodes = [node(n) for n in "abcd"]
+    pods = (pods_on("a", 1, gpus=4) + pods_on("b", 5, movable=False)
+            + pods_on("c", 5, movable=False))
+    policy, outcome = plan(settings, nodes, pods)
+    assert thresholds(policy) == {0.0}
+    assert outcome.gain == 0
+
+
+def test_the_threshold_never_exceeds_underused_percent(settings):
+    # The same state as the first test with underusedPercent 50: a (62.5%) may not be emptied.
+    settings = settings.model_copy(update={"compaction": settings.compaction.model_copy(
+        update={"underused_percent": 50})})
+    nodes = [node(n) for n in "abcd"]
+    pods = (pods_on("a", 5) + pods_on("b", 6, movable=False) + pods_on("c", 6, movable=False)
+            + pods_on("d", 7, movable=False))
+    policy, _ = plan(settings, nodes, pods)
+    assert thresholds(policy) == {0.0}
+
+
+def test_a_node_needing_more_evictions_than_the_per_node_limit_is_not_emptied(settings):
+    settings = settings.model_copy(update={"compaction": settings.compaction.model_copy(
+        update={"max_evictions_per_node": 2})})
+    nodes = [node(n) for n in "abc"]
+    pods = pods_on("a", 3) + pods_on("b", 1) + pods_on("c", 5, movable=False)
+    policy, outcome = plan(settings, nodes, pods)
+    # b (one pod) can go; a's three pods cannot all go in one run.
+    assert thresholds(policy) == {12.5} and outcome.emptied == ["b"]
