@@ -601,7 +601,7 @@ class RealCluster(Backend):
         policy = self.compaction.policy
         if self.settings.compaction.plan_threshold:
             policy, _ = compaction_plan.planned_policy(
-                policy, self.kube.list("v1", "Node"), self.kube.list("v1", "Pod"),
+                policy, self.kube.list("v1", "Node"), self.kube.list("v1", "Pod", NAMESPACE),
                 self.compaction.scoring)
         self.compaction.policy_file.write_text(json.dumps(policy))
         run = subprocess.run(cluster.descheduler_command(

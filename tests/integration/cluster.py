@@ -8,9 +8,13 @@ from __future__ import annotations
 import base64
 import copy
 import datetime
+import json
+import subprocess
+import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Optional
 
 import requests
@@ -18,7 +22,7 @@ import yaml
 
 import harness
 import tools
-from components import binpack_scheduler, gpu_operator, opa_admission
+from components import binpack_scheduler, gpu_compaction, gpu_operator, opa_admission
 from components.kube import base64_text
 from components.settings import GPU_PRESENT_LABEL, StackSettings
 from controlplane import ApiError, CertificateAuthority, ControlPlane, Kube, free_port, wait_until
@@ -340,6 +344,42 @@ def running_pods(kube: Kube, namespace: str, app: Optional[str] = None) -> list[
             if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
 
 
+def deploy_on_nodes(kube: Kube, settings: StackSettings, namespace: str, nodes: Iterable[str],
+                    name: str, replicas_by_node: dict[str, int], opt_in: bool) -> None:
+    """A Deployment of 1-GPU replicas for the binpack scheduler, `replicas_by_node[n]` of them
+    on node n (opted in to compaction if `opt_in`): scaled up one node at a time with every
+    other of `nodes` cordoned, the way churn leaves replicas where the scheduler would not put
+    them now."""
+    nodes = list(nodes)
+    labels = {"app": name, **(settings.compaction.opt_in if opt_in else {})}
+    template = pod_template(labels, gpus=1, scheduler=settings.scheduler.name, settings=settings)
+    template["spec"]["terminationGracePeriodSeconds"] = 0
+    kube.create({"apiVersion": "apps/v1", "kind": "Deployment",
+                 "metadata": {"name": name, "namespace": namespace},
+                 "spec": {"replicas": 0, "selector": {"matchLabels": {"app": name}},
+                          "template": template}})
+    total = 0
+    for node, count in replicas_by_node.items():
+        cordon(kube, [n for n in nodes if n != node], True)
+        total += count
+        kube.merge_patch("apps/v1", "Deployment", name, {"spec": {"replicas": total}},
+                         namespace, "scale", what=f"scale {name}")
+        wait_until(lambda: len(running_pods(kube, namespace, name)) == total,
+                   f"{total} running replicas of {name}", timeout=60)
+        cordon(kube, nodes, False)
+
+
+def gpus_used(kube: Kube, namespace: str, nodes: Iterable[str]) -> dict[str, int]:
+    """GPUs requested on each of `nodes` by the namespace's pods that have not ended."""
+    used = dict.fromkeys(nodes, 0)
+    for pod in kube.list("v1", "Pod", namespace):
+        node = pod["spec"].get("nodeName")
+        if node in used and pod["status"].get("phase") in ("Pending", "Running"):
+            used[node] += int(pod["spec"]["containers"][0]["resources"]["requests"]
+                              ["nvidia.com/gpu"])
+    return used
+
+
 def cordon(kube: Kube, nodes: Iterable[str], unschedulable: bool) -> None:
     """Mark `nodes` unschedulable (or schedulable again), as `kubectl cordon` does."""
     for node in nodes:
@@ -500,26 +540,37 @@ def descheduler_command(args: list[str], kubeconfig) -> list[str]:
 
 def compaction_run(cp: ControlPlane, settings: StackSettings, objects: list[dict],
                    policy: Optional[dict] = None) -> str:
-    """One run of the declared compaction CronJob's container, as its pod would run it: the
-    declared policy file (or `policy`), its flags, and its ServiceAccount's credentials. Waits
-    until the run ends; returns its log."""
+    """One run of the declared compaction CronJob's pod, as the kubelet would run it: the plan
+    init container (when declared) with Python, then the descheduler container, each with its
+    flags, the declared ConfigMap's files (its policy replaced by `policy` if given) and the
+    ServiceAccount's credentials. Waits until the run ends; returns the plan's and the
+    descheduler's logs."""
     compaction = settings.compaction
     cron_job = find(objects, "CronJob", compaction.name)
     job = {"metadata": cron_job["metadata"], "spec": cron_job["spec"]["jobTemplate"]["spec"]}
-    container = LocalContainer(cp, objects, job, "descheduler", ports={})
-    args = container.args()
-    if policy is not None:
-        policy_file = cp.write("volumes/descheduler/override/policy.yaml", yaml.safe_dump(policy))
-        args = [f"--policy-config-file={policy_file}" if a.startswith("--policy-config-file=")
-                else a for a in args]
     token = cp.service_account_token(compaction.namespace, compaction.name)
+    containers = [LocalContainer(cp, objects, job, c["name"], ports={})
+                  for c in job["spec"]["template"]["spec"].get("initContainers", [])]
+    descheduler = LocalContainer(cp, objects, job, "descheduler", ports={})
+    if policy is not None:
+        for container in (*containers, descheduler):
+            policy_dir = container.mounts.get(gpu_compaction.POLICY_DIR)
+            if policy_dir:
+                Path(policy_dir, gpu_compaction.POLICY_FILE).write_text(json.dumps(policy))
+    log = ""
+    for plan in containers:
+        token_file = cp.write(f"volumes/{compaction.name}/token", token)
+        run = subprocess.run([sys.executable, *plan.args()[1:], f"--server={cp.server}",
+                              f"--token-file={token_file}", f"--ca-file={cp.ca_file}"],
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, f"the compaction plan failed\n{run.stderr}"
+        log += run.stdout
     process = cp.start_process(f"descheduler-{len(cp.processes)}", descheduler_command(
-        args[1:], cp.kubeconfig(compaction.name, token=token)))
+        descheduler.args()[1:], cp.kubeconfig(compaction.name, token=token)))
     wait_until(lambda: not process.running(), "the compaction run to end", timeout=120,
                explain=process.tail)
-    log = process.log.read_text(errors="replace")
     assert process.exit_code == 0, f"the compaction run failed\n{process.tail(60)}"
-    return log
+    return log + process.log.read_text(errors="replace")
 
 
 # --- running a declared container on this machine -------------------------------------------
@@ -532,14 +583,20 @@ class LocalContainer:
     def __init__(self, cp: ControlPlane, objects: list[dict], deployment: dict, container: str,
                  ports: dict[int, int]):
         pod_spec = deployment["spec"]["template"]["spec"]
-        self.spec = next(c for c in pod_spec["containers"] if c["name"] == container)
+        self.spec = next(c for c in pod_spec.get("initContainers", []) + pod_spec["containers"]
+                         if c["name"] == container)
         volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
         namespace = deployment["metadata"]["namespace"]
         self.mounts: dict[str, str] = {}
         for mount in self.spec.get("volumeMounts", []):
-            local = cp.dir / "volumes" / container / mount["name"]
-            for key, text in _volume_files(objects, volumes[mount["name"]], namespace).items():
-                cp.write(str((local / key).relative_to(cp.dir)), text)
+            volume = volumes[mount["name"]]
+            if "emptyDir" in volume:    # shared by the pod's containers, as in a pod
+                local = cp.dir / "volumes" / deployment["metadata"]["name"] / mount["name"]
+                local.mkdir(parents=True, exist_ok=True)
+            else:
+                local = cp.dir / "volumes" / container / mount["name"]
+                for key, text in _volume_files(objects, volume, namespace).items():
+                    cp.write(str((local / key).relative_to(cp.dir)), text)
             self.mounts[mount["mountPath"]] = str(local)
         self.ports = ports
 

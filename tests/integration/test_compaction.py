@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from cluster import (compaction_run, cordon, create_node, find, gpu_workloads, job,
-                     pod_template, running_pods, succeed)
+from cluster import (compaction_run, cordon, create_node, deploy_on_nodes, find,
+                     gpu_workloads, gpus_used, job, pod_template, running_pods, succeed)
 from components import gpu_compaction
 from controlplane import wait_until
 
@@ -30,24 +30,7 @@ def cluster(control_plane_with_schedulers, example_settings):
 
 
 def deploy(kube, settings, name: str, replicas_by_node: dict[str, int], opt_in: bool) -> None:
-    """A Deployment of 1-GPU replicas for the binpack scheduler, `replicas_by_node[n]` of them
-    on node n: scaled up one node at a time with every other node cordoned."""
-    labels = {"app": name, **(settings.compaction.opt_in if opt_in else {})}
-    template = pod_template(labels, gpus=1, scheduler=settings.scheduler.name, settings=settings)
-    template["spec"]["terminationGracePeriodSeconds"] = 0
-    kube.create({"apiVersion": "apps/v1", "kind": "Deployment",
-                 "metadata": {"name": name, "namespace": NAMESPACE},
-                 "spec": {"replicas": 0, "selector": {"matchLabels": {"app": name}},
-                          "template": template}})
-    total = 0
-    for node, count in replicas_by_node.items():
-        cordon(kube, [n for n in NODES if n != node], True)
-        total += count
-        kube.merge_patch("apps/v1", "Deployment", name, {"spec": {"replicas": total}},
-                         NAMESPACE, "scale", what=f"scale {name}")
-        wait_until(lambda: len(running(kube, name)) == total,
-                   f"{total} running replicas of {name}", timeout=60)
-        cordon(kube, NODES, False)
+    deploy_on_nodes(kube, settings, NAMESPACE, NODES, name, replicas_by_node, opt_in)
 
 
 def running(kube, app: str) -> list[dict]:
@@ -55,13 +38,7 @@ def running(kube, app: str) -> list[dict]:
 
 
 def gpus_by_node(kube) -> dict[str, int]:
-    used = dict.fromkeys(NODES, 0)
-    for pod in kube.list("v1", "Pod", NAMESPACE):
-        node = pod["spec"].get("nodeName")
-        if node in used and pod["status"].get("phase") in ("Pending", "Running"):
-            used[node] += int(pod["spec"]["containers"][0]["resources"]["requests"]
-                              ["nvidia.com/gpu"])
-    return used
+    return gpus_used(kube, NAMESPACE, NODES)
 
 
 def whole_free_nodes(kube) -> list[str]:

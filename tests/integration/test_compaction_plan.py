@@ -1,0 +1,81 @@
+"""The planned threshold against a static one, on the same fragmented cluster: the declared
+CronJob's pod run as the kubelet would run it (the plan init container with Python and the
+ServiceAccount's token against the real API server, then the real descheduler reading the
+policy the plan wrote), the binpack scheduler as deployed, real controllers and a fake kubelet.
+
+Five 8-GPU nodes: p-a holds five opted-in serving replicas; p-b and p-c six GPUs of pods that
+did not opt in, p-d seven, p-e none. underusedPercent 75 (the ceiling), minPodAge 1s, limits
+that do not bind.
+"""
+
+import re
+import time
+
+import pytest
+
+from cluster import compaction_run, deploy_on_nodes, gpu_workloads, gpus_used, running_pods
+from components import gpu_compaction
+from controlplane import wait_until
+
+NAMESPACE = "planned"
+NODES = ("p-a", "p-b", "p-c", "p-d", "p-e")
+
+
+@pytest.fixture(scope="module")
+def cluster(control_plane_with_schedulers, example_settings):
+    with gpu_workloads(control_plane_with_schedulers, example_settings, NAMESPACE, NODES):
+        yield control_plane_with_schedulers
+
+
+def policy(settings, planned: bool) -> dict:
+    return gpu_compaction.descheduler_policy(settings.model_copy(update={
+        "compaction": settings.compaction.model_copy(update={
+            "underused_percent": 75, "min_pod_age": "1s", "max_evictions_per_run": 16,
+            "max_evictions_per_node": 8, "plan_threshold": planned})}))
+
+
+def whole_free(kube) -> list[str]:
+    return sorted(n for n, used in gpus_used(kube, NAMESPACE, NODES).items() if used == 0)
+
+
+def test_the_planned_threshold_frees_a_node_where_the_static_one_only_churns(
+        cluster, example_settings, declared):
+    kube, settings = cluster.admin, example_settings
+    for name, node, count, opt_in in (("infer", "p-a", 5, True), ("fixed-b", "p-b", 6, False),
+                                      ("fixed-c", "p-c", 6, False),
+                                      ("fixed-d", "p-d", 7, False)):
+        deploy_on_nodes(kube, settings, NAMESPACE, NODES, name, {node: count}, opt_in)
+    assert gpus_used(kube, NAMESPACE, NODES) == {"p-a": 5, "p-b": 6, "p-c": 6, "p-d": 7,
+                                                 "p-e": 0}
+    fixed = {p["metadata"]["uid"] for p in kube.list("v1", "Pod", NAMESPACE)
+             if not p["metadata"]["labels"]["app"].startswith("infer")}
+    time.sleep(1.5)
+
+    # Static 75%: p-a, p-b and p-c are all "underused", so the only room the descheduler
+    # counts is p-d's one free GPU. It moves one replica there and frees nothing.
+    static = settings.model_copy(update={"compaction": settings.compaction.model_copy(
+        update={"plan_threshold": False})})
+    static_objects = [o for o in declared.objects if o["kind"] != "CronJob"] + [
+        gpu_compaction.cron_job(static)]
+    log = compaction_run(cluster, settings, static_objects, policy=policy(settings, False))
+    assert "totalEvicted=1" in log, log
+    wait_until(lambda: len(running_pods(kube, NAMESPACE, "infer")) == 5, "infer back at 5")
+    assert gpus_used(kube, NAMESPACE, NODES) == {"p-a": 4, "p-b": 6, "p-c": 6, "p-d": 8,
+                                                 "p-e": 0}
+    assert whole_free(kube) == ["p-e"]
+
+    # Planned, as declared: 50% takes p-a alone, and p-b and p-c have room for its four.
+    log = compaction_run(cluster, settings, declared.objects, policy=policy(settings, True))
+    assert re.search(r"threshold 50%: 4 pods to move, expected to empty p-a \(\+1", log), log
+    assert "totalEvicted=4" in log, log
+    wait_until(lambda: len(running_pods(kube, NAMESPACE, "infer")) == 5, "infer back at 5")
+    assert whole_free(kube) == ["p-a", "p-e"]
+    assert gpus_used(kube, NAMESPACE, NODES) == {"p-a": 0, "p-b": 8, "p-c": 8, "p-d": 8,
+                                                 "p-e": 0}
+    # Only opted-in pods moved.
+    assert fixed <= {p["metadata"]["uid"] for p in kube.list("v1", "Pod", NAMESPACE)}
+
+    # Nothing left to free: the next planned run evicts nothing.
+    log = compaction_run(cluster, settings, declared.objects, policy=policy(settings, True))
+    assert "no run would leave more whole free GPU nodes" in log, log
+    assert "totalEvicted=0" in log, log
