@@ -5,7 +5,8 @@ import json
 import pytest
 import yaml
 
-from components import binpack_scheduler, gpu_nodes, gpu_operator, monitoring, opa_admission
+from components import (binpack_scheduler, gpu_compaction, gpu_nodes, gpu_operator, monitoring,
+                        opa_admission)
 from components.settings import SettingsError, load_settings
 from test_settings import raw, with_changes
 
@@ -187,6 +188,25 @@ def test_scheduler_runs_with_its_service_account_and_restricted_privileges():
     for probe in (scheduler["livenessProbe"], scheduler["readinessProbe"]):
         assert probe["httpGet"]["port"] == 10259 and probe["httpGet"]["scheme"] == "HTTPS"
     assert_restricted(pod, scheduler)
+
+
+def test_compaction_run_plans_then_deschedules_from_the_plans_policy_both_restricted():
+    planned = gpu_compaction.cron_job(DEFAULT)["spec"]["jobTemplate"]["spec"]["template"]
+    pod = planned["spec"]
+    (plan,), (descheduler,) = pod["initContainers"], pod["containers"]
+    out = next(a for a in plan["command"] if a.startswith("--out=")).removeprefix("--out=")
+    assert f"--policy-config-file={out}" in descheduler["args"]
+    shared = {m["name"] for m in plan["volumeMounts"]} & \
+        {m["name"] for m in descheduler["volumeMounts"]}
+    assert any(v["name"] in shared and "emptyDir" in v for v in pod["volumes"])
+    for container in (plan, descheduler):
+        assert_restricted(pod, container)
+    # Without planning the descheduler reads the ConfigMap's policy, and nothing else runs.
+    static = gpu_compaction.cron_job(settings_of(compaction={"planThreshold": False}))
+    pod = static["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert "initContainers" not in pod
+    assert f"--policy-config-file={gpu_compaction.POLICY_DIR}/{gpu_compaction.POLICY_FILE}" in \
+        pod["containers"][0]["args"]
 
 
 def assert_restricted(pod: dict, container: dict):

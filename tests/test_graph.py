@@ -321,10 +321,15 @@ def test_node_pool_taint_mode_patches_no_node_and_still_guards_the_taint():
 def test_a_registry_mirror_is_followed_by_every_image_the_program_and_the_charts_run():
     mirror = "registry.example.com:5000/mirror"
     recording = harness.run_program(harness.stack_file_config(with_changes(
-        imageRegistryMirror=mirror)))
-    images = [c["image"] for r in recording.of_type(f"{K8S}apps/v1:Deployment")
-              for c in r.inputs["spec"]["template"]["spec"]["containers"]]
+        imageRegistryMirror=mirror, compaction={"enabled": True})))
+    pods = [r.inputs["spec"]["template"]["spec"]
+            for r in recording.of_type(f"{K8S}apps/v1:Deployment")]
+    pods += [r.inputs["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+             for r in recording.of_type(f"{K8S}batch/v1:CronJob")]
+    images = [c["image"] for pod in pods
+              for c in pod.get("initContainers", []) + pod["containers"]]
     assert images and all(i.startswith(mirror + "/") for i in images), images
+    assert f"{mirror}/library/python:3.13.9-alpine3.22" in images     # compaction's plan
     # Docker Hub's and registry.k8s.io's paths are kept under the mirror.
     assert f"{mirror}/openpolicyagent/opa:1.22.2-static" in images
     assert f"{mirror}/kube-scheduler:v1.35.10" in images
