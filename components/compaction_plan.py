@@ -8,10 +8,14 @@ too little room above it and drains nodes only partly. It also visits the nodes 
 threshold in the order of the sum of their requests, memory counted in bytes: the order of
 memory, not of GPUs, so a per-run eviction limit can be spent on the wrong node.
 
-So before each run this tries every threshold up to the configured one (`underusedPercent`):
-it replays what the descheduler would evict under its own rules and limits, and where the
-binpack scheduler would then put each evicted pod, and keeps the lowest threshold that leaves
-the most whole free nodes. When none would leave more than there are now, the run evicts
+So before each run this chooses the nodes to empty: the least used first, each node whose pods
+may all move and within the per-node limit, kept if the run would then leave more whole free
+nodes. For each choice it replays what the descheduler would evict under its own rules and
+limits, and where the binpack scheduler would then put each evicted pod. The run's threshold is
+the usage of the busiest chosen node (never above `underusedPercent`), and the other nodes at or
+below it that hold a pod that may move are left out of the run's node selector (by
+`kubernetes.io/hostname`), so that they neither lose pods nor take the room the chosen nodes
+need. When no choice would leave more whole free nodes than there are now, the run evicts
 nothing. What it cannot foresee (a PodDisruptionBudget, node affinity, pods that arrive
 meanwhile) the descheduler and the scheduler still decide: a pod that cannot move stays, and
 its node is not emptied.
@@ -32,11 +36,12 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Optional
 
 BASE_RESOURCES = ("cpu", "memory", "pods")
+HOSTNAME = "kubernetes.io/hostname"
 CRITICAL_PRIORITY = 2_000_000_000        # system-cluster-critical and above are never evicted
 IN_CLUSTER = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -181,6 +186,7 @@ class Outcome:
     emptied: list[str]          # nodes with pods now that the run leaves without any
     filled: list[str]           # empty nodes an evicted pod would land on
     gain: int                   # whole free nodes after the run minus before
+    hidden: list[str] = field(default_factory=list)     # left out of the run's node selector
 
 
 def level(node: Node, gpu_resources) -> float:
@@ -214,19 +220,22 @@ def scheduler_score(node: Node, pod: Pod, scoring: dict) -> float:
     return total / weights if weights else 0.0
 
 
-def replay_run(nodes: list[Node], threshold: float, policy: dict, scoring: dict) -> Outcome:
-    """What one descheduler run with `threshold` evicts (HighNodeUtilization's order, room and
-    limits; the evictor's node fit), and what the cluster looks like once the binpack scheduler
-    has placed the evicted pods again."""
+def replay_run(nodes: list[Node], threshold: float, policy: dict, scoring: dict,
+               hidden: frozenset = frozenset()) -> Outcome:
+    """What one descheduler run with `threshold`, not seeing the nodes named in `hidden`,
+    evicts (HighNodeUtilization's order, room and limits; the evictor's node fit, over every
+    node), and what the cluster looks like once the binpack scheduler has placed the evicted
+    pods again."""
     args = plugin_args(policy, "HighNodeUtilization")
     gpu_resources = list(args["thresholds"])
     names = [*gpu_resources, *BASE_RESOURCES]
-    nodes = copy.deepcopy(nodes)
-    low = [n for n in nodes if level(n, gpu_resources) <= threshold]
-    room = [n for n in nodes if n not in low and n.schedulable]
+    nodes = [replace(n, pods=list(n.pods)) for n in nodes]
+    seen = [n for n in nodes if n.name not in hidden]
+    low = [n for n in seen if level(n, gpu_resources) <= threshold]
+    room = [n for n in seen if n not in low and n.schedulable]
     free_before = {n.name for n in nodes if not any(n.used(r) for r in gpu_resources)}
     evicted: list[tuple[Pod, Node]] = []
-    if low and room and len(low) < len(nodes) and len(low) > args.get("numberOfNodes", 0):
+    if low and room and len(low) < len(seen) and len(low) > args.get("numberOfNodes", 0):
         available = {name: sum(n.free(name) for n in room) for name in names}
         per_node = policy.get("maxNoOfPodsToEvictPerNode")
         per_run = policy.get("maxNoOfPodsToEvictTotal")
@@ -259,20 +268,36 @@ def replay_run(nodes: list[Node], threshold: float, policy: dict, scoring: dict)
             max(fitting, key=lambda n: (scheduler_score(n, pod, scoring), n.name)).pods.append(pod)
     free_after = {n.name for n in nodes if not any(n.used(r) for r in gpu_resources)}
     return Outcome(threshold, [p.name for p, _ in evicted], sorted(free_after - free_before),
-                   sorted(free_before - free_after), len(free_after) - len(free_before))
+                   sorted(free_before - free_after), len(free_after) - len(free_before),
+                   sorted(hidden))
 
 
 def best_run(nodes: list[Node], policy: dict, scoring: dict) -> Outcome:
-    """Of the thresholds from 0 up to the policy's, the lowest whose run leaves the most whole
-    free nodes; threshold 0 (nothing evicted) when no run leaves more than there are now."""
+    """The nodes to empty, chosen least used first: a node is added when the run with it leaves
+    more whole free nodes than without. Threshold 0 (nothing evicted) when none is."""
     thresholds = plugin_args(policy, "HighNodeUtilization")["thresholds"]
     ceiling = min(thresholds.values())
-    levels = sorted({level(n, thresholds) for n in nodes} - {0.0})
-    best = Outcome(0.0, [], [], [], 0)
-    for threshold in (lv for lv in levels if lv <= ceiling):
-        outcome = replay_run(nodes, threshold, policy, scoring)
+    per_node = policy.get("maxNoOfPodsToEvictPerNode")
+    per_run = policy.get("maxNoOfPodsToEvictTotal")
+
+    def may_empty(node: Node) -> bool:
+        return (0 < level(node, thresholds) <= ceiling and all(p.movable for p in node.pods)
+                and (per_node is None or len(node.pods) <= per_node))
+    best, chosen = Outcome(0.0, [], [], [], 0), []
+    for node in sorted(filter(may_empty, nodes),
+                       key=lambda n: (sum(n.used(r) for r in thresholds), n.name)):
+        if per_run is not None and len(best.evicted) + len(node.pods) > per_run:
+            continue
+        threshold = max(level(n, thresholds) for n in (*chosen, node))
+        # Nodes below the threshold that would lose pods but cannot be emptied: left out.
+        hidden = frozenset(n.name for n in nodes
+                           if n not in chosen and n is not node and any(p.movable for p in n.pods)
+                           and level(n, thresholds) <= threshold)
+        if any(HOSTNAME not in n.labels for n in nodes if n.name in hidden):
+            continue
+        outcome = replay_run(nodes, threshold, policy, scoring, hidden)
         if outcome.gain > best.gain:
-            best = outcome
+            best, chosen = outcome, [*chosen, node]
     return best
 
 
@@ -288,6 +313,12 @@ def planned_policy(policy: dict, nodes: list[dict], pods: list[dict], scoring: d
     planned = copy.deepcopy(policy)
     args = plugin_args(planned, "HighNodeUtilization")
     args["thresholds"] = {name: outcome.threshold for name in args["thresholds"]}
+    if outcome.hidden:
+        hostnames = {n["metadata"]["name"]: n["metadata"].get("labels", {}).get(HOSTNAME)
+                     for n in nodes}
+        planned["nodeSelector"] = ",".join(filter(None, (
+            policy.get("nodeSelector"),
+            f"{HOSTNAME} notin ({','.join(sorted(hostnames[n] for n in outcome.hidden))})")))
     return planned, outcome
 
 
@@ -297,7 +328,8 @@ def describe(outcome: Outcome) -> str:
     return (f"threshold {outcome.threshold:g}%: {len(outcome.evicted)} pods to move, "
             f"expected to empty {', '.join(outcome.emptied)}"
             + (f" and to fill {', '.join(outcome.filled)}" if outcome.filled else "")
-            + f" ({outcome.gain:+d} whole free nodes)")
+            + f" ({outcome.gain:+d} whole free nodes)"
+            + (f", leaving out {', '.join(outcome.hidden)}" if outcome.hidden else ""))
 
 
 # --- in the CronJob's pod ----------------------------------------------------------------------

@@ -665,10 +665,11 @@ class CompactionSettings(Model):
                     "With `planThreshold`, the highest threshold a run may use.")
     plan_threshold: bool = Field(
         default=True,
-        description="Before each run, choose the threshold (at most `underusedPercent`) whose "
-                    "run leaves the most whole free GPU nodes, replaying the descheduler's rules "
-                    "and the binpack scheduler's placements; a run that would free no node "
-                    "evicts nothing. Off: every run uses `underusedPercent`.")
+        description="Before each run, choose the nodes to empty, least used first, replaying "
+                    "the descheduler's rules and the binpack scheduler's placements; the run's "
+                    "threshold (at most `underusedPercent`) and node selector then take just "
+                    "those, and a run that would free no node evicts nothing. Off: every run "
+                    "uses `underusedPercent`.")
     plan_image: ImageSettings = Field(
         default_factory=lambda: ImageSettings(repository="docker.io/library/python",
                                               tag="3.13.9-alpine3.22"),

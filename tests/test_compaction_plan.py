@@ -14,7 +14,8 @@ LONG_AGO = "2020-01-01T00:00:00Z"
 
 
 def node(name: str, unschedulable: bool = False) -> dict:
-    return {"metadata": {"name": name, "labels": {"nvidia.com/gpu.present": "true"}},
+    return {"metadata": {"name": name, "labels": {"nvidia.com/gpu.present": "true",
+                                                  "kubernetes.io/hostname": name}},
             "spec": {"unschedulable": unschedulable},
             "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "64", "memory": "512Gi",
                                        "pods": "110"},
@@ -125,3 +126,24 @@ def test_a_node_needing_more_evictions_than_the_per_node_limit_is_not_emptied(se
     policy, outcome = plan(settings, nodes, pods)
     # b (one pod) can go; a's three pods cannot all go in one run.
     assert thresholds(policy) == {12.5} and outcome.emptied == ["b"]
+
+
+def test_a_node_that_would_lose_pods_but_cannot_be_emptied_is_left_out_of_the_run(settings):
+    # a: two movable pods and one fixed (37.5%), little memory, so the descheduler visits it
+    # first; b: four movable pods (50%); c, d: 6 fixed (4 GPUs free in all). At 50% a's two
+    # would take half the room and neither node would come free; left out, a keeps its pods and
+    # b is emptied.
+    nodes = [node(n) for n in "abcd"]
+    pods = (pods_on("a", 2, memory="1Gi") + pods_on("a-fixed", 1, movable=False, memory="1Gi")
+            + pods_on("b", 4) + pods_on("c", 6, movable=False) + pods_on("d", 6, movable=False))
+    pods = [{**p, "spec": {**p["spec"], "nodeName": p["spec"]["nodeName"].removesuffix("-fixed")}}
+            for p in pods]
+    policy, outcome = plan(settings, nodes, pods)
+    assert thresholds(policy) == {50.0}
+    assert policy["nodeSelector"] == "nvidia.com/gpu.present=true,kubernetes.io/hostname notin (a)"
+    assert outcome.emptied == ["b"] and sorted(outcome.evicted) == [f"work/b-{i}" for i in range(4)]
+    declared = gpu_compaction.descheduler_policy(settings)
+    unhidden = compaction_plan.replay_run(
+        compaction_plan.snapshot(nodes, pods, declared, NOW), 50.0, declared,
+        scoring_strategy(settings))
+    assert unhidden.gain == 0 and len(unhidden.evicted) == 4

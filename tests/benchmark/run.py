@@ -128,7 +128,7 @@ def moving_label(args, settings, whole_node_gpus: int) -> str:
         changed = "".join(f", {key}={value}" for key, value in args.compaction_set
                           if key != "planThreshold")
         if settings.compaction.plan_threshold:
-            changed += ", threshold planned per run"
+            changed += ", nodes to empty planned per run"
         if args.compaction_interval != DEFAULT_COMPACTION_INTERVAL:
             changed += f", a run every {args.compaction_interval * 60:.0f} min"
         label += f" + compaction ({args.compaction:.0%} of services{jobs} opted in{changed})"

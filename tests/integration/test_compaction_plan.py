@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from cluster import compaction_run, deploy_on_nodes, gpu_workloads, gpus_used, running_pods
+from cluster import (compaction_run, create_gpu_node, deploy_on_nodes, gpu_workloads, gpus_used,
+                     running_pods)
 from components import gpu_compaction
 from controlplane import wait_until
 
@@ -79,3 +80,33 @@ def test_the_planned_threshold_frees_a_node_where_the_static_one_only_churns(
     log = compaction_run(cluster, settings, declared.objects, policy=policy(settings, True))
     assert "no run would leave more whole free GPU nodes" in log, log
     assert "totalEvicted=0" in log, log
+
+
+def test_a_node_that_cannot_be_emptied_is_left_out_so_another_can_be(cluster, example_settings,
+                                                                     declared):
+    """Four more nodes: q-a holds two opted-in replicas and one that did not opt in (37.5%),
+    q-b four opted-in replicas (50%), q-c and q-d six GPUs each that did not opt in. A run at
+    50% that saw q-a would spend q-c's and q-d's four free GPUs on q-a's two and two of q-b's
+    and free nothing; the plan leaves q-a out of the run's node selector, and q-b comes free."""
+    kube, settings = cluster.admin, example_settings
+    more = ("q-a", "q-b", "q-c", "q-d")
+    for name in more:
+        create_gpu_node(kube, settings, name, 8)
+    everywhere = (*NODES, *more)
+    for name, node, count, opt_in in (("mixed", "q-a", 2, True), ("pinned", "q-a", 1, False),
+                                      ("drain", "q-b", 4, True), ("fill-c", "q-c", 6, False),
+                                      ("fill-d", "q-d", 6, False)):
+        deploy_on_nodes(kube, settings, NAMESPACE, everywhere, name, {node: count}, opt_in)
+    assert gpus_used(kube, NAMESPACE, more) == {"q-a": 3, "q-b": 4, "q-c": 6, "q-d": 6}
+    kept = {p["metadata"]["uid"] for p in kube.list("v1", "Pod", NAMESPACE)
+            if p["metadata"]["labels"]["app"] != "drain"}
+    time.sleep(1.5)
+
+    log = compaction_run(cluster, settings, declared.objects, policy=policy(settings, True))
+    assert re.search(r"threshold 50%: 4 pods to move, expected to empty q-b .*leaving out q-a",
+                     log), log
+    assert "totalEvicted=4" in log, log
+    wait_until(lambda: len(running_pods(kube, NAMESPACE, "drain")) == 4, "drain back at 4")
+    assert gpus_used(kube, NAMESPACE, more) == {"q-a": 3, "q-b": 0, "q-c": 8, "q-d": 8}
+    # q-a's opted-in replicas, and every pod that did not opt in, kept their uids.
+    assert kept <= {p["metadata"]["uid"] for p in kube.list("v1", "Pod", NAMESPACE)}
