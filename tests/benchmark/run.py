@@ -222,13 +222,20 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     groups = list(dict.fromkeys((r["mix"], r["nodes"]) for r in rows))
-    fig, axes = plt.subplots(2, len(groups), figsize=(5 * len(groups), 6.5), squeeze=False)
+    labels = list(dict.fromkeys(r["scheduler"] for r in rows))
+    # The legend goes below the plots, a line per scheduler, so it hides none of them.
+    legend_inches = 0.2 * len(labels) + 0.3
+    fig, axes = plt.subplots(2, len(groups), figsize=(5 * len(groups), 6.5 + legend_inches),
+                             squeeze=False)
     for col, (mix, size) in enumerate(groups):
         mine = [r for r in rows if (r["mix"], r["nodes"]) == (mix, size)]
         first = min(r["seed"] for r in mine)
         for row in (r for r in mine if r["seed"] == first):
+            # One colour and line style per scheduler in every panel (ten colours, then dotted).
+            index = labels.index(row["scheduler"])
             style = {"linestyle": "--", "color": "black"} \
-                if row["scheduler"].startswith("reference") else {}
+                if row["scheduler"].startswith("reference") else \
+                {"color": f"C{index % 10}", "linestyle": ("-", ":", "-.")[index // 10 % 3]}
             t = [s[0] for s in row["samples"]]
             axes[0][col].plot(t, [s[1] for s in row["samples"]], label=row["scheduler"], **style)
             axes[1][col].plot(t, [s[3] for s in row["samples"]], label=row["scheduler"], **style)
@@ -236,8 +243,14 @@ def plot(rows: list[dict], path: Path) -> None:
         axes[0][col].set_ylabel("whole free 8-GPU nodes")
         axes[1][col].set_ylabel("GPUs asked for by waiting pods")
         axes[1][col].set_xlabel("simulated hours")
-    axes[0][0].legend(fontsize="small")
-    fig.tight_layout()
+    handles = {}
+    for ax in axes[0]:
+        for line in ax.get_lines():
+            handles.setdefault(line.get_label(), line)
+    fig.tight_layout(rect=(0, legend_inches / (6.5 + legend_inches), 1, 1))
+    fig.legend([handles[label] for label in labels if label in handles],
+               [label for label in labels if label in handles], loc="lower left",
+               fontsize="small", frameon=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
 
