@@ -24,7 +24,7 @@ POLICY_DIR = "/policy-dir"
 POLICY_FILE = "policy.json"
 SCORING_FILE = "scoring.json"
 PLAN_SCRIPT = Path(compaction_plan.__file__).name
-RUN_POLICY_DIR = "/run-policy"      # the policy of this run, written by the plan
+RUN_POLICY_VOLUME, RUN_POLICY_DIR = "run-policy", "/run-policy"   # this run's, from the plan
 PROFILE = "gpu-compaction"
 # A run the binpack scheduler does not place within this time gives up (the Job fails, which
 # the GpuCompactionNotRunning alert reports); the next scheduled run tries again.
@@ -117,8 +117,9 @@ def config_map(settings: StackSettings) -> dict:
 
 
 def plan_container(settings: StackSettings, policy_mount: dict, run_mount: dict) -> dict:
-    """The init container that writes this run's policy: the threshold that frees the most
-    nodes now (see compaction_plan.py). It reads nodes and pods, which the ClusterRole allows."""
+    """The init container that writes this run's policy: the nodes to empty now, as a threshold
+    and a node selector (see compaction_plan.py). It reads nodes and pods, which the
+    ClusterRole allows."""
     return {
         "name": "plan",
         "image": settings.image(settings.compaction.plan_image),
@@ -136,12 +137,12 @@ def plan_container(settings: StackSettings, policy_mount: dict, run_mount: dict)
 def cron_job(settings: StackSettings) -> dict:
     compaction = settings.compaction
     mount, volume = kube.config_map_mount("policy", POLICY_DIR, f"{compaction.name}-policy")
-    run_mount = {"name": "run-policy", "mountPath": RUN_POLICY_DIR}
+    run_mount = {"name": RUN_POLICY_VOLUME, "mountPath": RUN_POLICY_DIR}
     planned = compaction.plan_threshold
     policy_file = f"{RUN_POLICY_DIR if planned else POLICY_DIR}/{POLICY_FILE}"
     init = {"initContainers": [plan_container(settings, mount, run_mount)]} if planned else {}
-    volumes = [volume, {"name": "run-policy", "emptyDir": {"sizeLimit": "1Mi"}}] if planned \
-        else [volume]
+    volumes = [volume, {"name": RUN_POLICY_VOLUME, "emptyDir": {"sizeLimit": "1Mi"}}] \
+        if planned else [volume]
     return {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
