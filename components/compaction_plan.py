@@ -118,16 +118,16 @@ def pod_requests(spec: dict, names) -> dict[str, int]:
     return total
 
 
-def evictable(pod: dict, evictor: dict, gpu_resources, now: float) -> bool:
+def evictable(pod: dict, requests: dict[str, int], evictor: dict, gpu_resources,
+              now: float) -> bool:
     """What the policy's DefaultEvictor (with its default protections) and the
-    OnlyThresholdingResources mode let the descheduler evict."""
+    OnlyThresholdingResources mode let the descheduler evict (`requests`: the pod's)."""
     meta, spec, status = pod["metadata"], pod["spec"], pod.get("status", {})
     wanted = evictor.get("labelSelector", {}).get("matchLabels", {})
     owners = meta.get("ownerReferences", [])
     started = status.get("startTime")
     age = now - datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp() \
         if started else -1.0
-    requests = pod_requests(spec, gpu_resources)
     return (all(meta.get("labels", {}).get(k) == v for k, v in wanted.items())
             and bool(owners) and not any(o.get("kind") == "DaemonSet" for o in owners)
             and "kubernetes.io/config.mirror" not in meta.get("annotations", {})
@@ -169,9 +169,9 @@ def snapshot(nodes: list[dict], pods: list[dict], policy: dict, now: float) -> l
         if host is None or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
             continue
         meta = pod["metadata"]
-        host.pods.append(Pod(f"{meta.get('namespace', '')}/{meta['name']}",
-                             pod_requests(pod["spec"], names),
-                             evictable(pod, evictor, gpu_resources, now),
+        requests = pod_requests(pod["spec"], names)
+        host.pods.append(Pod(f"{meta.get('namespace', '')}/{meta['name']}", requests,
+                             evictable(pod, requests, evictor, gpu_resources, now),
                              pod["spec"].get("priority") or 0,
                              pod["spec"].get("nodeSelector") or {}))
     return list(seen.values())

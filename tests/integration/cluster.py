@@ -558,8 +558,8 @@ def compaction_run(cp: ControlPlane, settings: StackSettings, objects: list[dict
             if policy_dir:
                 Path(policy_dir, gpu_compaction.POLICY_FILE).write_text(json.dumps(policy))
     log = ""
+    token_file = cp.write(f"volumes/{compaction.name}/token", token)
     for plan in containers:
-        token_file = cp.write(f"volumes/{compaction.name}/token", token)
         run = subprocess.run([sys.executable, *plan.args()[1:], f"--server={cp.server}",
                               f"--token-file={token_file}", f"--ca-file={cp.ca_file}"],
                              capture_output=True, text=True, timeout=120)
