@@ -1,5 +1,5 @@
-"""The threshold of one compaction run: which GPU nodes the run can empty, and the
-HighNodeUtilization threshold that makes the descheduler empty just those.
+"""The thresholds of one compaction run: which GPU nodes the run can empty, and the
+HighNodeUtilization thresholds that make the descheduler empty just those.
 
 One threshold for every run fits no state of the cluster. HighNodeUtilization evicts from every
 node at or below its threshold and counts only the nodes above it as room for the evicted pods:
@@ -11,9 +11,10 @@ memory, not of GPUs, so a per-run eviction limit can be spent on the wrong node.
 So before each run this chooses the nodes to empty: the least used first, each node whose pods
 may all move and within the per-node limit, kept if the run would then leave more whole free
 nodes. For each choice it replays what the descheduler would evict under its own rules and
-limits, and where the binpack scheduler would then put each evicted pod. The run's threshold is
-the usage of the busiest chosen node (never above `underusedPercent`), and the other nodes at or
-below it that hold a pod that may move are left out of the run's node selector (by
+limits, and where the binpack scheduler would then put each evicted pod. The run's thresholds
+are the GPU usage of the busiest chosen node (never above `underusedPercent`) and the most pod
+slots a chosen node uses, so that nodes as used but with more pods count as room; the other
+nodes at or below them that hold a pod that may move are left out of the run's node selector (by
 `kubernetes.io/hostname`), so that they neither lose pods nor take the room the chosen nodes
 need. When no choice would leave more whole free nodes than there are now, the run evicts
 nothing. What it cannot foresee (a PodDisruptionBudget, node affinity, pods that arrive
@@ -181,7 +182,7 @@ def snapshot(nodes: list[dict], pods: list[dict], policy: dict, now: float) -> l
 
 @dataclass
 class Outcome:
-    threshold: float
+    thresholds: dict[str, float]    # the run's HighNodeUtilization thresholds, percent
     evicted: list[str]
     emptied: list[str]          # nodes with pods now that the run leaves without any
     filled: list[str]           # empty nodes an evicted pod would land on
@@ -193,6 +194,22 @@ def level(node: Node, gpu_resources) -> float:
     """The lowest threshold that puts `node` below it: a node is below when every threshold
     resource is at or under it."""
     return max(node.percent(r) for r in gpu_resources)
+
+
+def below(node: Node, thresholds: dict[str, float]) -> bool:
+    """HighNodeUtilization's test for an underused node: every resource with a threshold is at
+    or under it."""
+    return all(node.percent(r) <= t for r, t in thresholds.items())
+
+
+def run_thresholds(chosen: list[Node], gpu_resources) -> dict[str, float]:
+    """The thresholds that put the `chosen` nodes below and as few others as possible: the GPU
+    usage of the busiest chosen node, and its share of the node's pod slots. A node at or under
+    that GPU usage that holds more pods than every chosen node is then above, so it counts as
+    room; by GPU usage alone it could not. (A threshold on pods widens no eviction: no
+    container requests pods, so OnlyThresholdingResources still evicts only GPU pods.)"""
+    gpu = max(level(n, gpu_resources) for n in chosen)
+    return {**{r: gpu for r in gpu_resources}, "pods": max(n.percent("pods") for n in chosen)}
 
 
 def scheduler_score(node: Node, pod: Pod, scoring: dict) -> float:
@@ -220,9 +237,9 @@ def scheduler_score(node: Node, pod: Pod, scoring: dict) -> float:
     return total / weights if weights else 0.0
 
 
-def replay_run(nodes: list[Node], threshold: float, policy: dict, scoring: dict,
+def replay_run(nodes: list[Node], thresholds: dict[str, float], policy: dict, scoring: dict,
                hidden: frozenset = frozenset()) -> Outcome:
-    """What one descheduler run with `threshold`, not seeing the nodes named in `hidden`,
+    """What one descheduler run with `thresholds`, not seeing the nodes named in `hidden`,
     evicts (HighNodeUtilization's order, room and limits; the evictor's node fit, over every
     node), and what the cluster looks like once the binpack scheduler has placed the evicted
     pods again."""
@@ -231,7 +248,7 @@ def replay_run(nodes: list[Node], threshold: float, policy: dict, scoring: dict,
     names = [*gpu_resources, *BASE_RESOURCES]
     nodes = [replace(n, pods=list(n.pods)) for n in nodes]
     seen = [n for n in nodes if n.name not in hidden]
-    low = [n for n in seen if level(n, gpu_resources) <= threshold]
+    low = [n for n in seen if below(n, thresholds)]
     room = [n for n in seen if n not in low and n.schedulable]
     free_before = {n.name for n in nodes if not any(n.used(r) for r in gpu_resources)}
     evicted: list[tuple[Pod, Node]] = []
@@ -267,7 +284,7 @@ def replay_run(nodes: list[Node], threshold: float, policy: dict, scoring: dict,
         if fitting:
             max(fitting, key=lambda n: (scheduler_score(n, pod, scoring), n.name)).pods.append(pod)
     free_after = {n.name for n in nodes if not any(n.used(r) for r in gpu_resources)}
-    return Outcome(threshold, [p.name for p, _ in evicted], sorted(free_after - free_before),
+    return Outcome(thresholds, [p.name for p, _ in evicted], sorted(free_after - free_before),
                    sorted(free_before - free_after), len(free_after) - len(free_before),
                    sorted(hidden))
 
@@ -283,19 +300,19 @@ def best_run(nodes: list[Node], policy: dict, scoring: dict) -> Outcome:
     def may_empty(node: Node) -> bool:
         return (0 < level(node, thresholds) <= ceiling and all(p.movable for p in node.pods)
                 and (per_node is None or len(node.pods) <= per_node))
-    best, chosen = Outcome(0.0, [], [], [], 0), []
+    best, chosen = Outcome({r: 0.0 for r in thresholds}, [], [], [], 0), []
     for node in sorted(filter(may_empty, nodes),
                        key=lambda n: (sum(n.used(r) for r in thresholds), n.name)):
         if per_run is not None and len(best.evicted) + len(node.pods) > per_run:
             continue
-        threshold = max(level(n, thresholds) for n in (*chosen, node))
-        # Nodes below the threshold that would lose pods but cannot be emptied: left out.
+        limits = run_thresholds([*chosen, node], thresholds)
+        # Nodes below the thresholds that would lose pods but cannot be emptied: left out.
         hidden = frozenset(n.name for n in nodes
                            if n not in chosen and n is not node and any(p.movable for p in n.pods)
-                           and level(n, thresholds) <= threshold)
+                           and below(n, limits))
         if any(HOSTNAME not in n.labels for n in nodes if n.name in hidden):
             continue
-        outcome = replay_run(nodes, threshold, policy, scoring, hidden)
+        outcome = replay_run(nodes, limits, policy, scoring, hidden)
         if outcome.gain > best.gain:
             best, chosen = outcome, [*chosen, node]
     return best
@@ -312,7 +329,7 @@ def planned_policy(policy: dict, nodes: list[dict], pods: list[dict], scoring: d
                        policy, scoring)
     planned = copy.deepcopy(policy)
     args = plugin_args(planned, "HighNodeUtilization")
-    args["thresholds"] = {name: outcome.threshold for name in args["thresholds"]}
+    args["thresholds"] = outcome.thresholds
     if outcome.hidden:
         hostnames = {n["metadata"]["name"]: n["metadata"].get("labels", {}).get(HOSTNAME)
                      for n in nodes}
@@ -325,7 +342,9 @@ def planned_policy(policy: dict, nodes: list[dict], pods: list[dict], scoring: d
 def describe(outcome: Outcome) -> str:
     if not outcome.gain:
         return "no run would leave more whole free GPU nodes: threshold 0, nothing is evicted"
-    return (f"threshold {outcome.threshold:g}%: {len(outcome.evicted)} pods to move, "
+    gpu = max(v for name, v in outcome.thresholds.items() if name != "pods")
+    return (f"threshold {gpu:g}% of GPUs, {outcome.thresholds['pods']:.3g}% of pod slots: "
+            f"{len(outcome.evicted)} pods to move, "
             f"expected to empty {', '.join(outcome.emptied)}"
             + (f" and to fill {', '.join(outcome.filled)}" if outcome.filled else "")
             + f" ({outcome.gain:+d} whole free nodes)"

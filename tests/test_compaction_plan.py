@@ -11,6 +11,7 @@ from components.binpack_scheduler import scoring_strategy
 
 NOW = 1_800_000_000.0
 LONG_AGO = "2020-01-01T00:00:00Z"
+GPU = "nvidia.com/gpu"
 
 
 def node(name: str, unschedulable: bool = False) -> dict:
@@ -49,7 +50,10 @@ def plan(settings, nodes, pods):
 
 
 def thresholds(policy: dict) -> set:
-    return set(compaction_plan.plugin_args(policy, "HighNodeUtilization")["thresholds"].values())
+    """The run's GPU thresholds (the pods threshold is tested on its own)."""
+    return {v for k, v in
+            compaction_plan.plugin_args(policy, "HighNodeUtilization")["thresholds"].items()
+            if k != "pods"}
 
 
 def test_a_node_above_the_default_threshold_is_emptied_when_the_others_can_take_its_pods(
@@ -77,7 +81,7 @@ def test_the_lowest_node_is_emptied_first_whatever_the_memory_order(settings):
     assert outcome.emptied == ["a"]
     static = compaction_plan.replay_run(
         compaction_plan.snapshot(nodes, pods, gpu_compaction.descheduler_policy(settings), NOW),
-        75.0, gpu_compaction.descheduler_policy(settings), scoring_strategy(settings))
+        {GPU: 75.0}, gpu_compaction.descheduler_policy(settings), scoring_strategy(settings))
     assert static.gain == 0 and len(static.evicted) == 2
 
 
@@ -144,6 +148,23 @@ def test_a_node_that_would_lose_pods_but_cannot_be_emptied_is_left_out_of_the_ru
     assert outcome.emptied == ["b"] and sorted(outcome.evicted) == [f"work/b-{i}" for i in range(4)]
     declared = gpu_compaction.descheduler_policy(settings)
     unhidden = compaction_plan.replay_run(
-        compaction_plan.snapshot(nodes, pods, declared, NOW), 50.0, declared,
+        compaction_plan.snapshot(nodes, pods, declared, NOW), {GPU: 50.0}, declared,
         scoring_strategy(settings))
     assert unhidden.gain == 0 and len(unhidden.evicted) == 4
+
+
+def test_a_node_as_used_but_with_more_pods_counts_as_room(settings):
+    # a: one movable 4-GPU pod (50%); b: four fixed 1-GPU pods (50%); c, d: full. By GPU usage
+    # b is as low as a, so a run counts no room; the plan's pods threshold (a's one pod of 110)
+    # puts b above it, and a's pod fills b.
+    nodes = [node(n) for n in "abcd"]
+    pods = (pods_on("a", 1, gpus=4) + pods_on("b", 4, movable=False)
+            + pods_on("c", 8, movable=False) + pods_on("d", 8, movable=False))
+    policy, outcome = plan(settings, nodes, pods)
+    args = compaction_plan.plugin_args(policy, "HighNodeUtilization")
+    assert args["thresholds"] == {GPU: 50.0, "pods": 100 / 110}
+    assert outcome.emptied == ["a"] and outcome.evicted == ["work/a-0"]
+    by_gpu = compaction_plan.replay_run(
+        compaction_plan.snapshot(nodes, pods, gpu_compaction.descheduler_policy(settings), NOW),
+        {GPU: 50.0}, gpu_compaction.descheduler_policy(settings), scoring_strategy(settings))
+    assert by_gpu.evicted == [] and by_gpu.gain == 0

@@ -345,14 +345,16 @@ def running_pods(kube: Kube, namespace: str, app: Optional[str] = None) -> list[
 
 
 def deploy_on_nodes(kube: Kube, settings: StackSettings, namespace: str, nodes: Iterable[str],
-                    name: str, replicas_by_node: dict[str, int], opt_in: bool) -> None:
-    """A Deployment of 1-GPU replicas for the binpack scheduler, `replicas_by_node[n]` of them
+                    name: str, replicas_by_node: dict[str, int], opt_in: bool,
+                    gpus: int = 1) -> None:
+    """A Deployment of `gpus`-GPU replicas for the binpack scheduler, `replicas_by_node[n]` of them
     on node n (opted in to compaction if `opt_in`): scaled up one node at a time with every
     other of `nodes` cordoned, the way churn leaves replicas where the scheduler would not put
     them now."""
     nodes = list(nodes)
     labels = {"app": name, **(settings.compaction.opt_in if opt_in else {})}
-    template = pod_template(labels, gpus=1, scheduler=settings.scheduler.name, settings=settings)
+    template = pod_template(labels, gpus=gpus, scheduler=settings.scheduler.name,
+                            settings=settings)
     template["spec"]["terminationGracePeriodSeconds"] = 0
     kube.create({"apiVersion": "apps/v1", "kind": "Deployment",
                  "metadata": {"name": name, "namespace": namespace},

@@ -35,6 +35,14 @@ def policy(settings, planned: bool) -> dict:
             "max_evictions_per_node": 8, "plan_threshold": planned})}))
 
 
+def unplanned(settings, declared) -> list[dict]:
+    """The declared objects with the CronJob of planThreshold off: the descheduler alone."""
+    static = settings.model_copy(update={"compaction": settings.compaction.model_copy(
+        update={"plan_threshold": False})})
+    return [o for o in declared.objects if o["kind"] != "CronJob"] + [
+        gpu_compaction.cron_job(static)]
+
+
 def whole_free(kube) -> list[str]:
     return sorted(n for n, used in gpus_used(kube, NAMESPACE, NODES).items() if used == 0)
 
@@ -54,11 +62,8 @@ def test_the_planned_threshold_frees_a_node_where_the_static_one_only_churns(
 
     # Static 75%: p-a, p-b and p-c are all "underused", so the only room the descheduler
     # counts is p-d's one free GPU. It moves one replica there and frees nothing.
-    static = settings.model_copy(update={"compaction": settings.compaction.model_copy(
-        update={"plan_threshold": False})})
-    static_objects = [o for o in declared.objects if o["kind"] != "CronJob"] + [
-        gpu_compaction.cron_job(static)]
-    log = compaction_run(cluster, settings, static_objects, policy=policy(settings, False))
+    log = compaction_run(cluster, settings, unplanned(settings, declared),
+                         policy=policy(settings, False))
     assert "totalEvicted=1" in log, log
     wait_until(lambda: len(running_pods(kube, NAMESPACE, "infer")) == 5, "infer back at 5")
     assert gpus_used(kube, NAMESPACE, NODES) == {"p-a": 4, "p-b": 6, "p-c": 6, "p-d": 8,
@@ -67,7 +72,8 @@ def test_the_planned_threshold_frees_a_node_where_the_static_one_only_churns(
 
     # Planned, as declared: 50% takes p-a alone, and p-b and p-c have room for its four.
     log = compaction_run(cluster, settings, declared.objects, policy=policy(settings, True))
-    assert re.search(r"threshold 50%: 4 pods to move, expected to empty p-a \(\+1", log), log
+    assert re.search(r"threshold 50% of GPUs, 3.64% of pod slots: 4 pods to move, "
+                     r"expected to empty p-a \(\+1", log), log
     assert "totalEvicted=4" in log, log
     wait_until(lambda: len(running_pods(kube, NAMESPACE, "infer")) == 5, "infer back at 5")
     assert whole_free(kube) == ["p-a", "p-e"]
@@ -103,10 +109,38 @@ def test_a_node_that_cannot_be_emptied_is_left_out_so_another_can_be(cluster, ex
     time.sleep(1.5)
 
     log = compaction_run(cluster, settings, declared.objects, policy=policy(settings, True))
-    assert re.search(r"threshold 50%: 4 pods to move, expected to empty q-b .*leaving out q-a",
-                     log), log
+    assert re.search(r"threshold 50% of GPUs, 3.64% of pod slots: 4 pods to move, "
+                     r"expected to empty q-b .*leaving out q-a", log), log
     assert "totalEvicted=4" in log, log
     wait_until(lambda: len(running_pods(kube, NAMESPACE, "drain")) == 4, "drain back at 4")
     assert gpus_used(kube, NAMESPACE, more) == {"q-a": 3, "q-b": 0, "q-c": 8, "q-d": 8}
     # q-a's opted-in replicas, and every pod that did not opt in, kept their uids.
     assert kept <= {p["metadata"]["uid"] for p in kube.list("v1", "Pod", NAMESPACE)}
+
+
+def test_a_node_as_used_but_with_more_pods_counts_as_room(cluster, example_settings, declared):
+    """Two more nodes, each half used: r-a by one opted-in 4-GPU replica, r-b by four 1-GPU
+    pods that did not opt in. Every node with free GPUs is now at or under 50% (q-a at 37.5%
+    holds a pod that may not move), so by GPU usage alone a run counts no room and a static
+    run evicts nothing. The plan's threshold on pods (r-a's one pod of 110) puts r-b and q-a
+    above it: they count as room, the replica moves onto r-b, and r-a comes free."""
+    kube, settings = cluster.admin, example_settings
+    more = ("r-a", "r-b")
+    for name in more:
+        create_gpu_node(kube, settings, name, 8)
+    everywhere = (*NODES, "q-a", "q-b", "q-c", "q-d", *more)
+    deploy_on_nodes(kube, settings, NAMESPACE, everywhere, "large", {"r-a": 1}, True, gpus=4)
+    deploy_on_nodes(kube, settings, NAMESPACE, everywhere, "small", {"r-b": 4}, False)
+    assert gpus_used(kube, NAMESPACE, more) == {"r-a": 4, "r-b": 4}
+    time.sleep(1.5)
+
+    log = compaction_run(cluster, settings, unplanned(settings, declared),
+                         policy=policy(settings, False))
+    assert "totalEvicted=0" in log, log
+
+    log = compaction_run(cluster, settings, declared.objects, policy=policy(settings, True))
+    assert re.search(r"threshold 50% of GPUs, 0.909% of pod slots: 1 pods to move, "
+                     r"expected to empty r-a \(\+1", log), log
+    assert "totalEvicted=1" in log, log
+    wait_until(lambda: len(running_pods(kube, NAMESPACE, "large")) == 1, "large back at 1")
+    assert gpus_used(kube, NAMESPACE, more) == {"r-a": 0, "r-b": 8}
