@@ -74,9 +74,10 @@ def go_duration_seconds(text: str) -> float:
 class Pod:
     name: str
     requests: dict[str, int]
-    movable: bool
+    movable: bool                   # the evictor would evict it, and it requests a GPU
     priority: int
     node_selector: dict[str, str]
+    movable_without_gpu: bool = False   # the evictor would evict it, and it requests no GPU
 
 
 @dataclass
@@ -119,10 +120,9 @@ def pod_requests(spec: dict, names) -> dict[str, int]:
     return total
 
 
-def evictable(pod: dict, requests: dict[str, int], evictor: dict, gpu_resources,
-              now: float) -> bool:
-    """What the policy's DefaultEvictor (with its default protections) and the
-    OnlyThresholdingResources mode let the descheduler evict (`requests`: the pod's)."""
+def evictable(pod: dict, evictor: dict, now: float) -> bool:
+    """What the policy's DefaultEvictor, with its default protections, lets the descheduler
+    evict."""
     meta, spec, status = pod["metadata"], pod["spec"], pod.get("status", {})
     wanted = evictor.get("labelSelector", {}).get("matchLabels", {})
     owners = meta.get("ownerReferences", [])
@@ -135,8 +135,7 @@ def evictable(pod: dict, requests: dict[str, int], evictor: dict, gpu_resources,
             and not meta.get("deletionTimestamp")
             and (spec.get("priority") or 0) < CRITICAL_PRIORITY
             and not any("emptyDir" in v or "hostPath" in v for v in spec.get("volumes", []))
-            and age >= go_duration_seconds(evictor.get("minPodAge", "0s"))
-            and any(requests.get(r, 0) > 0 for r in gpu_resources))
+            and age >= go_duration_seconds(evictor.get("minPodAge", "0s")))
 
 
 def label_selector_matches(selector: str, labels: dict[str, str]) -> bool:
@@ -171,10 +170,12 @@ def snapshot(nodes: list[dict], pods: list[dict], policy: dict, now: float) -> l
             continue
         meta = pod["metadata"]
         requests = pod_requests(pod["spec"], names)
+        # OnlyThresholdingResources with GPU thresholds: only GPU pods are evicted.
+        gpu = any(requests.get(r, 0) > 0 for r in gpu_resources)
+        may_go = evictable(pod, evictor, now)
         host.pods.append(Pod(f"{meta.get('namespace', '')}/{meta['name']}", requests,
-                             evictable(pod, requests, evictor, gpu_resources, now),
-                             pod["spec"].get("priority") or 0,
-                             pod["spec"].get("nodeSelector") or {}))
+                             may_go and gpu, pod["spec"].get("priority") or 0,
+                             pod["spec"].get("nodeSelector") or {}, may_go and not gpu))
     return list(seen.values())
 
 
@@ -202,14 +203,27 @@ def below(node: Node, thresholds: dict[str, float]) -> bool:
     return all(node.percent(r) <= t for r, t in thresholds.items())
 
 
-def run_thresholds(chosen: list[Node], gpu_resources) -> dict[str, float]:
+def separating_resources(nodes: list[Node], evictor: dict) -> tuple[str, ...]:
+    """The resources besides GPUs that a run's thresholds may name. A node at or under the GPU
+    usage of a node to empty counts as room only if it is above the threshold of another
+    resource, so each one named lets more nodes take the evicted pods. Pods always: no container
+    requests pods, so OnlyThresholdingResources still evicts GPU pods alone. CPU and memory only
+    when no pod without GPUs could then be evicted: none on these nodes may move, and minPodAge
+    is above zero, so that no such pod can be old enough by the run that was not here now."""
+    if go_duration_seconds(evictor.get("minPodAge", "0s")) > 0 and \
+            not any(p.movable_without_gpu for n in nodes for p in n.pods):
+        return ("pods", "cpu", "memory")
+    return ("pods",)
+
+
+def run_thresholds(chosen: list[Node], gpu_resources, separating) -> dict[str, float]:
     """The thresholds that put the `chosen` nodes below and as few others as possible: the GPU
-    usage of the busiest chosen node, and its share of the node's pod slots. A node at or under
-    that GPU usage that holds more pods than every chosen node is then above, so it counts as
-    room; by GPU usage alone it could not. (A threshold on pods widens no eviction: no
-    container requests pods, so OnlyThresholdingResources still evicts only GPU pods.)"""
+    usage of the busiest chosen node, and for each separating resource the most any chosen
+    node uses. A node at or under that GPU usage that uses more of one of them is above, so it
+    counts as room; by GPU usage alone it could not."""
     gpu = max(level(n, gpu_resources) for n in chosen)
-    return {**{r: gpu for r in gpu_resources}, "pods": max(n.percent("pods") for n in chosen)}
+    return {**{r: gpu for r in gpu_resources},
+            **{r: max(n.percent(r) for n in chosen) for r in separating}}
 
 
 def scheduler_score(node: Node, pod: Pod, scoring: dict) -> float:
@@ -300,12 +314,13 @@ def best_run(nodes: list[Node], policy: dict, scoring: dict) -> Outcome:
     def may_empty(node: Node) -> bool:
         return (0 < level(node, thresholds) <= ceiling and all(p.movable for p in node.pods)
                 and (per_node is None or len(node.pods) <= per_node))
+    separating = separating_resources(nodes, plugin_args(policy, "DefaultEvictor"))
     best, chosen = Outcome({r: 0.0 for r in thresholds}, [], [], [], 0), []
     for node in sorted(filter(may_empty, nodes),
                        key=lambda n: (sum(n.used(r) for r in thresholds), n.name)):
         if per_run is not None and len(best.evicted) + len(node.pods) > per_run:
             continue
-        limits = run_thresholds([*chosen, node], thresholds)
+        limits = run_thresholds([*chosen, node], thresholds, separating)
         # Nodes below the thresholds that would lose pods but cannot be emptied: left out.
         hidden = frozenset(n.name for n in nodes
                            if n not in chosen and n is not node and any(p.movable for p in n.pods)
@@ -342,9 +357,10 @@ def planned_policy(policy: dict, nodes: list[dict], pods: list[dict], scoring: d
 def describe(outcome: Outcome) -> str:
     if not outcome.gain:
         return "no run would leave more whole free GPU nodes: threshold 0, nothing is evicted"
-    gpu = max(v for name, v in outcome.thresholds.items() if name != "pods")
-    return (f"threshold {gpu:g}% of GPUs, {outcome.thresholds['pods']:.3g}% of pod slots: "
-            f"{len(outcome.evicted)} pods to move, "
+    others = ", ".join(f"{name} {value:.3g}%" for name, value in outcome.thresholds.items()
+                       if name in BASE_RESOURCES)
+    gpu = max(v for name, v in outcome.thresholds.items() if name not in BASE_RESOURCES)
+    return (f"threshold {gpu:g}% of GPUs ({others}): {len(outcome.evicted)} pods to move, "
             f"expected to empty {', '.join(outcome.emptied)}"
             + (f" and to fill {', '.join(outcome.filled)}" if outcome.filled else "")
             + f" ({outcome.gain:+d} whole free nodes)"

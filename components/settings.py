@@ -667,9 +667,9 @@ class CompactionSettings(Model):
         default=True,
         description="Before each run, choose the nodes to empty, least used first, replaying "
                     "the descheduler's rules and the binpack scheduler's placements; the run's "
-                    "thresholds (GPUs at most `underusedPercent`, and pods) and node selector "
-                    "then take just those, and a run that would free no node evicts nothing. Off: every run "
-                    "uses `underusedPercent`.")
+                    "thresholds (GPUs at most `underusedPercent`; pods, CPU and memory) and "
+                    "node selector then take just those, and a run that would free no node "
+                    "evicts nothing. Off: every run uses `underusedPercent`.")
     plan_image: ImageSettings = Field(
         default_factory=lambda: ImageSettings(repository="docker.io/library/python",
                                               tag="3.13.9-alpine3.22"),

@@ -24,12 +24,12 @@ def node(name: str, unschedulable: bool = False) -> dict:
 
 
 def pod(name: str, on: str, gpus: int = 1, movable: bool = True, memory: str = "32Gi",
-        started: str = LONG_AGO, owner: str = "ReplicaSet") -> dict:
+        started: str = LONG_AGO, owner: str = "ReplicaSet", cpu: str = "2") -> dict:
     labels = {"gpu-platform.io/compaction": "allowed"} if movable else {}
     return {"metadata": {"name": name, "namespace": "work", "labels": labels,
                          "ownerReferences": [{"kind": owner, "name": "x"}] if owner else []},
             "spec": {"nodeName": on, "containers": [{"resources": {"requests": {
-                "nvidia.com/gpu": str(gpus), "cpu": "2", "memory": memory}}}]},
+                "nvidia.com/gpu": str(gpus), "cpu": cpu, "memory": memory}}}]},
             "status": {"phase": "Running", "startTime": started}}
 
 
@@ -50,10 +50,10 @@ def plan(settings, nodes, pods):
 
 
 def thresholds(policy: dict) -> set:
-    """The run's GPU thresholds (the pods threshold is tested on its own)."""
+    """The run's GPU thresholds (those on pods, CPU and memory are tested on their own)."""
     return {v for k, v in
             compaction_plan.plugin_args(policy, "HighNodeUtilization")["thresholds"].items()
-            if k != "pods"}
+            if k not in ("pods", "cpu", "memory")}
 
 
 def test_a_node_above_the_default_threshold_is_emptied_when_the_others_can_take_its_pods(
@@ -162,9 +162,43 @@ def test_a_node_as_used_but_with_more_pods_counts_as_room(settings):
             + pods_on("c", 8, movable=False) + pods_on("d", 8, movable=False))
     policy, outcome = plan(settings, nodes, pods)
     args = compaction_plan.plugin_args(policy, "HighNodeUtilization")
-    assert args["thresholds"] == {GPU: 50.0, "pods": 100 / 110}
+    # a's one pod requests 2 of 64 CPUs and 32 of 512 GiB.
+    assert args["thresholds"] == {GPU: 50.0, "pods": 100 / 110, "cpu": 3.125, "memory": 6.25}
     assert outcome.emptied == ["a"] and outcome.evicted == ["work/a-0"]
     by_gpu = compaction_plan.replay_run(
         compaction_plan.snapshot(nodes, pods, gpu_compaction.descheduler_policy(settings), NOW),
         {GPU: 50.0}, gpu_compaction.descheduler_policy(settings), scoring_strategy(settings))
     assert by_gpu.evicted == [] and by_gpu.gain == 0
+
+
+def cpu_separated_state() -> tuple[list[dict], list[dict]]:
+    """a: five movable 1-GPU pods (62.5%, 10 of 64 CPUs); b: one fixed 4-GPU pod (50%, fewer
+    pods, but 24 CPUs); c: six fixed (2 GPUs free); d: full. a's pods need b's four free GPUs,
+    and only a CPU threshold puts b above."""
+    nodes = [node(n) for n in "abcd"]
+    pods = (pods_on("a", 5) + pods_on("b", 1, gpus=4, movable=False, cpu="24")
+            + pods_on("c", 6, movable=False) + pods_on("d", 8, movable=False))
+    return nodes, pods
+
+
+def test_a_node_less_used_but_with_more_cpu_requested_counts_as_room(settings):
+    nodes, pods = cpu_separated_state()
+    policy, outcome = plan(settings, nodes, pods)
+    args = compaction_plan.plugin_args(policy, "HighNodeUtilization")
+    assert args["thresholds"][GPU] == 62.5 and args["thresholds"]["cpu"] == 15.625
+    assert outcome.emptied == ["a"] and len(outcome.evicted) == 5
+
+
+@pytest.mark.parametrize("case", ["an opted-in pod without GPUs on a GPU node", "minPodAge 0s"])
+def test_no_cpu_threshold_when_it_could_evict_a_pod_without_gpus(settings, case):
+    # With CPU in the thresholds, OnlyThresholdingResources would evict any pod that requests
+    # CPU: only pods then separate, b stays below with a, and the run would free nothing.
+    nodes, pods = cpu_separated_state()
+    if case == "minPodAge 0s":
+        settings = settings.model_copy(update={"compaction": settings.compaction.model_copy(
+            update={"min_pod_age": "0s"})})
+    else:
+        pods += [pod("c-cpu-only", "c", gpus=0)]
+    policy, outcome = plan(settings, nodes, pods)
+    assert "cpu" not in compaction_plan.plugin_args(policy, "HighNodeUtilization")["thresholds"]
+    assert outcome.gain == 0 and outcome.evicted == []

@@ -72,8 +72,8 @@ def test_the_planned_threshold_frees_a_node_where_the_static_one_only_churns(
 
     # Planned, as declared: 50% takes p-a alone, and p-b and p-c have room for its four.
     log = compaction_run(cluster, settings, declared.objects, policy=policy(settings, True))
-    assert re.search(r"threshold 50% of GPUs, 3.64% of pod slots: 4 pods to move, "
-                     r"expected to empty p-a \(\+1", log), log
+    assert re.search(r"threshold 50% of GPUs \(pods 3.64%, cpu 25%, memory 25%\): 4 pods to "
+                     r"move, expected to empty p-a \(\+1", log), log
     assert "totalEvicted=4" in log, log
     wait_until(lambda: len(running_pods(kube, NAMESPACE, "infer")) == 5, "infer back at 5")
     assert whole_free(kube) == ["p-a", "p-e"]
@@ -109,7 +109,7 @@ def test_a_node_that_cannot_be_emptied_is_left_out_so_another_can_be(cluster, ex
     time.sleep(1.5)
 
     log = compaction_run(cluster, settings, declared.objects, policy=policy(settings, True))
-    assert re.search(r"threshold 50% of GPUs, 3.64% of pod slots: 4 pods to move, "
+    assert re.search(r"threshold 50% of GPUs \(pods 3.64%, [^)]*\): 4 pods to move, "
                      r"expected to empty q-b .*leaving out q-a", log), log
     assert "totalEvicted=4" in log, log
     wait_until(lambda: len(running_pods(kube, NAMESPACE, "drain")) == 4, "drain back at 4")
@@ -139,7 +139,7 @@ def test_a_node_as_used_but_with_more_pods_counts_as_room(cluster, example_setti
     assert "totalEvicted=0" in log, log
 
     log = compaction_run(cluster, settings, declared.objects, policy=policy(settings, True))
-    assert re.search(r"threshold 50% of GPUs, 0.909% of pod slots: 1 pods to move, "
+    assert re.search(r"threshold 50% of GPUs \(pods 0.909%, [^)]*\): 1 pods to move, "
                      r"expected to empty r-a \(\+1", log), log
     assert "totalEvicted=1" in log, log
     wait_until(lambda: len(running_pods(kube, NAMESPACE, "large")) == 1, "large back at 1")
