@@ -125,11 +125,11 @@ def moving_label(args, settings, whole_node_gpus: int) -> str:
         jobs = f", {args.compaction_jobs:.0%} of jobs ({checkpoint})" \
             if args.compaction_jobs else ""
         # Rows from before threshold planning existed carry no word of it: planning off; those
-        # from before the plan's pods threshold say "GPU threshold only".
+        # from before the plan's pods, CPU and memory thresholds say "GPU threshold only".
         changed = "".join(f", {key}={value}" for key, value in args.compaction_set
                           if key != "planThreshold")
         if settings.compaction.plan_threshold:
-            changed += ", nodes to empty planned per run (GPU and pods thresholds)"
+            changed += ", nodes to empty planned per run"
         if args.compaction_interval != DEFAULT_COMPACTION_INTERVAL:
             changed += f", a run every {args.compaction_interval * 60:.0f} min"
         label += f" + compaction ({args.compaction:.0%} of services{jobs} opted in{changed})"
