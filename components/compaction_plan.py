@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import os
 import re
 import ssl
@@ -189,6 +190,8 @@ class Outcome:
     filled: list[str]           # empty nodes an evicted pod would land on
     gain: int                   # whole free nodes after the run minus before
     hidden: list[str] = field(default_factory=list)     # left out of the run's node selector
+    # Nodes a run could empty if pods younger than minPodAge could move: what the age costs.
+    held_by_age: list[str] = field(default_factory=list)
 
 
 def level(node: Node, gpu_resources) -> float:
@@ -339,9 +342,13 @@ def plugin_args(policy: dict, plugin: str) -> dict:
 
 def planned_policy(policy: dict, nodes: list[dict], pods: list[dict], scoring: dict,
                    now: Optional[float] = None) -> tuple[dict, Outcome]:
-    """`policy` with the threshold of this run, and what the run is expected to do."""
+    """`policy` with the thresholds of this run, and what the run is expected to do."""
     outcome = best_run(snapshot(nodes, pods, policy, time.time() if now is None else now),
                        policy, scoring)
+    # The same cluster seen from the far future, where every started pod is old enough.
+    ageless = best_run(snapshot(nodes, pods, policy, math.inf), policy, scoring)
+    if ageless.gain > outcome.gain:
+        outcome.held_by_age = sorted(set(ageless.emptied) - set(outcome.emptied))
     planned = copy.deepcopy(policy)
     args = plugin_args(planned, "HighNodeUtilization")
     args["thresholds"] = outcome.thresholds
@@ -355,8 +362,11 @@ def planned_policy(policy: dict, nodes: list[dict], pods: list[dict], scoring: d
 
 
 def describe(outcome: Outcome) -> str:
+    held = (f"; pods younger than minPodAge keep {', '.join(outcome.held_by_age)} from being "
+            f"emptied" if outcome.held_by_age else "")
     if not outcome.gain:
-        return "no run would leave more whole free GPU nodes: threshold 0, nothing is evicted"
+        return ("no run would leave more whole free GPU nodes: threshold 0, nothing is evicted"
+                + held)
     others = ", ".join(f"{name} {value:.3g}%" for name, value in outcome.thresholds.items()
                        if name in BASE_RESOURCES)
     gpu = max(v for name, v in outcome.thresholds.items() if name not in BASE_RESOURCES)
@@ -364,7 +374,7 @@ def describe(outcome: Outcome) -> str:
             f"expected to empty {', '.join(outcome.emptied)}"
             + (f" and to fill {', '.join(outcome.filled)}" if outcome.filled else "")
             + f" ({outcome.gain:+d} whole free nodes)"
-            + (f", leaving out {', '.join(outcome.hidden)}" if outcome.hidden else ""))
+            + (f", leaving out {', '.join(outcome.hidden)}" if outcome.hidden else "") + held)
 
 
 # --- in the CronJob's pod ----------------------------------------------------------------------

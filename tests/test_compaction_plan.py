@@ -98,6 +98,11 @@ def test_no_run_when_a_pod_that_may_not_move_keeps_the_node_busy(settings, case,
     policy, outcome = plan(settings, nodes, pods)
     assert thresholds(policy) == {0.0}, case
     assert outcome.evicted == [] and outcome.gain == 0
+    # Only age is a reason that passes: the log names the node it holds.
+    young = case == "a pod younger than minPodAge"
+    assert outcome.held_by_age == (["a"] if young else [])
+    assert ("pods younger than minPodAge keep a from being emptied"
+            in compaction_plan.describe(outcome)) == young
 
 
 def test_no_run_when_the_busier_nodes_have_no_room_for_a_whole_pod(settings):

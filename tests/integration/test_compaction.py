@@ -68,6 +68,8 @@ def test_a_run_frees_whole_gpu_nodes_and_moves_only_opted_in_pods(cluster, examp
     log = compaction_run(cluster, settings, declared.objects)
     assert {p["metadata"]["uid"] for p in kube.list("v1", "Pod", NAMESPACE)} == set(before)
     assert "totalEvicted=0" in log, log
+    # The plan's log says what the age costs: the nodes it would otherwise empty.
+    assert "pods younger than minPodAge keep gpu-2, gpu-3 from being emptied" in log, log
 
     # The same policy with minPodAge 1s (the only change): one run.
     time.sleep(1.5)
