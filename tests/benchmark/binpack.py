@@ -472,8 +472,11 @@ class PodWatch:
                             raise RuntimeError(f"pod watch failed: {event['object']}")
                         self.resource_version = event["object"]["metadata"]["resourceVersion"]
                         self.events.put((event["type"], event["object"]))
-            except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError, OSError):
-                if self.stopped.is_set():   # the control plane, or its files, went away
+            except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError, OSError,
+                    ValueError):
+                # The control plane, or its files, went away; or the stream broke off mid-event
+                # (as it does when stop() shuts the socket): read on from the last event seen.
+                if self.stopped.is_set():
                     return
 
     def next(self, timeout: float) -> Optional[tuple[str, dict]]:
