@@ -13,8 +13,9 @@ may all move and within the per-node limit, kept if the run would then leave mor
 nodes. For each choice it replays what the descheduler would evict under its own rules and
 limits, and where the binpack scheduler would then put each evicted pod. The run's thresholds
 are the GPU usage of the busiest chosen node (never above `underusedPercent`) and the most pod
-slots a chosen node uses, so that nodes as used but with more pods count as room; the other
-nodes at or below them that hold a pod that may move are left out of the run's node selector (by
+slots, CPU and memory a chosen node uses (see `separating_resources`), so that nodes as used
+but with more of those count as room; the other nodes at or below them that hold a pod that
+may move are left out of the run's node selector (by
 `kubernetes.io/hostname`), so that they neither lose pods nor take the room the chosen nodes
 need. When no choice would leave more whole free nodes than there are now, the run evicts
 nothing. What it cannot foresee (a PodDisruptionBudget, node affinity, pods that arrive

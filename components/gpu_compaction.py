@@ -117,7 +117,7 @@ def config_map(settings: StackSettings) -> dict:
 
 
 def plan_container(settings: StackSettings, policy_mount: dict, run_mount: dict) -> dict:
-    """The init container that writes this run's policy: the nodes to empty now, as a threshold
+    """The init container that writes this run's policy: the nodes to empty now, as thresholds
     and a node selector (see compaction_plan.py). It reads nodes and pods, which the
     ClusterRole allows."""
     return {

@@ -53,7 +53,7 @@ def thresholds(policy: dict) -> set:
     """The run's GPU thresholds (those on pods, CPU and memory are tested on their own)."""
     return {v for k, v in
             compaction_plan.plugin_args(policy, "HighNodeUtilization")["thresholds"].items()
-            if k not in ("pods", "cpu", "memory")}
+            if k not in compaction_plan.BASE_RESOURCES}
 
 
 def test_a_node_above_the_default_threshold_is_emptied_when_the_others_can_take_its_pods(
