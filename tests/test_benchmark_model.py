@@ -5,6 +5,7 @@ reference really is a bound on packing."""
 import itertools
 import random
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -14,6 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "benchmark"))
 import binpack  # noqa: E402
 import workload  # noqa: E402
 from workload import BatchJob, NodeShape, Task, Trace  # noqa: E402
+from components import compaction_plan, gpu_compaction  # noqa: E402
+from components.binpack_scheduler import scoring_strategy  # noqa: E402
+from test_compaction_plan import cpu_separated_state, settings  # noqa: E402,F401
 
 
 def test_the_same_seed_gives_the_same_trace_and_another_seed_another():
@@ -196,3 +200,22 @@ def test_a_scheduler_histogram_quantile_interpolates_within_the_bucket():
     assert binpack.histogram_quantile(buckets, 0.5) == pytest.approx(0.002)
     assert binpack.histogram_quantile(buckets, 0.75) == pytest.approx(0.003)
     assert binpack.histogram_quantile([], 0.5) is None
+
+
+def test_the_benchmark_plans_each_run_as_the_cronjob_would(settings, tmp_path):
+    # The benchmark replays minPodAge through the opt-in label: its pods are seconds old by the
+    # wall clock. Its plan must still see the platform's minPodAge (2h here), or it would never
+    # name a CPU threshold, and its descheduler must run with 0s, or it would evict nothing.
+    nodes, pods = cpu_separated_state()
+    just_started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    for item in pods:
+        item["status"]["startTime"] = just_started
+    policy = gpu_compaction.descheduler_policy(settings)
+    compaction = binpack.Compaction(0.25, frozenset(), frozenset(), policy,
+                                    scoring_strategy(settings), tmp_path / "policy.json")
+    for planned, cpu_threshold in ((True, 15.625), (False, None)):
+        run = compaction.run_policy(nodes, pods, planned)
+        assert compaction_plan.plugin_args(run, "HighNodeUtilization")["thresholds"].get(
+            "cpu") == cpu_threshold
+        assert compaction_plan.plugin_args(run, "DefaultEvictor")["minPodAge"] == "0s"
+    assert compaction_plan.plugin_args(policy, "DefaultEvictor")["minPodAge"] == "2h"

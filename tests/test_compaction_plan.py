@@ -207,3 +207,4 @@ def test_no_cpu_threshold_when_it_could_evict_a_pod_without_gpus(settings, case)
     policy, outcome = plan(settings, nodes, pods)
     assert "cpu" not in compaction_plan.plugin_args(policy, "HighNodeUtilization")["thresholds"]
     assert outcome.gain == 0 and outcome.evicted == []
+

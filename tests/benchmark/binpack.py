@@ -12,8 +12,10 @@ still meanwhile, so a pod bound during that wait started at the event's time.
 
 from __future__ import annotations
 
+import copy
 import heapq
 import json
+import math
 import os
 import queue
 import random
@@ -601,11 +603,9 @@ class RealCluster(Backend):
                                       {"metadata": {"labels": self.settings.compaction.opt_in}},
                                       NAMESPACE, what=f"opt {record.name} in to compaction")
                 self.labelled.add(record.name)
-        policy = self.compaction.policy
-        if self.settings.compaction.plan_threshold:
-            policy, _ = compaction_plan.planned_policy(
-                policy, self.kube.list("v1", "Node"), self.kube.list("v1", "Pod", NAMESPACE),
-                self.compaction.scoring)
+        policy = self.compaction.run_policy(
+            self.kube.list("v1", "Node"), self.kube.list("v1", "Pod", NAMESPACE),
+            self.settings.compaction.plan_threshold)
         self.compaction.policy_file.write_text(json.dumps(policy))
         run = subprocess.run(cluster.descheduler_command(
             [f"--policy-config-file={self.compaction.policy_file}", "--disable-metrics",
@@ -799,31 +799,40 @@ class Compaction:
     `interval` simulated hours. The pods of the inference services in `opted_in` and of the
     batch jobs in `jobs_opted_in` may move; those jobs checkpoint (see `replay`), and their
     Jobs replace an evicted pod (pod failure policy), which resumes from the last checkpoint.
-    The policy's minPodAge is off, as the replay's pods have no wall-clock age that means
-    anything; the replay applies it in simulated time instead. With threshold planning, each
-    run's threshold is planned as the CronJob's init container plans it."""
+    The replay applies minPodAge in simulated time, through the opt-in label (see
+    `RealCluster.compact`), since its pods have no wall-clock age that means anything."""
     interval: float
     opted_in: frozenset
     jobs_opted_in: frozenset
-    policy: dict
+    policy: dict                # as the platform renders it, minPodAge included
     scoring: dict               # the binpack scheduler's, which the plan predicts with
     policy_file: Path           # where each run's policy is written
 
     def moves(self, job: Optional[BatchJob] = None, service: Optional[int] = None) -> bool:
         return (job.id in self.jobs_opted_in) if job is not None else service in self.opted_in
 
+    def run_policy(self, nodes: list[dict], pods: list[dict], planned: bool) -> dict:
+        """The policy one run gets: planned (if `planned`) as the CronJob's init container
+        plans it, from the platform's policy, so the plan's rules that turn on minPodAge apply
+        as they would there; a labelled pod is old enough, whatever its wall-clock age. The
+        descheduler then runs with minPodAge 0s, the label having applied it already."""
+        policy = compaction_plan.planned_policy(self.policy, nodes, pods, self.scoring,
+                                                now=math.inf)[0] if planned else self.policy
+        run = copy.deepcopy(policy)
+        compaction_plan.plugin_args(run, "DefaultEvictor")["minPodAge"] = "0s"
+        return run
+
 
 def compaction_for(settings: StackSettings, trace: Trace, services_share: float,
                    jobs_share: float, interval: float, work: Path) -> Compaction:
-    """`settings.compaction` is the policy replayed (minPodAge aside); the shares say which
-    services and which jobs opt in (the same ones for every replay of a seed)."""
+    """`settings.compaction` is the policy replayed; the shares say which services and which
+    jobs opt in (the same ones for every replay of a seed)."""
     services = sorted(s.id for s in trace.services)
     opted = frozenset(services[:round(services_share * len(services))])
     jobs = frozenset(j.id for j in trace.jobs if opts_in(j, jobs_share))
-    policy = gpu_compaction.descheduler_policy(settings.model_copy(update={
-        "compaction": settings.compaction.model_copy(update={"min_pod_age": "0s"})}))
     work.mkdir(parents=True, exist_ok=True)
-    return Compaction(interval, opted, jobs, policy, scoring_strategy(settings),
+    return Compaction(interval, opted, jobs, gpu_compaction.descheduler_policy(settings),
+                      scoring_strategy(settings),
                       work / f"compaction-policy-{os.getpid()}.json")
 
 
