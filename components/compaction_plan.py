@@ -344,10 +344,11 @@ def plugin_args(policy: dict, plugin: str) -> dict:
 def planned_policy(policy: dict, nodes: list[dict], pods: list[dict], scoring: dict,
                    now: Optional[float] = None) -> tuple[dict, Outcome]:
     """`policy` with the thresholds of this run, and what the run is expected to do."""
-    outcome = best_run(snapshot(nodes, pods, policy, time.time() if now is None else now),
-                       policy, scoring)
+    seen_at = time.time() if now is None else now
+    outcome = best_run(snapshot(nodes, pods, policy, seen_at), policy, scoring)
     # The same cluster seen from the far future, where every started pod is old enough.
-    ageless = best_run(snapshot(nodes, pods, policy, math.inf), policy, scoring)
+    ageless = outcome if seen_at == math.inf else \
+        best_run(snapshot(nodes, pods, policy, math.inf), policy, scoring)
     if ageless.gain > outcome.gain:
         outcome.held_by_age = sorted(set(ageless.emptied) - set(outcome.emptied))
     planned = copy.deepcopy(policy)

@@ -56,6 +56,13 @@ def thresholds(policy: dict) -> set:
             if k not in compaction_plan.BASE_RESOURCES}
 
 
+def gpu_threshold_run(settings, nodes, pods, percent: float):
+    """What a run with the declared policy and one GPU threshold does, unplanned."""
+    declared = gpu_compaction.descheduler_policy(settings)
+    return compaction_plan.replay_run(compaction_plan.snapshot(nodes, pods, declared, NOW),
+                                      {GPU: percent}, declared, scoring_strategy(settings))
+
+
 def test_a_node_above_the_default_threshold_is_emptied_when_the_others_can_take_its_pods(
         settings):
     # a: 5 movable pods (62.5%); b, c: 6 fixed (2 free each); d: 7 fixed (1 free). The static
@@ -79,9 +86,7 @@ def test_the_lowest_node_is_emptied_first_whatever_the_memory_order(settings):
     policy, outcome = plan(settings, nodes, pods)
     assert thresholds(policy) == {25.0}
     assert outcome.emptied == ["a"]
-    static = compaction_plan.replay_run(
-        compaction_plan.snapshot(nodes, pods, gpu_compaction.descheduler_policy(settings), NOW),
-        {GPU: 75.0}, gpu_compaction.descheduler_policy(settings), scoring_strategy(settings))
+    static = gpu_threshold_run(settings, nodes, pods, 75.0)
     assert static.gain == 0 and len(static.evicted) == 2
 
 
@@ -151,10 +156,7 @@ def test_a_node_that_would_lose_pods_but_cannot_be_emptied_is_left_out_of_the_ru
     assert thresholds(policy) == {50.0}
     assert policy["nodeSelector"] == "nvidia.com/gpu.present=true,kubernetes.io/hostname notin (a)"
     assert outcome.emptied == ["b"] and sorted(outcome.evicted) == [f"work/b-{i}" for i in range(4)]
-    declared = gpu_compaction.descheduler_policy(settings)
-    unhidden = compaction_plan.replay_run(
-        compaction_plan.snapshot(nodes, pods, declared, NOW), {GPU: 50.0}, declared,
-        scoring_strategy(settings))
+    unhidden = gpu_threshold_run(settings, nodes, pods, 50.0)
     assert unhidden.gain == 0 and len(unhidden.evicted) == 4
 
 
@@ -170,9 +172,7 @@ def test_a_node_as_used_but_with_more_pods_counts_as_room(settings):
     # a's one pod requests 2 of 64 CPUs and 32 of 512 GiB.
     assert args["thresholds"] == {GPU: 50.0, "pods": 100 / 110, "cpu": 3.125, "memory": 6.25}
     assert outcome.emptied == ["a"] and outcome.evicted == ["work/a-0"]
-    by_gpu = compaction_plan.replay_run(
-        compaction_plan.snapshot(nodes, pods, gpu_compaction.descheduler_policy(settings), NOW),
-        {GPU: 50.0}, gpu_compaction.descheduler_policy(settings), scoring_strategy(settings))
+    by_gpu = gpu_threshold_run(settings, nodes, pods, 50.0)
     assert by_gpu.evicted == [] and by_gpu.gain == 0
 
 

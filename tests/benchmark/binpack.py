@@ -816,9 +816,9 @@ class Compaction:
         plans it, from the platform's policy, so the plan's rules that turn on minPodAge apply
         as they would there; a labelled pod is old enough, whatever its wall-clock age. The
         descheduler then runs with minPodAge 0s, the label having applied it already."""
-        policy = compaction_plan.planned_policy(self.policy, nodes, pods, self.scoring,
-                                                now=math.inf)[0] if planned else self.policy
-        run = copy.deepcopy(policy)
+        run = compaction_plan.planned_policy(self.policy, nodes, pods, self.scoring,
+                                             now=math.inf)[0] if planned \
+            else copy.deepcopy(self.policy)
         compaction_plan.plugin_args(run, "DefaultEvictor")["minPodAge"] = "0s"
         return run
 
