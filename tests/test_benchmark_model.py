@@ -219,3 +219,19 @@ def test_the_benchmark_plans_each_run_as_the_cronjob_would(settings, tmp_path):
             "cpu") == cpu_threshold
         assert compaction_plan.plugin_args(run, "DefaultEvictor")["minPodAge"] == "0s"
     assert compaction_plan.plugin_args(policy, "DefaultEvictor")["minPodAge"] == "2h"
+
+
+def test_a_job_evicted_again_and_again_waits_longer_each_time_for_its_replacement():
+    """The Job controller's wait before each replacement, which the replay spends in wall-clock
+    time: a job evicted seven times has waited 10 s, 20 s, ... and then 10 min."""
+    task = Task(1, 1000, 1024)
+    jobs = [BatchJob(0, task, 0.0, 10.0), BatchJob(1, task, 0.0, 10.0)]
+    first = [binpack.PodRecord(f"job-{j.id}", task, 0.0, job=j) for j in jobs]
+    again = [binpack.PodRecord(f"job-0-{i}", task, 1.0, job=jobs[0], resumed_at=0.5)
+             for i in range(7)]
+    once = binpack.PodRecord("job-1-0", task, 1.0, job=jobs[1], resumed_at=0.0)
+    outcome = binpack.Outcome("s", 10.0, 8, [*first, *again, once], [])
+    assert outcome.evictions_by_job() == {0: 7, 1: 1}
+    assert outcome.job_backoff_hours() * 3600 == pytest.approx(
+        (10 + 20 + 40 + 80 + 160 + 320 + 600) + 10)
+    assert binpack.RealCluster.SETTLE_TIMEOUT > 600, "the replay outwaits the longest wait"

@@ -125,6 +125,18 @@ class Outcome:
         return [(r.started if r.started is not None else self.horizon) - r.created
                 for r in self.records if r.resumed_at is not None]
 
+    def evictions_by_job(self) -> Counter:
+        """How often each batch job lost its pod to an eviction or a preemption: the number of
+        its replacement pods."""
+        return Counter(r.job.id for r in self.records
+                       if r.job is not None and r.resumed_at is not None)
+
+    def job_backoff_hours(self) -> float:
+        """Wall-clock hours the real Job controller makes these replacements wait before it
+        creates them, summed over the jobs (the replay does not charge it to simulated time)."""
+        return sum(job_backoff_seconds(failure) for count in self.evictions_by_job().values()
+                   for failure in range(1, count + 1)) / 3600
+
     def started_on_arrival(self) -> float:
         """Share of the batch GPU-time asked for that started the moment it arrived."""
         asked = sum(r.job.gpu_hours for r in self.batch)
@@ -134,6 +146,19 @@ class Outcome:
     def mean_after_warmup(self, metric: str) -> float:
         tail = self.samples[len(self.samples) // 2:]
         return statistics.fmean(getattr(s, metric) for s in tail) if tail else 0.0
+
+
+# The Job controller's wait before it replaces a failed pod, evicted pods included: 10 s,
+# doubled with each failure of the Job since its last success, at most 10 min
+# (DefaultJobPodFailureBackOff and MaxJobPodFailureBackOff in pkg/controller/job of
+# k8s.io/kubernetes, at the version tests/tools.py builds).
+JOB_BACKOFF_SECONDS = 10.0
+JOB_BACKOFF_MAX_SECONDS = 600.0
+
+
+def job_backoff_seconds(failure: int) -> float:
+    """The wait before the replacement for a Job's `failure`-th failed pod (1 for the first)."""
+    return min(JOB_BACKOFF_SECONDS * 2 ** (failure - 1), JOB_BACKOFF_MAX_SECONDS)
 
 
 def percentile(values: list[float], quantile: float) -> Optional[float]:
@@ -502,9 +527,9 @@ class RealCluster(Backend):
     what kubelets would: pods bound to a node run; a job's pod succeeds when its time is up; a
     pod a controller deletes goes at once."""
 
-    # Longer than the Job controller's longest wait before it replaces a failed pod (10 s,
-    # doubling, at most 6 min), which a Job evicted again and again reaches.
-    SETTLE_TIMEOUT = 420.0
+    # Longer than the Job controller's longest wait before it replaces a failed pod, which a
+    # Job evicted again and again reaches (JOB_BACKOFF_MAX_SECONDS).
+    SETTLE_TIMEOUT = JOB_BACKOFF_MAX_SECONDS + 60.0
 
     def __init__(self, cp: ControlPlane, config: dict, nodes: dict[str, NodeShape],
                  trace: Trace, settings: StackSettings,

@@ -50,6 +50,8 @@ def figures(outcome: binpack.Outcome, reference: binpack.Outcome) -> dict:
            "evictions_per_hour": outcome.evictions / outcome.horizon,
            "lost_share": outcome.lost_gpu_hours / outcome.delivered_gpu_hours(),
            "resume_wait_p95": binpack.percentile(outcome.resume_waits(), 0.95),
+           "most_evictions_of_a_job": max(outcome.evictions_by_job().values(), default=0),
+           "job_backoff_hours": outcome.job_backoff_hours(),
            **outcome.scheduler_metrics}
     for gpus in SIZES:
         row[f"wait_p50_{gpus}"] = outcome.wait(gpus, 0.5)
@@ -183,6 +185,12 @@ def lost(shares: list[Optional[float]]) -> str:
     return f", {100 * statistics.median(shares):.1f}% lost" if shares else ""
 
 
+def most_of_one_job(counts: list[Optional[int]]) -> str:
+    """The most evictions or preemptions one job took, over the seeds, where recorded."""
+    counts = [v for v in counts if v is not None]
+    return f", at most {max(counts)} of one job" if counts and max(counts) else ""
+
+
 def table(rows: list[dict]) -> str:
     """Median over seeds, with the range in brackets."""
     header = ("| mix | nodes | scheduler | seeds | GPU-time vs reference | started on arrival | "
@@ -211,7 +219,7 @@ def table(rows: list[dict]) -> str:
             f"{hours(col('wait_p95_1'))} | {spread(col('free_nodes'), '.1f')} | "
             f"{spread(col('stranded'), '.1f')} | "
             f"{spread([v or 0.0 for v in col('evictions_per_hour')], '.1f')}"
-            f"{lost(col('lost_share'))} | "
+            f"{lost(col('lost_share'))}{most_of_one_job(col('most_evictions_of_a_job'))} | "
             f"{latency} | {costs} |")
     return "\n".join(lines)
 
