@@ -89,6 +89,19 @@ class Sample:
     waiting_gpus: int        # GPUs asked for by waiting pods
 
 
+# The Job controller's wait before it replaces a failed pod, evicted pods included: 10 s,
+# doubled with each failure of the Job since its last success, at most 10 min
+# (DefaultJobPodFailureBackOff and MaxJobPodFailureBackOff in pkg/controller/job of
+# k8s.io/kubernetes, at the version tests/tools.py builds).
+JOB_BACKOFF_SECONDS = 10.0
+JOB_BACKOFF_MAX_SECONDS = 600.0
+
+
+def job_backoff_seconds(failure: int) -> float:
+    """The wait before the replacement for a Job's `failure`-th failed pod (1 for the first)."""
+    return min(JOB_BACKOFF_SECONDS * 2 ** (failure - 1), JOB_BACKOFF_MAX_SECONDS)
+
+
 @dataclass
 class Outcome:
     scheduler: str
@@ -146,19 +159,6 @@ class Outcome:
     def mean_after_warmup(self, metric: str) -> float:
         tail = self.samples[len(self.samples) // 2:]
         return statistics.fmean(getattr(s, metric) for s in tail) if tail else 0.0
-
-
-# The Job controller's wait before it replaces a failed pod, evicted pods included: 10 s,
-# doubled with each failure of the Job since its last success, at most 10 min
-# (DefaultJobPodFailureBackOff and MaxJobPodFailureBackOff in pkg/controller/job of
-# k8s.io/kubernetes, at the version tests/tools.py builds).
-JOB_BACKOFF_SECONDS = 10.0
-JOB_BACKOFF_MAX_SECONDS = 600.0
-
-
-def job_backoff_seconds(failure: int) -> float:
-    """The wait before the replacement for a Job's `failure`-th failed pod (1 for the first)."""
-    return min(JOB_BACKOFF_SECONDS * 2 ** (failure - 1), JOB_BACKOFF_MAX_SECONDS)
 
 
 def percentile(values: list[float], quantile: float) -> Optional[float]:

@@ -195,7 +195,7 @@ def table(rows: list[dict]) -> str:
     """Median over seeds, with the range in brackets."""
     header = ("| mix | nodes | scheduler | seeds | GPU-time vs reference | started on arrival | "
               "8-GPU wait p50 / p95, min | 1-GPU wait p95, min | free 8-GPU nodes | "
-              "stranded GPUs | evictions or preemptions / h, GPU-time lost | "
+              "stranded GPUs | evictions or preemptions / h, GPU-time lost, most of one job | "
               "attempt p50 / p95, ms | "
               "scheduler CPU s / peak MiB |")
     lines = [header, "|" + " --- |" * 3 + " ---: |" * 10]
