@@ -344,6 +344,13 @@ def running_pods(kube: Kube, namespace: str, app: Optional[str] = None) -> list[
             if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
 
 
+def settled(kube: Kube, namespace: str, app: str, count: int) -> bool:
+    """Whether `app` has exactly `count` pods and all of them run: evicted pods are gone, not
+    only replaced (a pod being deleted still holds its GPUs)."""
+    pods = kube.list("v1", "Pod", namespace, labelSelector=f"app={app}")
+    return len(pods) == count and len(running_pods(kube, namespace, app)) == count
+
+
 def deploy_on_nodes(kube: Kube, settings: StackSettings, namespace: str, nodes: Iterable[str],
                     name: str, replicas_by_node: dict[str, int], opt_in: bool,
                     gpus: int = 1) -> None:

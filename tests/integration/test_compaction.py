@@ -14,7 +14,7 @@ import time
 import pytest
 
 from cluster import (compaction_run, cordon, create_node, deploy_on_nodes, find,
-                     gpu_workloads, gpus_used, job, pod_template, running_pods, succeed)
+                     gpu_workloads, gpus_used, job, pod_template, running_pods, settled, succeed)
 from components import gpu_compaction
 from controlplane import wait_until
 
@@ -79,7 +79,8 @@ def test_a_run_frees_whole_gpu_nodes_and_moves_only_opted_in_pods(cluster, examp
 
     # The plan meant to empty both lightly used nodes; the budget decides otherwise for gpu-3.
     assert "3 pods to move, expected to empty gpu-2, gpu-3" in log, log
-    wait_until(lambda: len(running(kube, "batch-infer")) == 2, "batch-infer back at 2 replicas")
+    wait_until(lambda: settled(kube, NAMESPACE, "batch-infer", 2),
+               "batch-infer back at 2 replicas")
     after = {p["metadata"]["uid"]: p for p in kube.list("v1", "Pod", NAMESPACE)}
     moved = {before[uid] for uid in set(before) - set(after)}
     assert moved == {"batch-infer"}, f"pods that left: {moved}\n{log}"

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from cluster import (compaction_run, create_gpu_node, deploy_on_nodes, gpu_workloads, gpus_used,
-                     running_pods)
+                     settled)
 from components import gpu_compaction
 from controlplane import wait_until
 
@@ -65,7 +65,7 @@ def test_the_planned_threshold_frees_a_node_where_the_static_one_only_churns(
     log = compaction_run(cluster, settings, unplanned(settings, declared),
                          policy=policy(settings, False))
     assert "totalEvicted=1" in log, log
-    wait_until(lambda: len(running_pods(kube, NAMESPACE, "infer")) == 5, "infer back at 5")
+    wait_until(lambda: settled(kube, NAMESPACE, "infer", 5), "infer back at 5")
     assert gpus_used(kube, NAMESPACE, NODES) == {"p-a": 4, "p-b": 6, "p-c": 6, "p-d": 8,
                                                  "p-e": 0}
     assert whole_free(kube) == ["p-e"]
@@ -75,7 +75,7 @@ def test_the_planned_threshold_frees_a_node_where_the_static_one_only_churns(
     assert re.search(r"threshold 50% of GPUs \(pods 3.64%, cpu 25%, memory 25%\): 4 pods to "
                      r"move, expected to empty p-a \(\+1", log), log
     assert "totalEvicted=4" in log, log
-    wait_until(lambda: len(running_pods(kube, NAMESPACE, "infer")) == 5, "infer back at 5")
+    wait_until(lambda: settled(kube, NAMESPACE, "infer", 5), "infer back at 5")
     assert whole_free(kube) == ["p-a", "p-e"]
     assert gpus_used(kube, NAMESPACE, NODES) == {"p-a": 0, "p-b": 8, "p-c": 8, "p-d": 8,
                                                  "p-e": 0}
@@ -112,7 +112,7 @@ def test_a_node_that_cannot_be_emptied_is_left_out_so_another_can_be(cluster, ex
     assert re.search(r"threshold 50% of GPUs \(pods 3.64%, [^)]*\): 4 pods to move, "
                      r"expected to empty q-b .*leaving out q-a", log), log
     assert "totalEvicted=4" in log, log
-    wait_until(lambda: len(running_pods(kube, NAMESPACE, "drain")) == 4, "drain back at 4")
+    wait_until(lambda: settled(kube, NAMESPACE, "drain", 4), "drain back at 4")
     assert gpus_used(kube, NAMESPACE, more) == {"q-a": 3, "q-b": 0, "q-c": 8, "q-d": 8}
     # q-a's opted-in replicas, and every pod that did not opt in, kept their uids.
     assert kept <= {p["metadata"]["uid"] for p in kube.list("v1", "Pod", NAMESPACE)}
@@ -142,5 +142,5 @@ def test_a_node_as_used_but_with_more_pods_counts_as_room(cluster, example_setti
     assert re.search(r"threshold 50% of GPUs \(pods 0.909%, [^)]*\): 1 pods to move, "
                      r"expected to empty r-a \(\+1", log), log
     assert "totalEvicted=1" in log, log
-    wait_until(lambda: len(running_pods(kube, NAMESPACE, "large")) == 1, "large back at 1")
+    wait_until(lambda: settled(kube, NAMESPACE, "large", 1), "large back at 1")
     assert gpus_used(kube, NAMESPACE, more) == {"r-a": 0, "r-b": 8}
