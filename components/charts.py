@@ -3,7 +3,8 @@ pinned release."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -33,7 +34,7 @@ def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict:
 
 
 def merge_values(generated: Mapping[str, Any], extra: Mapping[str, Any], setting: str,
-                 unsupported: Optional[Mapping[str, str]] = None) -> dict:
+                 unsupported: Mapping[str, str] | None = None) -> dict:
     """Merge `extra` (the stack's `<setting>` value) over `generated`.
 
     A value the program generates is derived from other settings (a taint, a namespace, a
@@ -60,7 +61,7 @@ def merge_values(generated: Mapping[str, Any], extra: Mapping[str, Any], setting
 
 
 def chart_source(chart: str, repository: str,
-                 chart_path: Optional[str]) -> tuple[str, Optional[str]]:
+                 chart_path: str | None) -> tuple[str, str | None]:
     """(chart, repository) as Helm takes them: a local chart path as it is; an oci:// registry
     holds the chart under its name; an https:// repository is searched for it."""
     if chart_path:
@@ -70,7 +71,7 @@ def chart_source(chart: str, repository: str,
     return chart, repository
 
 
-def chart_reference(chart: str, version: str, repository: str, chart_path: Optional[str]) -> str:
+def chart_reference(chart: str, version: str, repository: str, chart_path: str | None) -> str:
     """Where the chart is installed from, as a person mirroring it reads it."""
     source, repo = chart_source(chart, repository, chart_path)
     return f"{source} (version {version})" if repo is None else f"{repo} {chart} {version}"
@@ -78,8 +79,8 @@ def chart_reference(chart: str, version: str, repository: str, chart_path: Optio
 
 def release(name: str, *, chart: str, version: str, repository: str, namespace: str,
             values: Any, parent: pulumi.Resource, protection: ReleaseProtection,
-            chart_path: Optional[str] = None,
-            depends_on: Optional[Sequence[pulumi.Resource]] = None) -> k8s.helm.v3.Release:
+            chart_path: str | None = None,
+            depends_on: Sequence[pulumi.Resource] | None = None) -> k8s.helm.v3.Release:
     """A Helm release pinned to one chart version, rolled back as a whole if it fails.
     `values`: a mapping, or an Output of one (a secret). `protection`: whether Pulumi refuses
     to delete or replace it, and whether deleting it from the stack leaves it installed."""

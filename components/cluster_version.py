@@ -13,7 +13,6 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Optional
 
 import requests
 import yaml
@@ -44,7 +43,7 @@ def _where(cluster: ClusterSettings) -> str:
     return f"cluster.context {cluster.context!r} (kubeconfig {files})"
 
 
-def endpoint(cluster: ClusterSettings) -> tuple[str, dict, Optional[str]]:
+def endpoint(cluster: ClusterSettings) -> tuple[str, dict, str | None]:
     """The context's API server URL, the request options to reach it (its CA, proxy) and the
     temporary file this made for a CA given inline, if any (the caller removes it); the first
     file that defines a name wins, as kubectl merges them."""
@@ -79,7 +78,7 @@ def endpoint(cluster: ClusterSettings) -> tuple[str, dict, Optional[str]]:
     return entry["server"].rstrip("/"), options, made
 
 
-def server_version(cluster: ClusterSettings) -> Optional[str]:
+def server_version(cluster: ClusterSettings) -> str | None:
     """The API server's gitVersion (e.g. v1.36.4-gke.1200), or None when it refuses anonymous
     clients the version (it is reachable, but its version unknown)."""
     server, options, made = endpoint(cluster)

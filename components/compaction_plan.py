@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
 import math
 import os
@@ -41,7 +42,6 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Optional
 
 BASE_RESOURCES = ("cpu", "memory", "pods")
 HOSTNAME = "kubernetes.io/hostname"
@@ -239,7 +239,7 @@ def scheduler_score(node: Node, pod: Pod, scoring: dict) -> float:
     def shaped(utilization: float) -> float:
         if utilization <= shape[0][0]:
             return shape[0][1]
-        for (u0, s0), (u1, s1) in zip(shape, shape[1:]):
+        for (u0, s0), (u1, s1) in itertools.pairwise(shape):
             if utilization <= u1:
                 return s0 + (s1 - s0) * (utilization - u0) / (u1 - u0)
         return shape[-1][1]
@@ -342,7 +342,7 @@ def plugin_args(policy: dict, plugin: str) -> dict:
 
 
 def planned_policy(policy: dict, nodes: list[dict], pods: list[dict], scoring: dict,
-                   now: Optional[float] = None) -> tuple[dict, Outcome]:
+                   now: float | None = None) -> tuple[dict, Outcome]:
     """`policy` with the thresholds of this run, and what the run is expected to do."""
     seen_at = time.time() if now is None else now
     outcome = best_run(snapshot(nodes, pods, policy, seen_at), policy, scoring)

@@ -11,13 +11,21 @@ from __future__ import annotations
 
 import json
 
-from grafana_foundation_sdk.builders import (bargauge, dashboard as board, prometheus, stat,
-                                             table, timeseries)
+from grafana_foundation_sdk.builders import bargauge, prometheus, stat, table, timeseries
+from grafana_foundation_sdk.builders import dashboard as board
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as model
 
-from .gpu_rules import (DCGM_JOB, NAMESPACE_ALLOCATED, NODE_ALLOCATABLE, NODE_ALLOCATED,
-                        NODE_FREE, POD_ALLOCATED, STRANDED, WHOLE_FREE_NODES)
+from .gpu_rules import (
+    DCGM_JOB,
+    NAMESPACE_ALLOCATED,
+    NODE_ALLOCATABLE,
+    NODE_ALLOCATED,
+    NODE_FREE,
+    POD_ALLOCATED,
+    STRANDED,
+    WHOLE_FREE_NODES,
+)
 from .settings import AUDIT_LABEL, StackSettings
 
 UID = "gpu-platform-gpus"
@@ -28,6 +36,8 @@ POD_SIZES = (1, 2, 4, 8)
 # health panels; the capacity panels show every node the node variable selects.
 GPU_FILTER = 'node=~"$node", modelName=~"$model"'
 WORKLOAD_FILTER = f'{GPU_FILTER}, namespace=~"$namespace", pod!=""'
+POD_UTILIZATION = f"avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{{{WORKLOAD_FILTER}}})"
+POD_MEMORY = f"sum by (namespace, pod) (DCGM_FI_DEV_FB_USED{{{WORKLOAD_FILTER}}})"
 # kube-scheduler's histogram of victims per preemption (count: preemptions, sum: pods).
 PREEMPTION_VICTIMS = "scheduler_preemption_victims"
 
@@ -141,16 +151,12 @@ def _rows(settings: StackSettings) -> list[tuple[str, list]]:
             _table("GPUs by pod", "Allocated GPUs, their average utilization and framebuffer "
                                   "memory used, per pod.",
                    [_query(f'{POD_ALLOCATED}{{namespace=~"$namespace"}}', "", "A", True),
-                    _query(f"avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{{{WORKLOAD_FILTER}}})",
-                           "", "B", True),
-                    _query(f"sum by (namespace, pod) (DCGM_FI_DEV_FB_USED{{{WORKLOAD_FILTER}}})",
-                           "", "C", True)], width=24),
+                    _query(POD_UTILIZATION, "", "B", True),
+                    _query(POD_MEMORY, "", "C", True)], width=24),
             _timeseries("GPU utilization by pod", "",
-                        [_query(f"avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{{{WORKLOAD_FILTER}}})",
-                                "{{namespace}}/{{pod}}")], unit="percent"),
+                        [_query(POD_UTILIZATION, "{{namespace}}/{{pod}}")], unit="percent"),
             _timeseries("GPU memory used by pod", "Framebuffer memory, MiB.",
-                        [_query(f"sum by (namespace, pod) (DCGM_FI_DEV_FB_USED{{{WORKLOAD_FILTER}}})",
-                                "{{namespace}}/{{pod}}")], unit="decmbytes"),
+                        [_query(POD_MEMORY, "{{namespace}}/{{pod}}")], unit="decmbytes"),
             _table("Allocated but idle",
                    f"Pods whose GPUs stayed below {alerts.idle_utilization_percent}% "
                    f"utilization over the last {alerts.idle_for}.",

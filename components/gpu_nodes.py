@@ -3,8 +3,8 @@
 A node's `spec.taints` is an atomic list in the Kubernetes API: a server-side-apply patch owns and
 replaces the whole list. So the program declares the complete list (`gpuNodes.taint` plus
 `gpuNodes.extraTaints`) and patches without force by default: if another field manager (the node
-lifecycle controller, a cloud provider, kubectl) has since changed the list, `pulumi up` stops with a
-conflict instead of silently deleting that manager's taints. `forceTaintOwnership` takes the list
+lifecycle controller, a cloud provider, kubectl) has since changed the list, `pulumi up` stops with
+a conflict instead of silently deleting that manager's taints. `forceTaintOwnership` takes the list
 over, for nodes whose existing taints have been copied into `extraTaints`.
 """
 

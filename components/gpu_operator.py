@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import pulumi
 import yaml
@@ -33,8 +34,8 @@ class ChartImage:
     path: tuple[str, ...]
     repository: str
     image: str
-    tag: Optional[str]
-    switch: Optional[str]
+    tag: str | None
+    switch: str | None
 
     def ref(self, settings: StackSettings) -> str:
         tag = self.tag or settings.gpu_operator.chart_version
@@ -183,7 +184,7 @@ class GpuOperator(pulumi.ComponentResource):
     installed after the GPU nodes are tainted."""
 
     def __init__(self, name: str, settings: StackSettings, values: Any,
-                 after: Optional[Sequence[pulumi.Resource]] = None,
+                 after: Sequence[pulumi.Resource] | None = None,
                  prefix: str = "",
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:GpuOperator", name, None, opts)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime
 import re
-from typing import Optional
 
 from . import kube
 from .settings import GPU_RESOURCE, StackSettings
@@ -59,7 +58,8 @@ def recording_rules(settings: StackSettings) -> list[dict]:
          "expr": f'sum by (namespace, pod, node) ('
                  f'kube_pod_container_resource_requests{{resource="{GPU}", node!=""}} '
                  f'* on (namespace, pod) group_left () '
-                 f'max by (namespace, pod) (kube_pod_status_phase{{phase=~"Pending|Running"}} == 1))'},
+                 f'max by (namespace, pod) '
+                 f'(kube_pod_status_phase{{phase=~"Pending|Running"}} == 1))'},
         {"record": NODE_ALLOCATABLE,
          "expr": f'sum by (node) (kube_node_status_allocatable{{resource="{GPU}"}})'},
         {"record": NODE_ALLOCATED, "expr": f"sum by (node) ({POD_ALLOCATED})"},
@@ -102,7 +102,7 @@ def certificate_alerts(settings: StackSettings, not_after: int) -> list[dict]:
     adm = settings.admission
     renew_at = not_after - adm.certificate.early_renewal_hours * 3600
     critical_at = not_after - CERTIFICATE_CRITICAL_DAYS * 86400
-    expires = datetime.datetime.fromtimestamp(not_after, datetime.timezone.utc).isoformat()
+    expires = datetime.datetime.fromtimestamp(not_after, datetime.UTC).isoformat()
     what = (f"The admission webhook's serving certificate (OPA in {adm.namespace}) expires at "
             f"{expires}.")
     return [
@@ -110,14 +110,15 @@ def certificate_alerts(settings: StackSettings, not_after: int) -> list[dict]:
                "The admission webhook's certificate is due for renewal",
                f"{what} Run `pulumi up` on the stack: it renews the certificate "
                f"({adm.certificate.early_renewal_hours} h early) and OPA reloads it."),
-        _alert("GpuAdmissionCertificateExpiring", f"vector(time()) > {critical_at}", "0s", "critical",
+        _alert("GpuAdmissionCertificateExpiring", f"vector(time()) > {critical_at}", "0s",
+               "critical",
                "The admission webhook's certificate expires within a week",
                f"{what} Run `pulumi up` on the stack now; once it has expired the API server "
                "cannot call the webhook."),
     ]
 
 
-def alert_rules(settings: StackSettings, certificate_not_after: Optional[int] = None
+def alert_rules(settings: StackSettings, certificate_not_after: int | None = None
                 ) -> list[dict]:
     alerts = settings.monitoring.alerts
     fatal_xid = " or ".join(f"DCGM_FI_DEV_XID_ERRORS == {code}"
@@ -167,7 +168,8 @@ def alert_rules(settings: StackSettings, certificate_not_after: Optional[int] = 
                f"utilization has stayed below {alerts.idle_utilization_percent}% for "
                f"{alerts.idle_for} (now {{{{ $value }}}}%): others could use them."),
         _alert("GpuPodFragmentationPending",
-               f'(sum by (namespace, pod) (kube_pod_container_resource_requests{{resource="{GPU}"}}) '
+               f'(sum by (namespace, pod) '
+               f'(kube_pod_container_resource_requests{{resource="{GPU}"}}) '
                f"and on (namespace, pod) (kube_pod_status_unschedulable == 1)) "
                f"<= on () group_left () sum({NODE_FREE})",
                alerts.pending_for, "warning", "GPU pod pending although enough GPUs are free",
@@ -248,7 +250,7 @@ def compaction_alerts(settings: StackSettings) -> list[dict]:
     ]
 
 
-def prometheus_rule(settings: StackSettings, certificate_not_after: Optional[int] = None
+def prometheus_rule(settings: StackSettings, certificate_not_after: int | None = None
                     ) -> dict:
     mon = settings.monitoring
     return {

@@ -6,7 +6,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -134,7 +135,7 @@ def rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict:
 
 
 def role_binding(kind: str, name: str, role_kind: str, role: str, account: dict,
-                 meta_labels: dict, namespace_: Optional[str] = None) -> dict:
+                 meta_labels: dict, namespace_: str | None = None) -> dict:
     """A (Cluster)RoleBinding of `role` to one ServiceAccount."""
     metadata = {"name": name, "labels": meta_labels}
     if namespace_:
@@ -199,7 +200,7 @@ def child_name(parent: pulumi.Resource, name: str) -> str:
 
 
 def declare(obj: dict, parent: pulumi.Resource,
-            depends_on: Optional[Sequence[pulumi.Resource]] = None) -> pulumi.CustomResource:
+            depends_on: Sequence[pulumi.Resource] | None = None) -> pulumi.CustomResource:
     """Declare one manifest as a resource that is a child of `parent`."""
     opts = pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on or []))
     if immutable := _IMMUTABLE_FIELDS.get((obj["apiVersion"], obj["kind"])):
@@ -216,7 +217,7 @@ def declare(obj: dict, parent: pulumi.Resource,
 
 
 def declare_all(objs: Sequence[dict], parent: pulumi.Resource,
-                depends_on: Optional[Sequence[pulumi.Resource]] = None
+                depends_on: Sequence[pulumi.Resource] | None = None
                 ) -> dict[str, pulumi.CustomResource]:
     """Declare manifests in order; returns them keyed by `Kind/namespace/name`."""
     return {f"{obj['kind']}/{logical_name(obj)}": declare(obj, parent, depends_on)

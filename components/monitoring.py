@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pulumi
 import pulumi_random as random
@@ -225,13 +226,13 @@ def grafana_admin_secret(settings: StackSettings, password: Any) -> dict:
 
 
 class Monitoring(pulumi.ComponentResource):
-    """kube-prometheus-stack (with `values` from `chart_values`) first; the ServiceMonitor and dashboard after it (their CRDs and the
-    Grafana sidecar come from the chart) and after the resources in `after` (the GPU Operator,
-    which creates the DCGM exporter Service)."""
+    """kube-prometheus-stack (with `values` from `chart_values`) first; the ServiceMonitor and
+    dashboard after it (their CRDs and the Grafana sidecar come from the chart) and after the
+    resources in `after` (the GPU Operator, which creates the DCGM exporter Service)."""
 
     def __init__(self, name: str, settings: StackSettings, values: Any,
-                 after: Optional[Sequence[pulumi.Resource]] = None,
-                 certificate_not_after: Optional[pulumi.Output] = None,
+                 after: Sequence[pulumi.Resource] | None = None,
+                 certificate_not_after: pulumi.Output | None = None,
                  prefix: str = "",
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:Monitoring", name, None, opts)

@@ -12,16 +12,22 @@ decision, health and metrics; only kube-mgmt, holding a generated token, can wri
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import pulumi
 import pulumi_random as random
 import pulumi_tls as tls
 
 from . import kube
-from .settings import (AUDIT_LABEL, DAEMONSET_CONTROLLERS, NVIDIA_DEVICE_CLASS_SUFFIX,
-                       StackSettings, Taint)
+from .settings import (
+    AUDIT_LABEL,
+    DAEMONSET_CONTROLLERS,
+    NVIDIA_DEVICE_CLASS_SUFFIX,
+    StackSettings,
+    Taint,
+)
 
 COMPONENT = "admission"
 POLICY_DIR = Path(__file__).resolve().parent.parent / "policy"
@@ -129,7 +135,8 @@ def _cel_tolerates(taint: Taint, pod: str) -> str:
     value = "(has(t.value) ? t.value : '')"
     match = (f"({key} == '' && {operator} == 'Exists') || ({key} == '{taint.key}' && "
              f"({operator} == 'Exists' || ({operator} == 'Equal' && {value} == '{taint.value}')))")
-    return f"(has({pod}.spec.tolerations) && {pod}.spec.tolerations.exists(t, {effect} && ({match})))"
+    return (f"(has({pod}.spec.tolerations) && "
+            f"{pod}.spec.tolerations.exists(t, {effect} && ({match})))")
 
 
 def gpu_request_condition(settings: StackSettings) -> str:
@@ -178,7 +185,7 @@ def pod_condition(settings: StackSettings) -> str:
             f"({debug_container}) : ({toleration_added}))")
 
 
-def _meta(settings: StackSettings, name: str, extra_labels: Optional[dict] = None) -> dict:
+def _meta(settings: StackSettings, name: str, extra_labels: dict | None = None) -> dict:
     return {"name": name, "namespace": settings.admission.namespace,
             "labels": {**kube.labels(SERVICE, COMPONENT), **(extra_labels or {})}}
 
@@ -295,7 +302,8 @@ def deployment(settings: StackSettings) -> dict:
                             "image": settings.image(adm.opa),
                             "args": opa_args(settings),
                             "ports": [{"name": "https", "containerPort": adm.webhook_port},
-                                      {"name": DIAGNOSTIC_PORT_NAME, "containerPort": DIAGNOSTIC_PORT}],
+                                      {"name": DIAGNOSTIC_PORT_NAME,
+                                       "containerPort": DIAGNOSTIC_PORT}],
                             # Ready only once kube-mgmt has loaded the policy and parameters
                             # (policy/opa/health.rego).
                             "readinessProbe": {"httpGet": {"path": "/health/ready", **probe_port},
@@ -449,7 +457,7 @@ def webhook_configuration(settings: StackSettings, ca_bundle: Any) -> dict:
                           [pods, claims, reachability_webhook(settings, ca_bundle)])
 
 
-def mutating_webhook_configuration(settings: StackSettings, ca_bundle: Any) -> Optional[dict]:
+def mutating_webhook_configuration(settings: StackSettings, ca_bundle: Any) -> dict | None:
     """mutate and audit modes: the mutating webhook, on pod CREATE only (what it can fix or label
     is set at creation). Reinvoked if a later webhook changes the pod; the patch it computes
     then is empty."""
@@ -468,7 +476,7 @@ class OpaAdmission(pulumi.ComponentResource):
     and after the resources in `after` (the binpack scheduler) exist."""
 
     def __init__(self, name: str, settings: StackSettings,
-                 after: Optional[Sequence[pulumi.Resource]] = None,
+                 after: Sequence[pulumi.Resource] | None = None,
                  prefix: str = "",
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-platform:index:OpaAdmission", name, None, opts)
@@ -478,15 +486,18 @@ class OpaAdmission(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
 
         namespace = kube.declare(kube.namespace(adm.namespace, "restricted", COMPONENT), self)
-        ca_key = tls.PrivateKey(kube.child_name(self, "ca"), algorithm="ECDSA", ecdsa_curve="P256", opts=child)
+        ca_key = tls.PrivateKey(kube.child_name(self, "ca"), algorithm="ECDSA",
+                                ecdsa_curve="P256", opts=child)
         self.ca = tls.SelfSignedCert(
-            kube.child_name(self, "ca"), private_key_pem=ca_key.private_key_pem, is_ca_certificate=True,
+            kube.child_name(self, "ca"), private_key_pem=ca_key.private_key_pem,
+            is_ca_certificate=True,
             subject=tls.SelfSignedCertSubjectArgs(common_name="gpu-platform admission CA",
                                                   organization="gpu-platform"),
             validity_period_hours=certs.ca_validity_hours,
             early_renewal_hours=certs.early_renewal_hours,
             allowed_uses=["cert_signing", "crl_signing", "digital_signature"], opts=child)
-        server_key = tls.PrivateKey(kube.child_name(self, "server"), algorithm="ECDSA", ecdsa_curve="P256", opts=child)
+        server_key = tls.PrivateKey(kube.child_name(self, "server"), algorithm="ECDSA",
+                                    ecdsa_curve="P256", opts=child)
         self.server_request = tls.CertRequest(
             kube.child_name(self, "server"), private_key_pem=server_key.private_key_pem,
             subject=tls.CertRequestSubjectArgs(common_name=service_dns_names(settings)[-1]),
@@ -497,7 +508,8 @@ class OpaAdmission(pulumi.ComponentResource):
             validity_period_hours=certs.server_validity_hours,
             early_renewal_hours=certs.early_renewal_hours,
             allowed_uses=["server_auth", "digital_signature", "key_encipherment"], opts=child)
-        token = random.RandomPassword(kube.child_name(self, "kube-mgmt-token"), length=48, special=False, opts=child)
+        token = random.RandomPassword(kube.child_name(self, "kube-mgmt-token"), length=48,
+                                      special=False, opts=child)
 
         after_namespace = [namespace]
         rbac = kube.declare_all(rbac_objects(settings), self, after_namespace)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Collection, Mapping
+from collections.abc import Collection, Mapping
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -54,7 +55,8 @@ def check_secret_keys(secret_keys: Collection[str]) -> None:
     problems = [
         f"{CONFIG_NAMESPACE}:{key}: stored as a secret, but none of its settings takes one, so "
         f"its values would reach the cluster and the state in plain text; allowed: plain values "
-        f"here, and secrets only under {' and '.join(CONFIG_NAMESPACE + ':' + k for k in SECRET_CAPABLE)}"
+        f"here, and secrets only under "
+        f"{' and '.join(CONFIG_NAMESPACE + ':' + k for k in SECRET_CAPABLE)}"
         for key in sorted(secret_keys) if key not in SECRET_CAPABLE]
     if problems:
         raise SettingsError(problems)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal
 
 import yaml
-
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -176,7 +176,7 @@ def chart_path_field():
                              "be chartVersion.")
 
 
-def _chart_path(value: Optional[str]) -> Optional[str]:
+def _chart_path(value: str | None) -> str | None:
     if value is not None and not Path(value).expanduser().exists():
         raise Invalid("no such chart on this machine", "a chart directory or .tgz that exists "
                       "where pulumi runs, or unset to install from the repository")
@@ -215,7 +215,8 @@ def switch(enabled: bool, description: str):
 
 
 class Taint(Model):
-    """A node taint. In the stack file it may also be written as kubectl does: `key=value:Effect`."""
+    """A node taint. In the stack file it may also be written as kubectl does:
+    `key=value:Effect`."""
 
     key: str
     value: str = ""
@@ -240,7 +241,8 @@ class Taint(Model):
         classmethod(lambda cls, v: _label_value(v, "taint value")))
 
     def __str__(self) -> str:
-        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+        return f"{self.key}={self.value}:{self.effect}" if self.value \
+            else f"{self.key}:{self.effect}"
 
     def toleration(self) -> dict:
         """The toleration that lets a pod onto a node with this taint."""
@@ -305,7 +307,7 @@ class GpuNodesSettings(Model):
         return labels
 
     @model_validator(mode="after")
-    def names_fit_the_taint_mode(self) -> "GpuNodesSettings":
+    def names_fit_the_taint_mode(self) -> GpuNodesSettings:
         if self.tainted_by == "program" and not self.names:
             raise Invalid("the program taints the nodes it is given, and none are",
                           "the names of the GPU nodes, or taintedBy: nodePool when the node "
@@ -321,7 +323,7 @@ class GpuNodesSettings(Model):
         return self
 
     @model_validator(mode="after")
-    def taints_are_unique(self) -> "GpuNodesSettings":
+    def taints_are_unique(self) -> GpuNodesSettings:
         seen = {(self.taint.key, self.taint.effect)}
         for index, taint in enumerate(self.extra_taints):
             if (taint.key, taint.effect) in seen:
@@ -375,7 +377,7 @@ class MigSettings(Model):
         return profiles
 
     @model_validator(mode="after")
-    def profiles_only_with_mixed(self) -> "MigSettings":
+    def profiles_only_with_mixed(self) -> MigSettings:
         if self.strategy == "mixed" and not self.profiles:
             raise Invalid("the mixed strategy advertises each MIG profile as a resource of its "
                           "own, which the binpack scheduler can only score when it is listed",
@@ -394,7 +396,7 @@ class MigSettings(Model):
 
 
 class TimeSlicingSettings(Model):
-    replicas: Optional[int] = Field(
+    replicas: int | None = Field(
         default=None, ge=2, le=64,
         description="Pods that may share one GPU by time-slicing (2..64); unset: no sharing.")
 
@@ -406,7 +408,7 @@ class GpuOperatorSettings(Model):
                             description="Helm repository of the chart: https://, or an oci:// "
                                         "registry (a mirror, for example).")
     chart_version: str = Field(default="v26.7.0", description="Pinned chart version.")
-    chart_path: Optional[str] = chart_path_field()
+    chart_path: str | None = chart_path_field()
     driver: Switch = switch(False, "Install the NVIDIA driver as a container (off: drivers "
                                    "are preinstalled on the nodes).")
     toolkit: Switch = switch(True, "NVIDIA container toolkit.")
@@ -448,7 +450,7 @@ class GpuOperatorSettings(Model):
         classmethod(lambda cls, v: _repository(v)))
 
     @model_validator(mode="after")
-    def sandbox_operands_need_sandbox_workloads(self) -> "GpuOperatorSettings":
+    def sandbox_operands_need_sandbox_workloads(self) -> GpuOperatorSettings:
         for key in ("vgpuManager", "vgpuDeviceManager", "vfioManager"):
             if getattr(self, to_snake(key)).enabled and not self.sandbox_workloads.enabled:
                 raise Invalid("runs only for sandboxed workloads",
@@ -750,7 +752,7 @@ class CertificateSettings(Model):
                                                  "hours before it expires (30 days).")
 
     @model_validator(mode="after")
-    def renewal_inside_validity(self) -> "CertificateSettings":
+    def renewal_inside_validity(self) -> CertificateSettings:
         shortest = min(self.ca_validity_hours, self.server_validity_hours)
         if self.early_renewal_hours >= shortest:
             raise Invalid("early renewal must start before the certificate expires",
@@ -828,7 +830,7 @@ class AdmissionSettings(Model):
         return data
 
     @model_validator(mode="after")
-    def mode_fits_failure_policy(self) -> "AdmissionSettings":
+    def mode_fits_failure_policy(self) -> AdmissionSettings:
         if self.mode == "audit" and self.failure_policy == "Fail":
             raise Invalid("audit mode admits every pod, but with Fail an OPA outage would refuse "
                           "GPU pods", "Ignore (the default in audit mode), or mode enforce or "
@@ -874,7 +876,8 @@ class AdmissionSettings(Model):
             if "*" in example or "/" not in example or not is_qualified_name(example):
                 raise Invalid("not an extended resource name or prefix",
                               "a name such as nvidia.com/gpu, or a prefix ending in * such as "
-                              "nvidia.com/* or nvidia.com/mig-*", at=(index,), value=name, has_value=True)
+                              "nvidia.com/* or nvidia.com/mig-*", at=(index,), value=name,
+                              has_value=True)
         return names
 
     @field_validator("exempt_namespaces")
@@ -889,7 +892,7 @@ class AdmissionSettings(Model):
 
 class GrafanaSettings(Model):
     admin_user: str = Field(default="admin", description="Grafana admin user.")
-    admin_password: Optional[str] = Field(
+    admin_password: str | None = Field(
         default=None,
         description="Grafana admin password (set with `pulumi config set --secret --path`); "
                     "unset: generated and kept as a Pulumi secret.")
@@ -948,7 +951,7 @@ class StorageSettings(Model):
         description="Persistent volumes for Prometheus and Alertmanager, so samples, `for:` "
                     "timers and silences survive a restart. Off only by choice (then all of it "
                     "is lost whenever a pod moves).")
-    storage_class_name: Optional[str] = Field(
+    storage_class_name: str | None = Field(
         default=None, description="StorageClass of the volumes; unset: the cluster's default.")
     prometheus_size_gib: int = Field(
         default=50, ge=1, le=65536,
@@ -959,7 +962,7 @@ class StorageSettings(Model):
 
     @field_validator("storage_class_name")
     @classmethod
-    def class_is_a_name(cls, value: Optional[str]) -> Optional[str]:
+    def class_is_a_name(cls, value: str | None) -> str | None:
         if value is not None and not is_dns_subdomain(value):
             raise Invalid("not a StorageClass name", "a DNS-1123 subdomain, or unset for the "
                                                      "cluster's default")
@@ -973,24 +976,24 @@ class Receiver(Model):
     name: str = Field(description="Receiver name (a DNS-1123 label).")
     severities: list[Severity] = Field(
         min_length=1, description="Alerts of these severities are sent here.")
-    webhook_url: Optional[str] = Field(default=None, description="Generic webhook URL.")
-    slack_api_url: Optional[str] = Field(default=None,
+    webhook_url: str | None = Field(default=None, description="Generic webhook URL.")
+    slack_api_url: str | None = Field(default=None,
                                          description="Slack incoming-webhook URL (a secret).")
-    slack_channel: Optional[str] = Field(default=None, description="Slack channel, e.g. #gpu.")
-    pagerduty_routing_key: Optional[str] = Field(
+    slack_channel: str | None = Field(default=None, description="Slack channel, e.g. #gpu.")
+    pagerduty_routing_key: str | None = Field(
         default=None, description="PagerDuty Events v2 routing key (a secret).")
 
     _check_name = field_validator("name")(classmethod(lambda cls, v: _dns_label(v)))
 
     @field_validator("webhook_url", "slack_api_url")
     @classmethod
-    def url_is_https(cls, value: Optional[str]) -> Optional[str]:
+    def url_is_https(cls, value: str | None) -> str | None:
         if value is not None and not re.match(r"^https?://[^\s/]+", value):
             raise Invalid("not a URL", "an http(s) URL")
         return value
 
     @model_validator(mode="after")
-    def one_destination(self) -> "Receiver":
+    def one_destination(self) -> Receiver:
         given = [key for key in ("webhookUrl", "slackApiUrl", "pagerdutyRoutingKey")
                  if getattr(self, to_snake(key))]
         if len(given) != 1:
@@ -1033,7 +1036,7 @@ class MonitoringSettings(Model):
                             description="Helm repository of the chart: https://, or an oci:// "
                                         "registry (a mirror, for example).")
     chart_version: str = Field(default="88.5.3", description="Pinned chart version.")
-    chart_path: Optional[str] = chart_path_field()
+    chart_path: str | None = chart_path_field()
     scrape_interval: str = Field(default="15s", description="Prometheus scrape interval of "
                                                             "the DCGM exporter.")
     retention: str = Field(default="15d", description="How long Prometheus keeps samples.")
@@ -1069,13 +1072,13 @@ class ClusterSettings(Model):
     context: str = Field(
         description="Context of the stack's cluster in the kubeconfig (required): the program "
                     "never deploys to whatever context happens to be current.")
-    kubeconfig: Optional[str] = Field(
+    kubeconfig: str | None = Field(
         default=None,
         description="Path of the kubeconfig file; unset: $KUBECONFIG, else ~/.kube/config, as "
                     "kubectl reads them.")
 
     @model_validator(mode="after")
-    def context_is_in_the_kubeconfig(self) -> "ClusterSettings":
+    def context_is_in_the_kubeconfig(self) -> ClusterSettings:
         if self.kubeconfig is None:
             return self
         path = Path(self.kubeconfig).expanduser()
@@ -1098,7 +1101,7 @@ class ClusterSettings(Model):
 
 class StackSettings(Model):
     cluster: ClusterSettings = Field(description="The cluster the stack deploys to (required).")
-    image_registry_mirror: Optional[str] = Field(
+    image_registry_mirror: str | None = Field(
         default=None,
         description="Registry (host[:port][/path]) that mirrors every image the platform runs: "
                     "each image's registry host is replaced by it, the path kept "
@@ -1128,7 +1131,7 @@ class StackSettings(Model):
         return value
 
     @model_validator(mode="after")
-    def namespaces_are_ours(self) -> "StackSettings":
+    def namespaces_are_ours(self) -> StackSettings:
         owners = {}
         for section in ("gpuOperator", "scheduler", "admission", "monitoring", "compaction"):
             if section == "compaction" and not self.compaction.enabled:
@@ -1147,7 +1150,7 @@ class StackSettings(Model):
         return self
 
     @model_validator(mode="after")
-    def monitoring_has_an_exporter(self) -> "StackSettings":
+    def monitoring_has_an_exporter(self) -> StackSettings:
         if not self.gpu_operator.dcgm_exporter.enabled:
             raise Invalid("the GPU dashboard and ServiceMonitor read the DCGM exporter",
                           "true", at=("gpuOperator", "dcgmExporter", "enabled"), value=False,
@@ -1155,7 +1158,7 @@ class StackSettings(Model):
         return self
 
     @model_validator(mode="after")
-    def scheduler_scores_gpus(self) -> "StackSettings":
+    def scheduler_scores_gpus(self) -> StackSettings:
         scored = {r.name for r in self.scheduler.scoring_strategy.resources}
         if not any(resource_matches(name, pattern) for name in scored
                    for pattern in self.admission.gpu_resource_names):
@@ -1166,7 +1169,7 @@ class StackSettings(Model):
         return self
 
     @model_validator(mode="after")
-    def preemptible_pods_are_admitted(self) -> "StackSettings":
+    def preemptible_pods_are_admitted(self) -> StackSettings:
         preemptible = self.scheduler.preemptible_class
         if preemptible.enabled and preemptible.value > self.admission.max_gpu_pod_priority:
             raise Invalid(f"GPU pods in the preemptible class (priority {preemptible.value}) "
@@ -1194,7 +1197,7 @@ class StackSettings(Model):
 
     @field_validator("image_registry_mirror")
     @classmethod
-    def mirror_is_a_registry(cls, value: Optional[str]) -> Optional[str]:
+    def mirror_is_a_registry(cls, value: str | None) -> str | None:
         if value is not None and not _REGISTRY_MIRROR.match(value):
             raise Invalid("not a registry", "host[:port][/path] without a scheme, e.g. "
                           "registry.example.com:5000/mirror")

@@ -25,3 +25,11 @@ def example_run() -> harness.Recording:
 @pytest.fixture(scope="session")
 def example_settings():
     return harness.example_settings()
+
+
+@pytest.fixture
+def aggressive_compaction_settings():
+    """The example stack with the most aggressive compaction limits the benchmark measured."""
+    base = harness.example_settings()
+    return base.model_copy(update={"compaction": base.compaction.model_copy(update={
+        "underused_percent": 75, "max_evictions_per_node": 8, "max_evictions_per_run": 16})})

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import datetime
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any
 
 import pulumi
 import yaml
@@ -110,7 +111,7 @@ def integral_numbers(value: Any) -> Any:
 
 
 # When the fake providers create certificates.
-FAKE_NOW = datetime.datetime(2026, 11, 1, tzinfo=datetime.timezone.utc)
+FAKE_NOW = datetime.datetime(2026, 11, 1, tzinfo=datetime.UTC)
 
 
 class FakeProviders(pulumi.runtime.Mocks):
@@ -197,9 +198,9 @@ def stack_file_config(settings: dict[str, Any]) -> dict[str, str]:
             for key, value in settings.items()}
 
 
-def run_program(config: Optional[dict[str, str]] = None,
-                recording: Optional[Recording] = None,
-                secret_keys: Sequence[str] = (), source: Optional[str] = None) -> Recording:
+def run_program(config: dict[str, str] | None = None,
+                recording: Recording | None = None,
+                secret_keys: Sequence[str] = (), source: str | None = None) -> Recording:
     """Run the real `__main__.py` under mocks with the given stack config (the example stack by
     default) and return what it registered (into `recording`, when given, so that a run that
     raises can still be inspected)."""

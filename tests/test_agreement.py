@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_settings import raw, with_changes
 
 import harness
 import tools
 from components import binpack_scheduler, dashboard, gpu_operator, monitoring, opa_admission
 from components.settings import GPU_RESOURCE, load_settings, resource_matches
-from test_settings import raw, with_changes
 
 K8S = "kubernetes:"
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -14,10 +14,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "benchmark"))
 import binpack  # noqa: E402
 import workload  # noqa: E402
+from test_compaction_plan import cpu_separated_state  # noqa: E402
 from workload import BatchJob, NodeShape, Task, Trace  # noqa: E402
+
 from components import compaction_plan, gpu_compaction  # noqa: E402
 from components.binpack_scheduler import scoring_strategy  # noqa: E402
-from test_compaction_plan import cpu_separated_state, settings  # noqa: E402,F401
 
 
 def test_the_same_seed_gives_the_same_trace_and_another_seed_another():
@@ -66,16 +67,16 @@ def test_arrivals_and_replicas_offer_the_requested_load(mix, load):
     for service in trace.services:
         steps = sorted((s.time, s.replicas) for s in trace.scales if s.service == service.id)
         ends = [t for t, _ in steps[1:]] + [trace.horizon]
-        replica_hours += sum((end - t) * n for (t, n), end in zip(steps, ends))
+        replica_hours += sum((end - t) * n for (t, n), end in zip(steps, ends, strict=True))
     assert replica_hours / (128 * trace.horizon) == pytest.approx(0.25 * load, rel=0.25)
 
 
 def exhaustive_fit(sizes, capacities) -> bool:
     for assignment in itertools.product(range(len(capacities)), repeat=len(sizes)):
         used = [0] * len(capacities)
-        for size, node in zip(sizes, assignment):
+        for size, node in zip(sizes, assignment, strict=True):
             used[node] += size
-        if all(u <= c for u, c in zip(used, capacities)):
+        if all(u <= c for u, c in zip(used, capacities, strict=True)):
             return True
     return False
 
@@ -99,7 +100,7 @@ def test_the_fragmentation_example_fits_only_when_packed():
     """Two 4-GPU nodes holding 2+1 GPUs each have two GPUs free, but not on one node."""
     nodes = {"node-1": NodeShape(4, 8000, 8192), "node-2": NodeShape(4, 8000, 8192)}
     spread = binpack.Ledger(nodes)
-    for gpus, node in zip([2, 2, 1, 1], ["node-1", "node-2", "node-1", "node-2"]):
+    for gpus, node in zip([2, 2, 1, 1], ["node-1", "node-2", "node-1", "node-2"], strict=True):
         spread.place(binpack.PodRecord("p", Task(gpus, 1000, 1024), 0.0), node)
     assert not spread.fits_somewhere(Task(2, 1000, 1024))
     assert spread.sample(0.0, []).stranded == 2
@@ -202,7 +203,9 @@ def test_a_scheduler_histogram_quantile_interpolates_within_the_bucket():
     assert binpack.histogram_quantile([], 0.5) is None
 
 
-def test_the_benchmark_plans_each_run_as_the_cronjob_would(settings, tmp_path):
+def test_the_benchmark_plans_each_run_as_the_cronjob_would(aggressive_compaction_settings,
+                                                           tmp_path):
+    settings = aggressive_compaction_settings
     # The benchmark replays minPodAge through the opt-in label: its pods are seconds old by the
     # wall clock. Its plan must still see the platform's minPodAge (2h here), or it would never
     # name a CPU threshold, and its descheduler must run with 0s, or it would evict nothing.

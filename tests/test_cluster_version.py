@@ -7,13 +7,12 @@ import socket
 
 import pytest
 import yaml
-
-from components import cluster_version
-from components.platform import ClusterError, check_cluster
-from components.settings import ClusterSettings
 from test_settings import KUBECONFIG
 
 import harness
+from components import cluster_version
+from components.platform import ClusterError, check_cluster
+from components.settings import ClusterSettings
 
 
 def settings_for(kubeconfig, context: str = "gpu-cluster", version: str = "1.36.4"):

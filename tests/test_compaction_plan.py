@@ -5,7 +5,6 @@ on its plan, are in tests/integration/test_compaction.py."""
 
 import pytest
 
-import harness
 from components import compaction_plan, gpu_compaction
 from components.binpack_scheduler import scoring_strategy
 
@@ -38,10 +37,8 @@ def pods_on(node_name: str, count: int, **kwargs) -> list[dict]:
 
 
 @pytest.fixture
-def settings():
-    base = harness.example_settings()
-    return base.model_copy(update={"compaction": base.compaction.model_copy(update={
-        "underused_percent": 75, "max_evictions_per_node": 8, "max_evictions_per_run": 16})})
+def settings(aggressive_compaction_settings):
+    return aggressive_compaction_settings
 
 
 def plan(settings, nodes, pods):

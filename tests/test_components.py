@@ -4,11 +4,17 @@ import json
 
 import pytest
 import yaml
-
-from components import (binpack_scheduler, gpu_compaction, gpu_nodes, gpu_operator, monitoring,
-                        opa_admission)
-from components.settings import SettingsError, load_settings
 from test_settings import raw, with_changes
+
+from components import (
+    binpack_scheduler,
+    gpu_compaction,
+    gpu_nodes,
+    gpu_operator,
+    monitoring,
+    opa_admission,
+)
+from components.settings import SettingsError, load_settings
 
 
 def settings_of(**changes):

@@ -5,9 +5,9 @@ import json
 from collections import Counter
 
 import pytest
+from test_settings import MINIMAL, with_changes
 
 import harness
-from test_settings import MINIMAL, with_changes
 
 COMPONENT = "gpu-platform:index:"
 K8S = "kubernetes:"
@@ -158,7 +158,8 @@ EDGES = [
       for dependent in ((f"{K8S}monitoring.coreos.com/v1:ServiceMonitor",
                          "monitoring/nvidia-dcgm-exporter"),
                         (f"{K8S}core/v1:ConfigMap", "monitoring/gpu-platform-dashboard"),
-                        (f"{K8S}monitoring.coreos.com/v1:PrometheusRule", "monitoring/gpu-platform"))],
+                        (f"{K8S}monitoring.coreos.com/v1:PrometheusRule",
+                         "monitoring/gpu-platform"))],
     ((f"{K8S}monitoring.coreos.com/v1:ServiceMonitor", "monitoring/nvidia-dcgm-exporter"),
      OPERATOR, "the DCGM exporter Service it selects is created by the operator"),
 ]
@@ -347,8 +348,9 @@ def test_a_registry_mirror_is_followed_by_every_image_the_program_and_the_charts
     # the repository path, as the listed images do.
     stack = recording.one(f"{K8S}helm.sh/v3:Release", "kube-prometheus-stack").inputs["values"]
     assert stack["global"]["imageRegistry"] == mirror
-    assert {f"{mirror}/prometheus/prometheus:v3.14.0-distroless", f"{mirror}/grafana/grafana:13.2.0",
-            f"{mirror}/kiwigrid/k8s-sidecar:2.10.1", f"{mirror}/busybox:1.37.0"} <= set(listed)
+    assert {f"{mirror}/prometheus/prometheus:v3.14.0-distroless",
+            f"{mirror}/grafana/grafana:13.2.0", f"{mirror}/kiwigrid/k8s-sidecar:2.10.1",
+            f"{mirror}/busybox:1.37.0"} <= set(listed)
 
 
 def test_without_a_mirror_images_come_from_their_own_registries(example_run):

@@ -13,11 +13,11 @@ from pathlib import Path
 import promql_parser
 import pytest
 import yaml
+from test_settings import raw, with_changes
 
 import tools
 from components import dashboard, gpu_rules, monitoring
 from components.settings import load_settings
-from test_settings import raw, with_changes
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SETTINGS = load_settings(raw(with_changes()))
@@ -342,7 +342,7 @@ def test_certificate_alerts_follow_the_certificate_the_program_made(example_run)
                            "monitoring/gpu-platform").inputs
     alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
     # The fake provider made the server certificate on 2026-11-01 for 8760 hours.
-    not_after = int(datetime.datetime(2027, 11, 1, tzinfo=datetime.timezone.utc).timestamp())
+    not_after = int(datetime.datetime(2027, 11, 1, tzinfo=datetime.UTC).timestamp())
     assert alerts["GpuAdmissionCertificateRenewalDue"]["expr"] == \
         f"vector(time()) > {not_after - 720 * 3600}"
     assert "2027-11-01T00:00:00+00:00" in alerts["GpuAdmissionCertificateExpiring"][
@@ -389,7 +389,8 @@ def test_admission_alerts_on_failed_calls_missing_decisions_and_many_refusals(pr
         # Two refusals a minute: 120 an hour, over the threshold of 60.
         {"interval": "1m", "input_series": [rejections("no_error", 2)],
          "alert_rule_test": [fires("GpuAdmissionRejectionsHigh", "40m", []),
-                             fires("GpuAdmissionRejectionsHigh", "90m", [{"severity": "warning"}])]},
+                             fires("GpuAdmissionRejectionsHigh", "90m",
+                                   [{"severity": "warning"}])]},
         # Another cluster webhook's refusals are not the platform's.
         {"interval": "1m", "input_series": [rejections("no_error", 5, name="other.example.com")],
          "alert_rule_test": [fires("GpuAdmissionRejectionsHigh", "90m", [])]},

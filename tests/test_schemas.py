@@ -5,9 +5,9 @@ import re
 
 import kubernetes_validate
 import pytest
+from test_settings import with_changes
 
 import harness
-from test_settings import with_changes
 
 # Kinds whose CRDs the charts install: the official schemas do not cover them.
 NOT_COVERED = {("monitoring.coreos.com/v1", "ServiceMonitor"),

@@ -12,8 +12,9 @@ from pathlib import Path
 if __name__ == "__main__":
     sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).parent)]
 
-import harness  # noqa: E402
 from test_settings import with_changes  # noqa: E402
+
+import harness  # noqa: E402
 
 SNAPSHOT = Path(__file__).parent / "fixtures" / "urns.txt"
 K8S = "kubernetes:"

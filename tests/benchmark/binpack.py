@@ -27,23 +27,27 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Optional
 
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "integration")]
 
+import workload  # noqa: E402
+from workload import BatchJob, NodeShape, Scale, Task, Trace  # noqa: E402
+
 import cluster  # noqa: E402
 from components import compaction_plan, gpu_compaction  # noqa: E402
-import workload  # noqa: E402
-from components.binpack_scheduler import (preemptible_priority_class,  # noqa: E402
-                                          scheduler_configuration, scoring_strategy)
+from components.binpack_scheduler import (  # noqa: E402
+    preemptible_priority_class,
+    scheduler_configuration,
+    scoring_strategy,
+)
 from components.settings import StackSettings  # noqa: E402
 from controlplane import ControlPlane, wait_until  # noqa: E402
-from workload import BatchJob, NodeShape, Scale, Task, Trace  # noqa: E402
 
 NAMESPACE = "bench"
 GPU = "nvidia.com/gpu"
@@ -58,14 +62,14 @@ class PodRecord:
     name: str
     task: Task
     created: float                  # simulated hours
-    job: Optional[BatchJob] = None  # None: an inference replica
-    service: Optional[int] = None
-    node: Optional[str] = None
-    started: Optional[float] = None
-    ended: Optional[float] = None
-    resumed_at: Optional[float] = None  # a job's replacement pod: hours of work checkpointed
+    job: BatchJob | None = None  # None: an inference replica
+    service: int | None = None
+    node: str | None = None
+    started: float | None = None
+    ended: float | None = None
+    resumed_at: float | None = None  # a job's replacement pod: hours of work checkpointed
     preemptible: bool = False           # in the platform's preemptible priority class
-    nominated: Optional[str] = None     # the node kube-scheduler preempted pods on for it
+    nominated: str | None = None     # the node kube-scheduler preempted pods on for it
 
     @property
     def remaining(self) -> float:
@@ -124,13 +128,13 @@ class Outcome:
         """Each batch job's first pod (the replacement of an evicted pod is not a new job)."""
         return [r for r in self.records if r.job is not None and r.resumed_at is None]
 
-    def waits(self, gpus: Optional[int] = None) -> list[float]:
+    def waits(self, gpus: int | None = None) -> list[float]:
         """Simulated hours each batch job waited; one still waiting at the end counts up to the
         end (a lower bound)."""
         return [(r.started if r.started is not None else self.horizon) - r.created
                 for r in self.batch if gpus is None or r.task.gpus == gpus]
 
-    def wait(self, gpus: int, quantile: float) -> Optional[float]:
+    def wait(self, gpus: int, quantile: float) -> float | None:
         return percentile(self.waits(gpus), quantile)
 
     def resume_waits(self) -> list[float]:
@@ -161,7 +165,7 @@ class Outcome:
         return statistics.fmean(getattr(s, metric) for s in tail) if tail else 0.0
 
 
-def percentile(values: list[float], quantile: float) -> Optional[float]:
+def percentile(values: list[float], quantile: float) -> float | None:
     if not values:
         return None
     ordered = sorted(values)
@@ -173,7 +177,7 @@ def percentile(values: list[float], quantile: float) -> Optional[float]:
 class Backend:
     """A cluster the trace is played on. Records pods as they are created, started and ended."""
     records: list[PodRecord]
-    compaction_interval: Optional[float] = None   # simulated hours between compaction runs
+    compaction_interval: float | None = None   # simulated hours between compaction runs
     evictions = 0
     lost_gpu_hours = 0.0
 
@@ -193,7 +197,7 @@ def play(label: str, trace: Trace, backend: Backend, total_gpus: int,
     each batch job `duration` after it started. At equal times jobs end before others arrive."""
     events: list = []
     order = 0
-    for when, kind, item in trace.arrivals():
+    for when, _kind, item in trace.arrivals():
         heapq.heappush(events, (when, 1, order, item))
         order += 1
     interval = backend.compaction_interval
@@ -273,7 +277,7 @@ class Ledger:
 
 # --- the offline reference ------------------------------------------------------------------
 
-def best_fit_decreasing(sizes: list[int], capacity: dict[str, int]) -> Optional[list[str]]:
+def best_fit_decreasing(sizes: list[int], capacity: dict[str, int]) -> list[str] | None:
     """Nodes for `sizes` (in the given order) by best-fit decreasing on GPUs, or None if they do
     not all fit. With every size and node size a power of two, as here, decreasing-order
     packing is optimal for the GPU dimension."""
@@ -387,11 +391,11 @@ class RepackingReference(Backend):
         capacity = {n: s.gpus for n, s in self.nodes.items()}
         layout = best_fit_decreasing([r.task.gpus for r in running], capacity)
         ledger = Ledger(self.nodes)
-        for record, node in zip(running, layout or []):
+        for record, node in zip(running, layout or [], strict=False):
             ledger.place(PodRecord(record.name, record.task, record.created), node)
         return ledger.sample(now, self.waiting)
 
-    def with_services(self, trace: Trace) -> "RepackingReference":
+    def with_services(self, trace: Trace) -> RepackingReference:
         self._service_tasks = {s.id: s.task for s in trace.services}
         return self
 
@@ -469,7 +473,7 @@ class PodWatch:
 
     def __init__(self, kube, namespace: str):
         self.kube, self.namespace = kube, namespace
-        self.events: "queue.Queue[tuple[str, dict]]" = queue.Queue()
+        self.events: queue.Queue[tuple[str, dict]] = queue.Queue()
         self.session = requests.Session()
         self.session.trust_env = False
         self.session.verify = kube.session.verify
@@ -479,7 +483,7 @@ class PodWatch:
                                what="list benchmark pods")
         self.resource_version = listing["metadata"]["resourceVersion"]
         self.stopped = threading.Event()
-        self.reply: Optional[requests.Response] = None
+        self.reply: requests.Response | None = None
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 
@@ -506,7 +510,7 @@ class PodWatch:
                 if self.stopped.is_set():
                     return
 
-    def next(self, timeout: float) -> Optional[tuple[str, dict]]:
+    def next(self, timeout: float) -> tuple[str, dict] | None:
         try:
             return self.events.get(timeout=timeout)
         except queue.Empty:
@@ -533,7 +537,7 @@ class RealCluster(Backend):
 
     def __init__(self, cp: ControlPlane, config: dict, nodes: dict[str, NodeShape],
                  trace: Trace, settings: StackSettings,
-                 compaction: Optional["Compaction"] = None,
+                 compaction: Compaction | None = None,
                  preemptible_jobs: frozenset = frozenset(), checkpoint_every: float = 0.5):
         self.kube, self.settings = cp.admin, settings
         self.compaction = compaction
@@ -764,7 +768,7 @@ class RealCluster(Backend):
         self.watch.stop()
 
 
-def histogram_quantile(buckets: list[tuple[float, float]], quantile: float) -> Optional[float]:
+def histogram_quantile(buckets: list[tuple[float, float]], quantile: float) -> float | None:
     """The quantile of a Prometheus histogram from its cumulative (upper bound, count) buckets,
     interpolated within the bucket as Prometheus' histogram_quantile does."""
     if not buckets or buckets[-1][1] == 0:
@@ -797,7 +801,7 @@ def counter(text: str, metric: str) -> float:
                if line.startswith(metric + " ") or line.startswith(metric + "{"))
 
 
-def scrape(scheduler: "cluster.Scheduler", cp: ControlPlane) -> dict:
+def scrape(scheduler: cluster.Scheduler, cp: ControlPlane) -> dict:
     """The scheduler's own figures: the duration of successful scheduling attempts and of their
     scheduling algorithm (filter and score, without binding), attempts, CPU seconds, and the
     peak resident memory of its process."""
@@ -833,7 +837,7 @@ class Compaction:
     scoring: dict               # the binpack scheduler's, which the plan predicts with
     policy_file: Path           # where each run's policy is written
 
-    def moves(self, job: Optional[BatchJob] = None, service: Optional[int] = None) -> bool:
+    def moves(self, job: BatchJob | None = None, service: int | None = None) -> bool:
         return (job.id in self.jobs_opted_in) if job is not None else service in self.opted_in
 
     def run_policy(self, nodes: list[dict], pods: list[dict], planned: bool) -> dict:
@@ -877,7 +881,7 @@ def preemptible_jobs(trace: Trace, share: float, whole_node_gpus: int) -> frozen
 def replay(label: str, config: dict, trace: Trace, nodes: dict[str, NodeShape],
            settings: StackSettings,
            progress: Callable[[int, int], None] = lambda done, total: None,
-           compaction: Optional[Compaction] = None, preemptible: frozenset = frozenset(),
+           compaction: Compaction | None = None, preemptible: frozenset = frozenset(),
            checkpoint_every: float = 0.5) -> Outcome:
     """The trace against one kube-scheduler running `config`, on a fresh control plane (with
     `compaction`: the descheduler's runs as well; the jobs in `preemptible` run in the

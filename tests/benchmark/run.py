@@ -14,11 +14,11 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 import binpack
-import harness  # noqa: E402  (on the path binpack sets)
 import workload
+
+import harness  # noqa: E402  (on the path binpack sets)
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 SIZES = (1, 2, 4, 8)
@@ -178,14 +178,14 @@ def hours(values: list[float]) -> str:
     return spread([v * 60 for v in values if v is not None], ".0f")
 
 
-def lost(shares: list[Optional[float]]) -> str:
+def lost(shares: list[float | None]) -> str:
     """The median share of the GPU-time run that evictions threw away (work since the last
     checkpoint), when any was."""
     shares = [v for v in shares if v]
     return f", {100 * statistics.median(shares):.1f}% lost" if shares else ""
 
 
-def most_of_one_job(counts: list[Optional[int]]) -> str:
+def most_of_one_job(counts: list[int | None]) -> str:
     """The most evictions or preemptions one job took, over the seeds, where recorded."""
     counts = [v for v in counts if v is not None]
     return f", at most {max(counts)} of one job" if counts and max(counts) else ""
@@ -203,7 +203,7 @@ def table(rows: list[dict]) -> str:
     for row in rows:
         groups.setdefault((row["mix"], row["nodes"], row["scheduler"]), []).append(row)
     for (mix, nodes, scheduler), group in groups.items():
-        def col(name):
+        def col(name, group=group):
             return [r.get(name) for r in group]
         ms = lambda v: None if v is None else v * 1000  # noqa: E731
         latency = (f"{spread([ms(v) for v in col('attempt_p50')], '.1f')} / "

@@ -22,10 +22,10 @@ import csv
 import math
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 TRACES = Path(os.environ.get("GPU_PLATFORM_TRACES",
@@ -54,13 +54,13 @@ SYNTHETIC_MEMORY_GIB_PER_GPU = (16, 32, 48)
 
 
 def synthetic_task(rng: random.Random) -> Task:
-    sizes, weights = zip(*SYNTHETIC_SIZES.items())
+    sizes, weights = list(SYNTHETIC_SIZES), list(SYNTHETIC_SIZES.values())
     gpus = rng.choices(sizes, weights)[0]
     return Task(gpus, gpus * 1000 * rng.choice(SYNTHETIC_CPU_PER_GPU),
                 gpus * 1024 * rng.choice(SYNTHETIC_MEMORY_GIB_PER_GPU))
 
 
-@lru_cache(maxsize=None)
+@cache
 def trace_tasks(file: str) -> tuple[Task, ...]:
     """The GPU tasks of one Alibaba pod list (CPU-only tasks left out)."""
     path = TRACES / file

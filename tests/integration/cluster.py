@@ -12,10 +12,11 @@ import json
 import subprocess
 import sys
 import threading
+from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any
 
 import requests
 import yaml
@@ -56,7 +57,8 @@ class TestCertificates:
                                     ip_addresses=("127.0.0.1",))
 
     def replacements(self) -> dict[str, str]:
-        real = {harness.FAKE_CA_PEM: self.ca.cert_pem, harness.FAKE_SERVER_PEM: self.server.cert_pem,
+        real = {harness.FAKE_CA_PEM: self.ca.cert_pem,
+                harness.FAKE_SERVER_PEM: self.server.cert_pem,
                 harness.FAKE_KEY_PEM: self.server.key_pem}
         return real | {base64_text(fake): base64_text(value) for fake, value in real.items()}
 
@@ -68,7 +70,8 @@ def declared(recording: harness.Recording, certs: TestCertificates) -> Declared:
             continue
         replacements = certs.replacements()
         obj = harness.map_leaves(harness.integral_numbers(registration.inputs),
-                                 lambda v: replacements.get(v, v) if isinstance(v, str) else v)
+                                 lambda v, known=replacements:
+                                 known.get(v, v) if isinstance(v, str) else v)
         if registration.type == NODE_PATCH_TYPE:
             annotations = obj["metadata"].pop("annotations")
             field_manager = annotations.pop("pulumi.com/patchFieldManager")
@@ -148,8 +151,8 @@ def create_node(kube: Kube, name: str) -> dict:
 
 
 def create_gpu_node(kube: Kube, settings: StackSettings, name: str, gpus: int,
-                    capacity: Optional[dict[str, str]] = None,
-                    labels: Optional[dict[str, str]] = None) -> dict:
+                    capacity: dict[str, str] | None = None,
+                    labels: dict[str, str] | None = None) -> dict:
     """A Ready Node that advertises `gpus` GPUs in its status (the extended-resource patch the
     device plugin's kubelet would make) and carries the platform's GPU taints and labels, GPU
     Feature Discovery's nvidia.com/gpu.present=true and `labels` (as GPU Feature Discovery adds
@@ -198,9 +201,9 @@ def job(name: str, namespace: str, template: dict, *, resumes_after_eviction: bo
             "metadata": {"name": name, "namespace": namespace}, "spec": spec}
 
 
-def pod_spec(*, gpus: int = 0, scheduler: Optional[str] = None,
-             settings: Optional[StackSettings] = None, cpu: Optional[str] = None,
-             memory: Optional[str] = None, node_name: Optional[str] = None) -> dict:
+def pod_spec(*, gpus: int = 0, scheduler: str | None = None,
+             settings: StackSettings | None = None, cpu: str | None = None,
+             memory: str | None = None, node_name: str | None = None) -> dict:
     requests_ = {"cpu": cpu or (f"{gpus * CPU_PER_GPU // 2}" if gpus else "100m"),
                  "memory": memory or (f"{gpus * MEMORY_GIB_PER_GPU // 2}Gi" if gpus else "128Mi")}
     limits = {}
@@ -219,7 +222,7 @@ def pod_spec(*, gpus: int = 0, scheduler: Optional[str] = None,
 
 
 def placement(kube: Kube, namespace: str, name: str, timeout: float = 30.0,
-              poll: float = 0.1) -> Optional[str]:
+              poll: float = 0.1) -> str | None:
     """The node the pod was bound to, or None once its scheduler reports it unschedulable."""
     def decided():
         current = kube.get("v1", "Pod", name, namespace)
@@ -314,7 +317,7 @@ class ControllerManager:
 def pod_status(phase: str, *, ready: bool, reason: str) -> dict:
     """A status as a kubelet reports it; a running pod with its start time (which the
     descheduler's minPodAge reads)."""
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     status = {"phase": phase, "conditions": [
         {"type": condition, "status": str(ready), "reason": reason, "lastTransitionTime": now}
         for condition in ("Ready", "ContainersReady")]}
@@ -324,7 +327,7 @@ def pod_status(phase: str, *, ready: bool, reason: str) -> dict:
 
 
 def patch_pod_status(kube: Kube, pod: dict, status: dict, *,
-                     resource_version: Optional[str] = None) -> None:
+                     resource_version: str | None = None) -> None:
     """A strategic merge patch: conditions merge by type, so PodScheduled stays. With
     `resource_version`, only if the pod has not changed since (else HTTP 409)."""
     meta = pod["metadata"]
@@ -336,7 +339,7 @@ def patch_pod_status(kube: Kube, pod: dict, status: dict, *,
                  what=f"set pod {meta['namespace']}/{meta['name']} {status['phase']}")
 
 
-def running_pods(kube: Kube, namespace: str, app: Optional[str] = None) -> list[dict]:
+def running_pods(kube: Kube, namespace: str, app: str | None = None) -> list[dict]:
     """The namespace's pods (labelled app=`app`, if given) that run and are not being
     deleted."""
     params = {"labelSelector": f"app={app}"} if app else {}
@@ -373,7 +376,7 @@ def deploy_on_nodes(kube: Kube, settings: StackSettings, namespace: str, nodes: 
         total += count
         kube.merge_patch("apps/v1", "Deployment", name, {"spec": {"replicas": total}},
                          namespace, "scale", what=f"scale {name}")
-        wait_until(lambda: len(running_pods(kube, namespace, name)) == total,
+        wait_until(lambda total=total: len(running_pods(kube, namespace, name)) == total,
                    f"{total} running replicas of {name}", timeout=60)
         cordon(kube, nodes, False)
 
@@ -440,7 +443,7 @@ class FakeKubelet:
     def __init__(self, cp: ControlPlane):
         # A client of its own: the caller's session is not to be shared with another thread.
         self.kube = Kube(cp.server, cp.ca_file, cert=cp.admin_cert)
-        self.error: Optional[Exception] = None
+        self.error: Exception | None = None
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fake-kubelet", daemon=True)
         self._thread.start()
@@ -528,7 +531,7 @@ def start_binpack_scheduler(cp: ControlPlane, settings: StackSettings,
                      extra_args=binpack_scheduler_args(find(objects, "Deployment", sched.name)))
 
 
-def scheduler_with_strategy(name: str, strategy: Optional[dict] = None) -> dict:
+def scheduler_with_strategy(name: str, strategy: dict | None = None) -> dict:
     """A KubeSchedulerConfiguration with one profile named `name`: the default plugins, with
     NodeResourcesFit scoring by `strategy` (the default, LeastAllocated, when None)."""
     profile: dict = {"schedulerName": name}
@@ -548,7 +551,7 @@ def descheduler_command(args: list[str], kubeconfig) -> list[str]:
 
 
 def compaction_run(cp: ControlPlane, settings: StackSettings, objects: list[dict],
-                   policy: Optional[dict] = None) -> str:
+                   policy: dict | None = None) -> str:
     """One run of the declared compaction CronJob's pod, as the kubelet would run it: the plan
     init container (when declared) with Python, then the descheduler container, each with its
     flags, the declared ConfigMap's files (its policy replaced by `policy` if given) and the

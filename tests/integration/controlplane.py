@@ -22,9 +22,10 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import requests
 import yaml
@@ -77,7 +78,7 @@ class CertificateAuthority:
     def __init__(self, name: str):
         self._key = ec.generate_private_key(ec.SECP256R1())
         self._name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         self._cert = (x509.CertificateBuilder()
                       .subject_name(self._name).issuer_name(self._name)
                       .public_key(self._key.public_key())
@@ -102,7 +103,7 @@ class CertificateAuthority:
         key = ec.generate_private_key(ec.SECP256R1())
         subject = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
         subject += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         builder = (x509.CertificateBuilder()
                    .subject_name(x509.Name(subject)).issuer_name(self._name)
                    .public_key(key.public_key())
@@ -128,7 +129,7 @@ class CertificateAuthority:
 class Process:
     """A tool started in its own process group, its output in a log file."""
 
-    def __init__(self, name: str, args: list[str], log: Path, env: Optional[dict] = None):
+    def __init__(self, name: str, args: list[str], log: Path, env: dict | None = None):
         self.name, self.args, self.log = name, args, log
         with open(log, "ab") as out:
             self._popen = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
@@ -143,7 +144,7 @@ class Process:
         return self._popen.poll() is None
 
     @property
-    def exit_code(self) -> Optional[int]:
+    def exit_code(self) -> int | None:
         return self._popen.poll()
 
     def tail(self, lines: int = 30) -> str:
@@ -185,8 +186,8 @@ def _warning_text(header: str) -> str:
 class Kube:
     """A small Kubernetes REST client: discovery-based paths, server-side apply, CRUD."""
 
-    def __init__(self, server: str, ca_file: Path, *, cert: Optional[tuple[Path, Path]] = None,
-                 token: Optional[str] = None):
+    def __init__(self, server: str, ca_file: Path, *, cert: tuple[Path, Path] | None = None,
+                 token: str | None = None):
         self.server = server
         self.session = requests.Session()
         self.session.trust_env = False    # REQUESTS_CA_BUNDLE would replace `verify`
@@ -200,7 +201,7 @@ class Kube:
         self.warnings: list[str] = []
 
     def request(self, method: str, path: str, *, body: Any = None,
-                content_type: str = "application/json", params: Optional[dict] = None,
+                content_type: str = "application/json", params: dict | None = None,
                 what: str = "") -> Any:
         data = None
         if body is not None:
@@ -233,8 +234,8 @@ class Kube:
         except (LookupError, ApiError):
             return False
 
-    def path(self, api_version: str, kind: str, namespace: Optional[str] = None,
-             name: Optional[str] = None, subresource: str = "") -> str:
+    def path(self, api_version: str, kind: str, namespace: str | None = None,
+             name: str | None = None, subresource: str = "") -> str:
         resource = self._resource(api_version, kind)
         base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
         if resource["namespaced"]:
@@ -275,17 +276,17 @@ class Kube:
                             what=f"create {obj['kind']} {meta['name']}")
 
     def get(self, api_version: str, kind: str, name: str,
-            namespace: Optional[str] = None) -> dict:
+            namespace: str | None = None) -> dict:
         return self.request("GET", self.path(api_version, kind, namespace, name),
                             what=f"get {kind} {name}")
 
-    def list(self, api_version: str, kind: str, namespace: Optional[str] = None,
+    def list(self, api_version: str, kind: str, namespace: str | None = None,
              **params: str) -> list[dict]:
         return self.request("GET", self.path(api_version, kind, namespace),
                             params=params or None, what=f"list {kind}")["items"]
 
     def merge_patch(self, api_version: str, kind: str, name: str, body: dict,
-                    namespace: Optional[str] = None, subresource: str = "",
+                    namespace: str | None = None, subresource: str = "",
                     what: str = "") -> dict:
         """A JSON merge patch: the fields in `body` replace the object's (None removes one)."""
         return self.request("PATCH", self.path(api_version, kind, namespace, name, subresource),
@@ -298,7 +299,7 @@ class Kube:
                             what=f"patch status of {obj['kind']} {obj['metadata']['name']}")
 
     def delete(self, api_version: str, kind: str, name: str,
-               namespace: Optional[str] = None, *, propagation: Optional[str] = None) -> None:
+               namespace: str | None = None, *, propagation: str | None = None) -> None:
         """Delete at once: with no kubelet to confirm, a graceful pod deletion never ends.
         `propagation` (Background, Foreground, Orphan): what becomes of the objects it owns
         (left to the kind's default when None; a Job's is Orphan)."""
@@ -334,7 +335,7 @@ class ControlPlane:
         path.write_text(text)
         return path
 
-    def start_process(self, name: str, args: list[str], env: Optional[dict] = None) -> Process:
+    def start_process(self, name: str, args: list[str], env: dict | None = None) -> Process:
         log = self.dir / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         process = Process(name, args, log, env)
@@ -343,7 +344,7 @@ class ControlPlane:
 
     # lifecycle
 
-    def start(self) -> "ControlPlane":
+    def start(self) -> ControlPlane:
         try:
             self._start_etcd()
             self._start_apiserver()
@@ -434,7 +435,7 @@ class ControlPlane:
             what=f"token for ServiceAccount {namespace}/{name}")
         return review["status"]["token"]
 
-    def kubeconfig(self, name: str, *, token: Optional[str] = None) -> Path:
+    def kubeconfig(self, name: str, *, token: str | None = None) -> Path:
         """A kubeconfig file for the admin user, or for a bearer token."""
         user = {"token": token} if token else {
             "client-certificate": str(self.admin_cert[0]), "client-key": str(self.admin_cert[1])}

@@ -10,10 +10,22 @@ import pytest
 import requests
 
 import tools
-from cluster import (ApiError, LocalContainer, Scheduler, TEST_MANAGER, apply_declared,
-                     create_gpu_node, create_node, ensure_namespace, find,
-                     load_configmaps_as_kube_mgmt_does, placement, pod, scheduler_with_strategy,
-                     start_binpack_scheduler)
+from cluster import (
+    TEST_MANAGER,
+    ApiError,
+    LocalContainer,
+    Scheduler,
+    apply_declared,
+    create_gpu_node,
+    create_node,
+    ensure_namespace,
+    find,
+    load_configmaps_as_kube_mgmt_does,
+    placement,
+    pod,
+    scheduler_with_strategy,
+    start_binpack_scheduler,
+)
 from components import opa_admission
 from components.settings import AUDIT_LABEL, StackSettings
 from controlplane import ControlPlane, Process, free_port, wait_until

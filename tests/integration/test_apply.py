@@ -5,7 +5,7 @@ import copy
 
 import pytest
 
-from cluster import ApiError, TEST_MANAGER, apply_declared, create_node
+from cluster import TEST_MANAGER, ApiError, apply_declared, create_node
 from components import opa_admission
 
 
@@ -50,7 +50,8 @@ def test_applied_objects_read_back_as_declared(control_plane, applied, declared)
             stored["metadata"].get("labels", {}), f"{obj['kind']} {meta['name']} lost labels"
         if obj["kind"] == "ValidatingWebhookConfiguration":
             assert stored["webhooks"][0]["matchConditions"] == obj["webhooks"][0]["matchConditions"]
-            assert stored["webhooks"][0]["namespaceSelector"] == obj["webhooks"][0]["namespaceSelector"]
+            assert stored["webhooks"][0]["namespaceSelector"] == \
+                obj["webhooks"][0]["namespaceSelector"]
         if obj["kind"] == "ConfigMap":
             assert stored["data"] == obj["data"]
 
@@ -75,7 +76,8 @@ def test_gpu_node_patches_set_the_taints_and_labels(control_plane, declared, exa
         create_node(kube, name)
         kube.apply(patch, declared.field_manager, force=declared.force_node_patches)
         node = kube.get("v1", "Node", name)
-        assert node["spec"]["taints"] == [t.as_manifest() for t in example_settings.gpu_nodes.taints]
+        taints = example_settings.gpu_nodes.taints
+        assert node["spec"]["taints"] == [t.as_manifest() for t in taints]
         assert example_settings.gpu_nodes.labels.items() <= node["metadata"]["labels"].items()
         managers = {m["manager"] for m in node["metadata"]["managedFields"]}
         assert declared.field_manager in managers

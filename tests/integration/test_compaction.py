@@ -13,8 +13,20 @@ import time
 
 import pytest
 
-from cluster import (compaction_run, cordon, create_node, deploy_on_nodes, find,
-                     gpu_workloads, gpus_used, job, pod_template, running_pods, settled, succeed)
+from cluster import (
+    compaction_run,
+    cordon,
+    create_node,
+    deploy_on_nodes,
+    find,
+    gpu_workloads,
+    gpus_used,
+    job,
+    pod_template,
+    running_pods,
+    settled,
+    succeed,
+)
 from components import gpu_compaction
 from controlplane import wait_until
 

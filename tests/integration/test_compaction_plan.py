@@ -13,8 +13,14 @@ import time
 
 import pytest
 
-from cluster import (compaction_run, create_gpu_node, deploy_on_nodes, gpu_workloads, gpus_used,
-                     settled)
+from cluster import (
+    compaction_run,
+    create_gpu_node,
+    deploy_on_nodes,
+    gpu_workloads,
+    gpus_used,
+    settled,
+)
 from components import gpu_compaction
 from controlplane import wait_until
 

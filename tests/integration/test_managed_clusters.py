@@ -11,7 +11,7 @@ import copy
 import pytest
 import yaml
 
-from cluster import ApiError, TEST_MANAGER, apply_declared, find
+from cluster import TEST_MANAGER, ApiError, apply_declared, find
 from controlplane import ControlPlane
 
 # The ResourceQuota admission configuration as GKE documents it for critical priorities.

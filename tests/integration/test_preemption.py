@@ -8,8 +8,16 @@ their pods land on nodes the binpack scheduler would not have chosen, then uncor
 import pytest
 import requests
 
-from cluster import (TEST_MANAGER, ApiError, cordon, ensure_namespace, gpu_workloads, job,
-                     pod_template, running_pods)
+from cluster import (
+    TEST_MANAGER,
+    ApiError,
+    cordon,
+    ensure_namespace,
+    gpu_workloads,
+    job,
+    pod_template,
+    running_pods,
+)
 from components import dashboard
 from controlplane import wait_until
 

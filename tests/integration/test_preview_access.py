@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster import ApiError, TEST_MANAGER, apply_declared, find
+from cluster import TEST_MANAGER, ApiError, apply_declared, find
 from components import opa_admission
 from controlplane import wait_until
 

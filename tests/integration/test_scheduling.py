@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from cluster import DEFAULT_SCHEDULER as DEFAULT
-from cluster import create_gpu_node, ensure_namespace, pod, placement
+from cluster import create_gpu_node, ensure_namespace, placement, pod
 
 NAMESPACE = "training"
 
@@ -60,7 +60,7 @@ class Scenario:
 
 def gpus_per_node(placed: list[str | None], gpus: list[int]) -> dict[str, int]:
     used: Counter = Counter()
-    for node, n in zip(placed, gpus):
+    for node, n in zip(placed, gpus, strict=True):
         used[node] += n
     return dict(used)
 
@@ -73,7 +73,8 @@ def test_binpack_stacks_pods_on_one_node_while_the_default_profile_spreads(clust
         binpack = s.submit(name, gpus, "binpack")
         s.clear()
         spread = s.submit(DEFAULT, gpus, "default")
-    print(f"\nsix 1-GPU pods on three empty 8-GPU nodes:\n  {name}: {binpack}\n  {DEFAULT}: {spread}")
+    print(f"\nsix 1-GPU pods on three empty 8-GPU nodes:\n  {name}: {binpack}\n"
+          f"  {DEFAULT}: {spread}")
     assert len(set(binpack)) == 1, "the binpack scheduler used more than one node"
     assert sorted(gpus_per_node(spread, gpus).values()) == [2, 2, 2]
 

@@ -7,14 +7,23 @@ workload runs its course; each scenario removes its workloads, pods and nodes.""
 
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import pytest
 
-from cluster import (DEFAULT_SCHEDULER, FakeKubelet, create_gpu_node, ensure_namespace, job, pod,
-                     pod_template, succeed, workloads_running)
+from cluster import (
+    DEFAULT_SCHEDULER,
+    FakeKubelet,
+    create_gpu_node,
+    ensure_namespace,
+    job,
+    pod,
+    pod_template,
+    succeed,
+    workloads_running,
+)
 from components.settings import StackSettings
 from controlplane import Kube, wait_until
 
@@ -222,9 +231,10 @@ def test_job_workers_a_headless_service_selects_pack_onto_one_node_and_the_job_c
                 for worker in pods:
                     succeed(cluster.kube, worker)
                 # Fails the test, with the Job's status, if the Job never completes.
-                wait_until(lambda: job_complete(cluster.kube, name), f"Job {name} to complete",
-                           timeout=BOUND_TIMEOUT,
-                           explain=lambda: f"Job status: {job_status(cluster.kube, name)}")
+                wait_until(lambda name=name: job_complete(cluster.kube, name),
+                           f"Job {name} to complete", timeout=BOUND_TIMEOUT,
+                           explain=lambda name=name:
+                           f"Job status: {job_status(cluster.kube, name)}")
     show(cluster, "Job of six 1-GPU workers (Indexed, parallelism 6) a headless Service selects, "
          "three empty 8-GPU nodes; both Jobs complete", placed, started)
     assert list(placed["binpack"].values()) == [6], "the binpack scheduler spread the workers"
