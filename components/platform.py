@@ -172,6 +172,8 @@ class ClusterError(Exception):
 def deploy(config: Mapping[str, Any], secret_keys: Collection[str] = ()) -> GpuPlatform:
     """Validate the settings, check the cluster (in previews), then declare the platform and
     export its outputs."""
+    # A secret where values reach the cluster in plain text is named before anything else.
+    check_secret_keys(secret_keys)
     settings = load_settings(config)
     if pulumi.runtime.is_dry_run():
         check_cluster(settings)

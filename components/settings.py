@@ -1277,8 +1277,19 @@ def parse_config_value(raw: str) -> Any:
 
 def load_settings(config: Mapping[str, Any]) -> StackSettings:
     """Validate the stack's `gpu-platform:` config (keys without the namespace prefix)."""
+    # Pulumi hands a key written without a value (`key:` or `key: ~`) to the program as "".
+    empty = [f'{CONFIG_NAMESPACE}:{key} = "": the stack file gives this key no value; allowed: '
+             f"a value, or no such key to keep the default" for key, value in config.items()
+             if value == ""]
     try:
-        return StackSettings.model_validate({key: parse_config_value(value)
-                                             for key, value in config.items()})
+        settings = StackSettings.model_validate({key: parse_config_value(value)
+                                                 for key, value in config.items() if value != ""})
     except ValidationError as error:
-        raise SettingsError([_describe(e) for e in error.errors()]) from None
+        # A required key written without a value is reported once, as empty.
+        missing = {f"{CONFIG_NAMESPACE}:{key}: required setting is missing"
+                   for key, value in config.items() if value == ""}
+        raise SettingsError(empty + [problem for problem in map(_describe, error.errors())
+                                     if problem not in missing]) from None
+    if empty:
+        raise SettingsError(empty)
+    return settings

@@ -5,14 +5,15 @@ build."""
 from __future__ import annotations
 
 import datetime
+import functools
 import json
+import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pulumi
-import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 from pulumi.runtime.stack import run_pulumi_func
@@ -21,7 +22,8 @@ from pulumi.runtime.sync_await import _sync_await
 from components.settings import StackSettings, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE_STACK = ROOT / "Pulumi.dev.yaml"
+EXAMPLE_STACK_NAME = "dev"
+EXAMPLE_STACK = ROOT / f"Pulumi.{EXAMPLE_STACK_NAME}.yaml"
 
 # Outputs the mocks cannot know, made up in the shape the real providers return them.
 FAKE_CA_PEM = "-----BEGIN CERTIFICATE-----\nZmFrZS1jYQ==\n-----END CERTIFICATE-----\n"
@@ -175,11 +177,52 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         return super().RegisterResourceOutputs(request)
 
 
+class PulumiRefused(Exception):
+    """Pulumi's own loader refuses the project or a stack file (the message is Pulumi's)."""
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """What the engine hands the program of one stack: each config value as the CLI encodes it
+    (structured values as JSON text; secrets read "[secret]") and the keys holding secrets."""
+    config: dict[str, str]
+    secret_keys: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PulumiProject:
+    name: str
+    runtime: str
+    stacks: dict[str, StackConfig]
+
+
+def pulumi_project(project_dir: Path = ROOT) -> PulumiProject:
+    """The project and every stack of it, read by Pulumi's own loaders (tests/pulumi_config):
+    the project file `Pulumi.yaml` and each `Pulumi.<stack>.yaml` where the project keeps them."""
+    import tools  # tools imports this module
+    result = subprocess.run([str(tools.pulumi_config()), str(project_dir)], capture_output=True,
+                            text=True)
+    if result.returncode != 0:
+        raise PulumiRefused(result.stderr.strip())
+    read = json.loads(result.stdout)
+    return PulumiProject(read["project"], read["runtime"], {
+        name: StackConfig(stack["config"], tuple(stack["secretKeys"]), tuple(stack["warnings"]))
+        for name, stack in read["stacks"].items()})
+
+
+def pulumi_stacks(project_dir: Path = ROOT) -> dict[str, StackConfig]:
+    return pulumi_project(project_dir).stacks
+
+
+@functools.cache
+def _example_stack() -> StackConfig:
+    return pulumi_stacks()[EXAMPLE_STACK_NAME]
+
+
 def example_config() -> dict[str, str]:
-    """The example stack's config, as the engine hands it to the program (objects as JSON)."""
-    config = yaml.safe_load(EXAMPLE_STACK.read_text())["config"]
-    return {key: value if isinstance(value, str) else json.dumps(value)
-            for key, value in config.items()}
+    """The example stack's config, exactly as Pulumi's loader hands it to the engine."""
+    return dict(_example_stack().config)
 
 
 def settings_of(config: dict[str, str]) -> StackSettings:
@@ -192,10 +235,17 @@ def example_settings() -> StackSettings:
     return settings_of(example_config())
 
 
+def engine_value(value: Any) -> str:
+    """A config value as the CLI hands it to the program: strings as they are, anything else
+    as compact JSON with sorted keys (test_pulumi_project.py checks this against Pulumi's own
+    encoding of the example stack)."""
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"),
+                                                           sort_keys=True)
+
+
 def stack_file_config(settings: dict[str, Any]) -> dict[str, str]:
     """Config for a stack given as {key: value} without the `gpu-platform:` prefix."""
-    return {f"gpu-platform:{key}": value if isinstance(value, str) else json.dumps(value)
-            for key, value in settings.items()}
+    return {f"gpu-platform:{key}": engine_value(value) for key, value in settings.items()}
 
 
 def run_program(config: dict[str, str] | None = None,
@@ -207,8 +257,9 @@ def run_program(config: dict[str, str] | None = None,
     recording = recording if recording is not None else Recording()
     pulumi.runtime.set_mocks(FakeProviders(), project="gpu-platform", stack="test",
                              preview=False, monitor=RecordingMonitor(recording))
-    pulumi.runtime.set_all_config(config if config is not None else example_config(),
-                                  list(secret_keys))
+    if config is None:
+        config, secret_keys = example_config(), _example_stack().secret_keys
+    pulumi.runtime.set_all_config(config, list(secret_keys))
     # The real program, or another one (`source`) that uses its components.
     source = source if source is not None else (ROOT / "__main__.py").read_text()
 

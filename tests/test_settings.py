@@ -2,14 +2,12 @@
 anything is registered, with a message that names the setting, the value and what is allowed."""
 
 import copy
-import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 import harness
-from components.settings import SettingsError, load_settings
+from components.settings import SettingsError, load_settings, parse_config_value
 
 MINIMAL = {"cluster": {"context": "gpu-cluster"}, "kubernetesVersion": "1.35.10",
            "gpuNodes": {"names": ["gpu-node-1"]}}
@@ -32,8 +30,7 @@ def with_changes(**sections) -> dict:
 
 def raw(settings: dict) -> dict:
     """Settings as the engine hands them over: structured values as JSON text."""
-    return {key: value if isinstance(value, str) else json.dumps(value)
-            for key, value in settings.items()}
+    return {key: harness.engine_value(value) for key, value in settings.items()}
 
 
 # (case id, settings, the setting named, a fragment of the value shown, a fragment of "allowed")
@@ -280,7 +277,7 @@ def test_every_problem_is_reported_at_once():
 
 
 def test_example_stack_is_valid_and_complete(example_settings):
-    stack = yaml.safe_load(harness.EXAMPLE_STACK.read_text())["config"]
+    stack = {key: parse_config_value(value) for key, value in harness.example_config().items()}
     assert example_settings.kubernetes_version == stack["gpu-platform:kubernetesVersion"]
     # The example sets every setting there is, so it doubles as the reference. The one secret
     # is shown as the command that sets it.
