@@ -245,7 +245,8 @@ def scheduler_objects(settings: StackSettings) -> list[dict]:
     """Everything the binpack scheduler needs, namespace first."""
     sched = settings.scheduler
     objects = [kube.namespace(sched.namespace, "restricted", COMPONENT),
-               kube.critical_pods_quota(sched.namespace, COMPONENT, sched.replicas),
+               kube.critical_pods_quota(sched.namespace, COMPONENT,
+                                        kube.replicas_quota(sched.replicas)),
                *rbac_objects(settings), config_map(settings), deployment(settings),
                metrics_service(settings)]
     if sched.replicas > 1:

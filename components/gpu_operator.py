@@ -13,6 +13,7 @@ from . import charts, kube
 from .settings import GPU_RESOURCE, StackSettings, to_snake
 
 CHART = "gpu-operator"
+COMPONENT = "gpu-operator"
 
 # Facts of the pinned chart (assets/state-dcgm-exporter at v26.7.0): the Service the operator
 # creates for the DCGM exporter. The Monitoring component's ServiceMonitor selects it.
@@ -25,6 +26,19 @@ _CONTROL_PLANE_TOLERATION = {"key": "node-role.kubernetes.io/control-plane", "op
                              "effect": "NoSchedule"}
 
 TIME_SLICING_CONFIG = "time-slicing"
+
+# Facts of the pinned chart (v26.7.0): every pod it runs in the operator's namespace has the
+# priority system-node-critical (operator.priorityClassName, daemonsets.priorityClassName for
+# each operand DaemonSet in assets/state-*, node-feature-discovery's priorityClassName for its
+# master, worker and garbage collector). On each GPU node: the validator, and the operand
+# DaemonSets each switch turns on (sandboxWorkloads: the sandbox device plugin and validator).
+OPERANDS_PER_SWITCH = {"driver": 1, "toolkit": 1, "devicePlugin": 1, "dcgmExporter": 1,
+                       "gfd": 1, "migManager": 1, "sandboxWorkloads": 2, "vgpuManager": 1,
+                       "vgpuDeviceManager": 1, "vfioManager": 1}
+ALWAYS_ON_OPERANDS = 1          # nvidia-operator-validator
+NFD_PER_NODE = 1                # the NFD worker, on every node
+NFD_DEPLOYMENTS = 2             # NFD master and garbage collector, one replica each
+OPERATOR_REPLICAS = 1
 
 
 @dataclass(frozen=True)
@@ -174,9 +188,33 @@ def chart_values(settings: StackSettings) -> dict:
                                unsupported={key: DRA_UNSUPPORTED for key in DRA_KEYS})
 
 
+def critical_pods(settings: StackSettings) -> int:
+    """The operator namespace's pods of the critical priority classes, at most: each operand
+    on each GPU node, an NFD worker on each node, the Deployments; and as many again of each
+    DaemonSet and Deployment as a rolling update replaces at a time (one pod each), since a
+    pod still terminating counts."""
+    op = settings.gpu_operator
+    operands = ALWAYS_ON_OPERANDS + sum(count for switch, count in OPERANDS_PER_SWITCH.items()
+                                        if getattr(op, to_snake(switch)).enabled)
+    gpu_nodes = (len(settings.gpu_nodes.names) if settings.gpu_nodes.tainted_by == "program"
+                 else op.max_cluster_nodes)
+    nfd = op.nfd.enabled
+    per_node_kinds = operands + (NFD_PER_NODE if nfd else 0)
+    deployments = OPERATOR_REPLICAS + (NFD_DEPLOYMENTS if nfd else 0)
+    running = (operands * gpu_nodes + (NFD_PER_NODE * op.max_cluster_nodes if nfd else 0)
+               + deployments)
+    return running + per_node_kinds + deployments
+
+
+def critical_pods_quota(settings: StackSettings) -> dict:
+    return kube.critical_pods_quota(settings.gpu_operator.namespace, COMPONENT,
+                                    critical_pods(settings),
+                                    (kube.NODE_CRITICAL_PRIORITY, kube.CRITICAL_PRIORITY))
+
+
 def operator_namespace(settings: StackSettings) -> dict:
     # The operands (driver, toolkit, device plugin, DCGM exporter) run privileged on the nodes.
-    return kube.namespace(settings.gpu_operator.namespace, "privileged", "gpu-operator")
+    return kube.namespace(settings.gpu_operator.namespace, "privileged", COMPONENT)
 
 
 class GpuOperator(pulumi.ComponentResource):
@@ -191,10 +229,12 @@ class GpuOperator(pulumi.ComponentResource):
         self.child_prefix = prefix
         op = settings.gpu_operator
         self.namespace = kube.declare(operator_namespace(settings), self)
+        # The quota first: where critical-priority pods need one, they are refused without it.
+        self.quota = kube.declare(critical_pods_quota(settings), self, [self.namespace])
         self.release = charts.release(
             op.release_name, chart=CHART, version=op.chart_version, repository=op.repository,
             namespace=op.namespace, values=values, parent=self, protection=op.protection,
             chart_path=op.chart_path,
-            depends_on=[self.namespace, *(after or [])])
+            depends_on=[self.namespace, self.quota, *(after or [])])
         self.register_outputs({"namespace": op.namespace, "chartVersion": op.chart_version,
                                "releaseStatus": self.release.status})

@@ -137,6 +137,12 @@ def alert_rules(settings: StackSettings, certificate_not_after: int | None = Non
                       if adm.failure_policy == "Fail" else
                       "pods the policy must see are admitted unchecked (failure policy Ignore)")
     opa_deployment = f'namespace="{adm.namespace}", deployment="opa"'
+    quota_namespaces = "|".join((settings.gpu_operator.namespace, sched.namespace,
+                                 adm.namespace))
+
+    def quota(kind: str) -> str:
+        return (f'kube_resourcequota{{namespace=~"{quota_namespaces}", '
+                f'resourcequota="{kube.CRITICAL_PODS_QUOTA}", resource="pods", type="{kind}"}}')
     certificate = (certificate_alerts(settings, certificate_not_after)
                    if certificate_not_after is not None else [])
     return certificate + [
@@ -220,6 +226,15 @@ def alert_rules(settings: StackSettings, certificate_not_after: int | None = Non
                f"hour (more than {alerts.admission_rejections_per_hour}): a chart or pipeline "
                "is probably creating GPU pods outside the rules. The dashboard's Admission row "
                "shows which operations; the API server's events name the pods."),
+        _alert("GpuPlatformQuotaNearlyFull",
+               f"{quota('used')} / ignoring (type) {quota('hard')} > 0.9", "15m", "warning",
+               "A platform namespace's critical-pods quota is nearly full",
+               "Namespace {{ $labels.namespace }} holds {{ $value | humanizePercentage }} of "
+               f"the pods its {kube.CRITICAL_PODS_QUOTA} quota allows at a critical priority. "
+               "Where that priority needs a quota (GKE), pods past it are refused: in "
+               f"{settings.gpu_operator.namespace} new nodes would get no GPU operands "
+               "(raise gpuOperator.maxClusterNodes); in the scheduler's and OPA's namespaces "
+               "the quota is sized from their replicas, so look for other critical pods there."),
         _alert("GpuPodsPendingGrowing",
                f"{GPU_PODS_PENDING} > 0 and delta({GPU_PODS_PENDING}"
                f"[{alerts.pending_growth_for}]) > 0",

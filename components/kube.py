@@ -81,22 +81,35 @@ def namespace(name: str, pod_security: str, component: str) -> dict:
 # The priority of the platform's control pods (binpack scheduler, OPA): GPU pods cannot be
 # scheduled or admitted without them, so they must not be preempted by workloads.
 CRITICAL_PRIORITY = "system-cluster-critical"
+# The priority of the GPU Operator's pods (its chart sets it for the operator, every operand
+# and Node Feature Discovery).
+NODE_CRITICAL_PRIORITY = "system-node-critical"
+# The ResourceQuota of each platform namespace whose pods have one of those priorities.
+CRITICAL_PODS_QUOTA = "critical-pods"
 
 
-def critical_pods_quota(namespace_: str, component: str, replicas: int) -> dict:
-    """A quota that admits the namespace's critical-priority pods. GKE (and any cluster whose
-    ResourceQuota admission limits the critical priority classes) refuses such pods outside
-    kube-system unless a quota with a matching scope covers them; elsewhere it only caps them.
-    Room for every replica twice and one more: a rolling update with pods still terminating."""
+def replicas_quota(replicas: int) -> int:
+    """Pods of a Deployment's critical priority: every replica twice and one more, for a
+    rolling update with pods still terminating."""
+    return 2 * replicas + 1
+
+
+def critical_pods_quota(namespace_: str, component: str, pods: int,
+                        priority_classes: Sequence[str] = (CRITICAL_PRIORITY,)) -> dict:
+    """A quota that admits up to `pods` of the namespace's pods of the critical priority
+    classes. GKE (and any cluster whose ResourceQuota admission limits those classes) refuses
+    such pods outside kube-system unless a quota with a matching scope covers them; elsewhere
+    it only caps them."""
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
-        "metadata": {"name": "critical-pods", "namespace": namespace_,
-                     "labels": labels("critical-pods", component)},
+        "metadata": {"name": CRITICAL_PODS_QUOTA, "namespace": namespace_,
+                     "labels": labels(CRITICAL_PODS_QUOTA, component)},
         "spec": {
-            "hard": {"pods": str(2 * replicas + 1)},
+            "hard": {"pods": str(pods)},
             "scopeSelector": {"matchExpressions": [{
-                "scopeName": "PriorityClass", "operator": "In", "values": [CRITICAL_PRIORITY]}]},
+                "scopeName": "PriorityClass", "operator": "In",
+                "values": list(priority_classes)}]},
         },
     }
 

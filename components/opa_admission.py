@@ -520,7 +520,8 @@ class OpaAdmission(pulumi.ComponentResource):
             server_data_json=pulumi.Output.secret(token.result.apply(server_data))),
             self, after_namespace)
         svc = kube.declare(service(settings), self, after_namespace)
-        quota = kube.declare(kube.critical_pods_quota(adm.namespace, COMPONENT, adm.replicas),
+        quota = kube.declare(kube.critical_pods_quota(adm.namespace, COMPONENT,
+                                                      kube.replicas_quota(adm.replicas)),
                              self, after_namespace)
         opa = kube.declare(deployment(settings), self,
                            [*after_namespace, quota, *rbac.values(), *config_maps.values(),

@@ -442,6 +442,16 @@ class GpuOperatorSettings(Model):
         default_factory=lambda: ReleaseProtection(protect=True),
         description="Protected by default: deleting or replacing the release uninstalls the "
                     "driver, toolkit and device plugin, and every GPU pod stops.")
+    max_cluster_nodes: int = Field(
+        default=100, ge=1, le=15000,
+        description="The most nodes the cluster may have, GPU nodes or not (1..15000). The "
+                    "operator's pods run at a critical priority, which GKE admits outside "
+                    "kube-system only under a ResourceQuota of that scope; the operator's "
+                    "namespace gets one (critical-pods) sized for a Node Feature Discovery "
+                    "worker on each node, the validator and every operand switched on on each "
+                    "GPU node (the named ones; with taintedBy: nodePool, every node), and the "
+                    "operator, plus room for a rolling update. Past it, new nodes get no "
+                    "operands; GpuPlatformQuotaNearlyFull warns at 90%.")
 
     _check_namespace = field_validator("namespace", "release_name")(
         classmethod(lambda cls, v: _dns_label(v)))
@@ -1147,6 +1157,15 @@ class StackSettings(Model):
                               "a separate namespace per component", at=(section, "namespace"),
                               value=namespace, has_value=True)
             owners[namespace] = section
+        return self
+
+    @model_validator(mode="after")
+    def quota_covers_the_gpu_nodes(self) -> StackSettings:
+        if len(self.gpu_nodes.names) > self.gpu_operator.max_cluster_nodes:
+            raise Invalid(f"the cluster has at least the {len(self.gpu_nodes.names)} GPU nodes "
+                          "named in gpuNodes.names", f"{len(self.gpu_nodes.names)} or more",
+                          at=("gpuOperator", "maxClusterNodes"),
+                          value=self.gpu_operator.max_cluster_nodes, has_value=True)
         return self
 
     @model_validator(mode="after")

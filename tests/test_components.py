@@ -93,6 +93,35 @@ def test_operator_namespace_allows_privileged_operands():
     assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
 
 
+def quota_of(settings) -> tuple[int, list[str]]:
+    spec = gpu_operator.critical_pods_quota(settings)["spec"]
+    return int(spec["hard"]["pods"]), spec["scopeSelector"]["matchExpressions"][0]["values"]
+
+
+def test_operator_quota_covers_every_critical_pod_the_chart_runs():
+    """One named GPU node, a cluster of up to 100 nodes, the default switches: on the GPU node
+    the validator, toolkit, device plugin, DCGM exporter and GFD (5); an NFD worker on each of
+    the 100 nodes; the operator, NFD master and NFD gc (3); and one more of each of those 9
+    kinds while a rolling update replaces it."""
+    pods, classes = quota_of(DEFAULT)
+    assert pods == 5 * 1 + 100 + 3 + (5 + 1 + 3)
+    # The chart runs them all at system-node-critical.
+    assert "system-node-critical" in classes
+
+
+def test_operator_quota_grows_with_the_operands_and_the_nodes():
+    with_driver_and_mig = settings_of(gpuNodes={"names": ["g1", "g2"]}, gpuOperator={
+        "driver": {"enabled": True}, "migManager": {"enabled": True}, "maxClusterNodes": 10})
+    # 7 operands on each of 2 GPU nodes, 10 NFD workers, 3 Deployments; then 7 + 1 + 3.
+    assert quota_of(with_driver_and_mig)[0] == 7 * 2 + 10 + 3 + (7 + 1 + 3)
+    without_nfd = settings_of(gpuOperator={"nfd": {"enabled": False}, "maxClusterNodes": 10})
+    assert quota_of(without_nfd)[0] == 5 * 1 + 1 + (5 + 1)
+    # Node pools: any node may be a GPU node.
+    pools = settings_of(gpuNodes={"taintedBy": "nodePool", "names": []},
+                        gpuOperator={"maxClusterNodes": 40})
+    assert quota_of(pools)[0] == 5 * 40 + 40 + 3 + (5 + 1 + 3)
+
+
 # --- Binpack scheduler ------------------------------------------------------------------------
 
 def test_scheduler_profile_packs_by_requested_to_capacity_ratio():

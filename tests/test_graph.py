@@ -36,6 +36,7 @@ EXPECTED = [
     (f"{K8S}core/v1:NodePatch", "gpu-node-2", f"{COMPONENT}GpuNodes"),
     (f"{K8S}core/v1:Namespace", "gpu-operator", f"{COMPONENT}GpuOperator"),
     (f"{K8S}helm.sh/v3:Release", "gpu-operator", f"{COMPONENT}GpuOperator"),
+    (f"{K8S}core/v1:ResourceQuota", "gpu-operator/critical-pods", f"{COMPONENT}GpuOperator"),
     (f"{K8S}core/v1:Namespace", "gpu-scheduler", f"{COMPONENT}BinpackScheduler"),
     (f"{K8S}core/v1:ResourceQuota", "gpu-scheduler/critical-pods",
      f"{COMPONENT}BinpackScheduler"),
@@ -147,6 +148,8 @@ EDGES = [
     *[(OPERATOR, (f"{K8S}core/v1:NodePatch", node),
        "taint the nodes before the operator's DaemonSets and the first GPU pods arrive")
       for node in ("gpu-node-1", "gpu-node-2")],
+    (OPERATOR, (f"{K8S}core/v1:ResourceQuota", "gpu-operator/critical-pods"),
+     "where critical-priority pods need a quota (GKE), the operator's are refused without it"),
     (WEBHOOK, (f"{K8S}apps/v1:Deployment", "gpu-scheduler/gpu-binpack-scheduler"),
      "never force GPU pods onto a scheduler that is not running"),
     *[(WEBHOOK, dependency, OPA_NOT_READY) for dependency in (

@@ -287,6 +287,25 @@ def test_scheduler_and_admission_availability(promtool_bin, tmp_path, failure_po
     ], settings=settings)
 
 
+def test_a_critical_pods_quota_nearly_full_is_reported(promtool_bin, tmp_path):
+    def quota(namespace, used, hard, name="critical-pods"):
+        labels = f'namespace="{namespace}", resourcequota="{name}", resource="pods"'
+        return [{"series": f'kube_resourcequota{{{labels}, type="used"}}', "values": f"{used}x30"},
+                {"series": f'kube_resourcequota{{{labels}, type="hard"}}', "values": f"{hard}x30"}]
+    run_promtool_tests(promtool_bin, tmp_path, [
+        {"interval": "1m", "input_series": quota("gpu-operator", 115, 122),
+         "alert_rule_test": [fires("GpuPlatformQuotaNearlyFull", "14m", []),
+                             fires("GpuPlatformQuotaNearlyFull", "15m", [{
+                                 "namespace": "gpu-operator", "resourcequota": "critical-pods",
+                                 "resource": "pods", "severity": "warning"}])]},
+        # Room left; and another namespace's or another quota's use is not the platform's.
+        {"interval": "1m", "input_series": [*quota("gpu-operator", 100, 122),
+                                            *quota("team-a", 10, 10),
+                                            *quota("gpu-scheduler", 5, 5, name="other")],
+         "alert_rule_test": [fires("GpuPlatformQuotaNearlyFull", "20m", [])]},
+    ])
+
+
 def test_thresholds_are_stack_settings(promtool_bin, tmp_path):
     settings = load_settings(raw(with_changes(monitoring={"alerts": {
         "gpuTemperatureCelsius": 75, "gpuTemperatureFor": "2m"}})))

@@ -3,8 +3,9 @@
 GKE limits the critical priority classes: its API server runs ResourceQuota admission with a
 `limitedResources` configuration, so a pod of priority system-cluster-critical outside
 kube-system is refused unless a ResourceQuota with a matching PriorityClass scope covers it. The
-binpack scheduler and OPA run at that priority; without a quota their Deployments would never
-get pods and the webhook would never be registered."""
+binpack scheduler and OPA run at that priority, and the GPU Operator's chart runs every one of
+its pods at system-node-critical; without a quota their Deployments and DaemonSets would never
+get pods, the webhook would never be registered and no GPU would be advertised."""
 
 import copy
 
@@ -12,6 +13,7 @@ import pytest
 import yaml
 
 from cluster import TEST_MANAGER, ApiError, apply_declared, find
+from components import gpu_operator, kube
 from controlplane import ControlPlane
 
 # The ResourceQuota admission configuration as GKE documents it for critical priorities.
@@ -64,6 +66,37 @@ def test_critical_pods_are_admitted_only_with_the_declared_quota(gke_like, decla
     # Every replica, and as many again while a rolling update replaces them.
     for index in range(2 * replicas):
         cp.admin.create(pod_of(deployment, f"replica-{index}"))
+
+
+def operand(namespace: str, name: str, priority_class: str) -> dict:
+    """A pod as the operator's chart runs them: an operand, the operator or NFD."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"priorityClassName": priority_class, "containers": [
+                {"name": "operand", "image": "nvcr.io/nvidia/k8s/container-toolkit:v1.20.0"}]}}
+
+
+def test_the_operators_critical_pods_are_admitted_only_with_the_declared_quota(
+        gke_like, declared, example_settings):
+    cp = gke_like
+    namespace = example_settings.gpu_operator.namespace
+    quota = find([o for o in declared.objects if o["metadata"].get("namespace") == namespace],
+                 "ResourceQuota", kube.CRITICAL_PODS_QUOTA)
+    cp.admin.apply(find(declared.objects, "Namespace", namespace), TEST_MANAGER)
+    with pytest.raises(ApiError) as refused:
+        cp.admin.create(operand(namespace, "toolkit-without-quota",
+                                kube.NODE_CRITICAL_PRIORITY), dry_run=True)
+    assert "insufficient quota to match these scopes" in refused.value.message
+    cp.admin.apply(quota, TEST_MANAGER)
+    # As many pods as the chart runs for the example stack are admitted, whichever critical
+    # class they name; the quota is sized for exactly that, so one more is refused.
+    allowed = gpu_operator.critical_pods(example_settings)
+    assert int(quota["spec"]["hard"]["pods"]) == allowed
+    for index in range(allowed):
+        priority = kube.NODE_CRITICAL_PRIORITY if index % 2 else kube.CRITICAL_PRIORITY
+        cp.admin.create(operand(namespace, f"operand-{index}", priority))
+    with pytest.raises(ApiError) as full:
+        cp.admin.create(operand(namespace, "one-too-many", kube.NODE_CRITICAL_PRIORITY))
+    assert "exceeded quota" in full.value.message
 
 
 def test_the_whole_platform_applies_on_such_a_cluster(gke_like, declared):
