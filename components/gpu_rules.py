@@ -200,16 +200,16 @@ def alert_rules(settings: StackSettings, certificate_not_after: int | None = Non
                f"kube_deployment_spec_replicas{{{opa_deployment}}}",
                "10m", "warning", "Some OPA pods are not ready",
                f"{{{{ $value }}}} OPA pods in {adm.namespace} are available, fewer than asked "
-               "for. An OPA pod is ready only with the admission policy and its parameters "
-               "loaded: check kube-mgmt's log and the status annotation of the ConfigMaps "
-               "gpu-platform-admission-policy and gpu-platform-admission-params."),
+               "for. An OPA pod is ready only when it can decide: check the pods' events "
+               "(scheduling, image pulls, restarts) and the OPA container's log, which names a "
+               "policy or parameter file it could not load."),
         _alert("GpuAdmissionDecisionErrors",
                f'sum by (namespace, pod) (rate(http_request_duration_seconds_count{{'
                f'namespace="{adm.namespace}", handler="v0/data", code!="200"}}[5m])) > 0',
                "5m", admission_severity, "OPA answers admission requests without a decision",
                "OPA pod {{ $labels.namespace }}/{{ $labels.pod }} answered admission requests "
-               "with an error or without a decision (404: the policy or its parameters are not "
-               f"loaded) for 5 minutes: {failure_effect}."),
+               "with an error or without a decision for 5 minutes (404: no decision, which a "
+               f"pod loaded from a broken policy ConfigMap gives): {failure_effect}."),
         _alert("GpuAdmissionWebhookFailing",
                f'(sum by (name) (rate(apiserver_admission_webhook_rejection_count{{{webhooks}, '
                f'error_type!="no_error"}}[5m])) or sum by (name) '

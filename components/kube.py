@@ -44,7 +44,8 @@ _KINDS = {
 _IMMUTABLE_FIELDS = {("scheduling.k8s.io/v1", "PriorityClass"): ["value", "preemptionPolicy"]}
 
 _FIELD_ARGS = {"roleRef": "role_ref", "stringData": "string_data",
-               "globalDefault": "global_default", "preemptionPolicy": "preemption_policy"}
+               "globalDefault": "global_default", "preemptionPolicy": "preemption_policy",
+               "automountServiceAccountToken": "automount_service_account_token"}
 
 
 def labels(name: str, component: str) -> dict[str, str]:

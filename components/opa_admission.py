@@ -1,12 +1,14 @@
-"""OPA admission: OPA with kube-mgmt behind a validating webhook (and, in the mutate and audit
-modes, a mutating one) that keeps every GPU, and every place on a GPU node, behind the binpack
-scheduler. The rules are in `policy/admission/gpu_scheduler.rego`; README lists them.
+"""OPA admission: OPA behind a validating webhook (and, in the mutate and audit modes, a
+mutating one) that keeps every GPU, and every place on a GPU node, behind the binpack scheduler.
+The rules are in `policy/admission/gpu_scheduler.rego` (docs/concepts/admission.md).
 
-OPA serves the webhook over TLS (a CA and a serving certificate made by pulumi-tls) and listens
-in plain HTTP on localhost only, for kube-mgmt in the same pod. kube-mgmt loads the admission
-policy (from `policy/admission/`) and its parameters from ConfigMaps. OPA's own API is locked by
-`policy/opa/authz.rego`: anonymous callers (the API server, probes) reach only the admission
-decision, health and metrics; only kube-mgmt, holding a generated token, can write.
+OPA serves the webhook over TLS (a CA and a serving certificate made by pulumi-tls). It loads
+everything it decides with as files from ConfigMap volumes when it starts: the admission policy
+and its parameters (one ConfigMap, so a pod never mixes versions) and its own API rules. Nothing
+writes to a running OPA: a container that restarts, for whatever reason, comes back with the
+policy, and a changed policy reaches the webhook as a rolling update of the pods. OPA's own API
+is locked by `policy/opa/authz.rego`: callers reach only the admission decisions, health and
+metrics.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-import pulumi_random as random
 import pulumi_tls as tls
 
 from . import kube
@@ -34,7 +35,6 @@ POLICY_DIR = Path(__file__).resolve().parent.parent / "policy"
 
 SERVICE = "opa"
 SERVICE_PORT = 443
-LOCAL_PORT = 8181          # plain HTTP on 127.0.0.1, for kube-mgmt
 DIAGNOSTIC_PORT = 8282     # /health and /metrics, for probes and Prometheus
 DIAGNOSTIC_PORT_NAME = "diagnostics"
 
@@ -45,23 +45,22 @@ DECISION_PATH = ("v0", "data", "gpuplatform", "admission", "review")
 MUTATION_PATH = ("v0", "data", "gpuplatform", "admission", "mutation")
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 
-# kube-mgmt loads ConfigMaps with these labels; data lands at data.<namespace>.<name>.<key>.
-POLICY_LABEL = ("openpolicyagent.org/policy", "rego")
-DATA_LABEL = ("openpolicyagent.org/data", "opa")
-POLICY_CONFIGMAP = "gpu-platform-admission-policy"
-# The policy looks its parameters up by this ConfigMap name and key.
-PARAMS_CONFIGMAP = "gpu-platform-admission-params"
+# The admission policy (policy/admission) and its parameters, mounted at POLICY_MOUNT. The
+# parameters are loaded at data.gpuplatform.params, where the policy reads them.
+POLICY_CONFIGMAP = "opa-admission-policy"
+POLICY_MOUNT = "/policy"
 PARAMS_KEY = "params.json"
-
-# Loaded by OPA itself at start (not through kube-mgmt): its API authorization and health rules.
+PARAMS_ROOT = "gpuplatform.params"
+# OPA's own API authorization and health rules (policy/opa), with their data, at
+# SERVER_POLICY_MOUNT; the data at data.opa_server.
 SERVER_POLICY_CONFIGMAP = "opa-server-policy"
-SERVER_SECRET = "opa-server"
-TLS_SECRET = "opa-tls"
-TOKEN_KEY = "kube-mgmt-token"
+SERVER_POLICY_MOUNT = "/server-policy"
 SERVER_DATA_KEY = "opa-server.json"
-SERVER_DATA_ROOT = "opa_server"    # data.opa_server in policy/opa/authz.rego
+SERVER_DATA_ROOT = "opa_server"
+TLS_SECRET = "opa-tls"
 
-SERVER_CONFIG_ANNOTATION = "gpu-platform.io/opa-server-config-sha256"
+# A digest of everything OPA loads at start: a change rolls the pods onto it.
+POLICY_DIGEST_ANNOTATION = "gpu-platform.io/opa-policy-sha256"
 
 # The ConfigMap whose apply proves that the API server reaches OPA (see reachability_webhook).
 REACHABILITY_PROBE = "webhook-reachability"
@@ -98,10 +97,9 @@ def policy_params(settings: StackSettings) -> dict:
     }
 
 
-def server_data(token: str) -> str:
-    """data.opa_server for the authorization policy."""
-    return json.dumps({"kube_mgmt_token": token,
-                       "admission_decision_paths": [list(DECISION_PATH), list(MUTATION_PATH)]})
+def server_data() -> str:
+    """data.opa_server for the authorization policy: the decisions callers may ask for."""
+    return json.dumps({"admission_decision_paths": [list(DECISION_PATH), list(MUTATION_PATH)]})
 
 
 def service_dns_names(settings: StackSettings) -> list[str]:
@@ -190,57 +188,45 @@ def _meta(settings: StackSettings, name: str, extra_labels: dict | None = None) 
             "labels": {**kube.labels(SERVICE, COMPONENT), **(extra_labels or {})}}
 
 
-def rbac_objects(settings: StackSettings) -> list[dict]:
-    """kube-mgmt reads the labelled ConfigMaps and annotates them with their load status, in its
-    own namespace only."""
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(settings, SERVICE)},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": _meta(settings, "kube-mgmt"),
-         "rules": [{"apiGroups": [""], "resources": ["configmaps"],
-                    "verbs": ["get", "list", "watch", "patch"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": _meta(settings, "kube-mgmt"),
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                     "name": "kube-mgmt"},
-         "subjects": [{"kind": "ServiceAccount", "name": SERVICE,
-                       "namespace": settings.admission.namespace}]},
-    ]
+def service_account(settings: StackSettings) -> dict:
+    """OPA's own identity: it reads nothing from the API server, so it is granted nothing and
+    its pods mount no token."""
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(settings, SERVICE),
+            "automountServiceAccountToken": False}
 
 
 def policy_config_maps(settings: StackSettings) -> list[dict]:
-    """The admission policy and its parameters, for kube-mgmt; OPA's own server policy, for
-    OPA to load at start."""
+    """What OPA loads at start: the admission policy with its parameters, and OPA's own server
+    policy with its data."""
     return [
-        {"apiVersion": "v1", "kind": "ConfigMap",
-         "metadata": _meta(settings, POLICY_CONFIGMAP, dict([POLICY_LABEL])),
-         "data": rego_files("admission")},
-        {"apiVersion": "v1", "kind": "ConfigMap",
-         "metadata": _meta(settings, PARAMS_CONFIGMAP, dict([DATA_LABEL])),
-         "data": {PARAMS_KEY: json.dumps(policy_params(settings), indent=2)}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(settings, POLICY_CONFIGMAP),
+         "data": {**rego_files("admission"),
+                  PARAMS_KEY: json.dumps(policy_params(settings), indent=2)}},
         {"apiVersion": "v1", "kind": "ConfigMap",
          "metadata": _meta(settings, SERVER_POLICY_CONFIGMAP),
-         "data": rego_files("opa")},
+         "data": {**rego_files("opa"), SERVER_DATA_KEY: server_data()}},
     ]
 
 
-def secrets(settings: StackSettings, *, tls_cert: Any, tls_key: Any, ca_cert: Any,
-            token: Any, server_data_json: Any) -> list[dict]:
-    return [
-        {"apiVersion": "v1", "kind": "Secret", "metadata": _meta(settings, TLS_SECRET),
-         "type": "kubernetes.io/tls",
-         "stringData": {"tls.crt": tls_cert, "tls.key": tls_key, "ca.crt": ca_cert}},
-        {"apiVersion": "v1", "kind": "Secret", "metadata": _meta(settings, SERVER_SECRET),
-         "type": "Opaque",
-         "stringData": {TOKEN_KEY: token, SERVER_DATA_KEY: server_data_json}},
-    ]
+def tls_secret(settings: StackSettings, *, tls_cert: Any, tls_key: Any, ca_cert: Any) -> dict:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": _meta(settings, TLS_SECRET),
+            "type": "kubernetes.io/tls",
+            "stringData": {"tls.crt": tls_cert, "tls.key": tls_key, "ca.crt": ca_cert}}
+
+
+def policy_files() -> list[str]:
+    """OPA's file arguments: each policy by path, and each data file under the document it
+    belongs at (a data file loaded with its directory would land at the root)."""
+    return [*(f"{SERVER_POLICY_MOUNT}/{name}" for name in rego_files("opa")),
+            f"{SERVER_DATA_ROOT}:{SERVER_POLICY_MOUNT}/{SERVER_DATA_KEY}",
+            *(f"{POLICY_MOUNT}/{name}" for name in rego_files("admission")),
+            f"{PARAMS_ROOT}:{POLICY_MOUNT}/{PARAMS_KEY}"]
 
 
 def opa_args(settings: StackSettings) -> list[str]:
     return [
         "run", "--server",
         f"--addr=https://0.0.0.0:{settings.admission.webhook_port}",
-        f"--addr=http://127.0.0.1:{LOCAL_PORT}",
         # Plain HTTP for the kubelet's probes: without a scheme, OPA serves this address over
         # TLS too once it has a certificate.
         f"--diagnostic-addr=http://0.0.0.0:{DIAGNOSTIC_PORT}",
@@ -248,26 +234,12 @@ def opa_args(settings: StackSettings) -> list[str]:
         "--tls-private-key-file=/certs/tls.key",
         # Picks up a renewed certificate from the Secret volume without a restart.
         "--tls-cert-refresh-period=1m",
+        # Every request is authorized by policy/opa/authz.rego (no caller holds a token).
         "--authentication=token",
         "--authorization=basic",
-        # ConfigMap volumes hold hidden ..data links next to the files.
-        "--ignore=.*",
         "--log-format=json",
         f"--set=decision_logs.console={str(settings.admission.decision_logs).lower()}",
-        "/server-policy",
-        f"{SERVER_DATA_ROOT}:/server-data/{SERVER_DATA_KEY}",
-    ]
-
-
-def kube_mgmt_args(settings: StackSettings) -> list[str]:
-    return [
-        f"--opa-url=http://127.0.0.1:{LOCAL_PORT}/v1",
-        f"--opa-auth-token-file=/token/{TOKEN_KEY}",
-        f"--namespaces={settings.admission.namespace}",
-        "--enable-policies=true",
-        "--enable-data=true",
-        f"--policy-label={POLICY_LABEL[0]}", f"--policy-value={POLICY_LABEL[1]}",
-        f"--data-label={DATA_LABEL[0]}", f"--data-value={DATA_LABEL[1]}",
+        *policy_files(),
     ]
 
 
@@ -287,12 +259,14 @@ def deployment(settings: StackSettings) -> dict:
             "template": {
                 "metadata": {
                     "labels": kube.labels(SERVICE, COMPONENT),
-                    # OPA loads its server policy only at start: a change restarts the pods.
-                    "annotations": {SERVER_CONFIG_ANNOTATION: kube.content_hash(
-                        rego_files("opa"), opa_args(settings))},
+                    # OPA loads its policies only at start: a change rolls the pods.
+                    "annotations": {POLICY_DIGEST_ANNOTATION: kube.content_hash(
+                        [config_map["data"] for config_map in policy_config_maps(settings)],
+                        opa_args(settings))},
                 },
                 "spec": {
                     "serviceAccountName": SERVICE,
+                    "automountServiceAccountToken": False,
                     "priorityClassName": kube.CRITICAL_PRIORITY,
                     "securityContext": kube.RESTRICTED_POD_SECURITY,
                     "affinity": kube.spread_by_node(SERVICE, COMPONENT),
@@ -304,10 +278,9 @@ def deployment(settings: StackSettings) -> dict:
                             "ports": [{"name": "https", "containerPort": adm.webhook_port},
                                       {"name": DIAGNOSTIC_PORT_NAME,
                                        "containerPort": DIAGNOSTIC_PORT}],
-                            # Ready only once kube-mgmt has loaded the policy and parameters
-                            # (policy/opa/health.rego).
+                            # Ready exactly when it can decide (policy/opa/health.rego).
                             "readinessProbe": {"httpGet": {"path": "/health/ready", **probe_port},
-                                               "periodSeconds": 5},
+                                               "periodSeconds": 2},
                             "livenessProbe": {"httpGet": {"path": "/health", **probe_port},
                                               "initialDelaySeconds": 10, "periodSeconds": 10},
                             "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
@@ -315,33 +288,17 @@ def deployment(settings: StackSettings) -> dict:
                             "securityContext": kube.RESTRICTED_CONTAINER_SECURITY,
                             "volumeMounts": [
                                 {"name": "tls", "mountPath": "/certs", "readOnly": True},
-                                {"name": "server-policy", "mountPath": "/server-policy",
+                                {"name": "server-policy", "mountPath": SERVER_POLICY_MOUNT,
                                  "readOnly": True},
-                                {"name": "server-data", "mountPath": "/server-data",
-                                 "readOnly": True},
+                                {"name": "policy", "mountPath": POLICY_MOUNT, "readOnly": True},
                             ],
-                        },
-                        {
-                            "name": "kube-mgmt",
-                            "image": settings.image(adm.kube_mgmt),
-                            "args": kube_mgmt_args(settings),
-                            "resources": {"requests": {"cpu": "20m", "memory": "64Mi"},
-                                          "limits": {"memory": "256Mi"}},
-                            "securityContext": kube.RESTRICTED_CONTAINER_SECURITY,
-                            "volumeMounts": [{"name": "token", "mountPath": "/token",
-                                              "readOnly": True}],
                         },
                     ],
                     "volumes": [
                         {"name": "tls", "secret": {"secretName": TLS_SECRET}},
                         {"name": "server-policy",
                          "configMap": {"name": SERVER_POLICY_CONFIGMAP}},
-                        {"name": "server-data", "secret": {
-                            "secretName": SERVER_SECRET,
-                            "items": [{"key": SERVER_DATA_KEY, "path": SERVER_DATA_KEY}]}},
-                        {"name": "token", "secret": {
-                            "secretName": SERVER_SECRET,
-                            "items": [{"key": TOKEN_KEY, "path": TOKEN_KEY}]}},
+                        {"name": "policy", "configMap": {"name": POLICY_CONFIGMAP}},
                     ],
                 },
             },
@@ -508,28 +465,24 @@ class OpaAdmission(pulumi.ComponentResource):
             validity_period_hours=certs.server_validity_hours,
             early_renewal_hours=certs.early_renewal_hours,
             allowed_uses=["server_auth", "digital_signature", "key_encipherment"], opts=child)
-        token = random.RandomPassword(kube.child_name(self, "kube-mgmt-token"), length=48,
-                                      special=False, opts=child)
 
         after_namespace = [namespace]
-        rbac = kube.declare_all(rbac_objects(settings), self, after_namespace)
+        account = kube.declare(service_account(settings), self, after_namespace)
         config_maps = kube.declare_all(policy_config_maps(settings), self, after_namespace)
-        secret_resources = kube.declare_all(secrets(
+        certificate = kube.declare(tls_secret(
             settings, tls_cert=server_cert.cert_pem, tls_key=server_key.private_key_pem,
-            ca_cert=self.ca.cert_pem, token=token.result,
-            server_data_json=pulumi.Output.secret(token.result.apply(server_data))),
-            self, after_namespace)
+            ca_cert=self.ca.cert_pem), self, after_namespace)
         svc = kube.declare(service(settings), self, after_namespace)
         quota = kube.declare(kube.critical_pods_quota(adm.namespace, COMPONENT,
                                                       kube.replicas_quota(adm.replicas)),
                              self, after_namespace)
         opa = kube.declare(deployment(settings), self,
-                           [*after_namespace, quota, *rbac.values(), *config_maps.values(),
-                            *secret_resources.values()])
+                           [*after_namespace, quota, account, *config_maps.values(),
+                            certificate])
         pdb = kube.declare(kube.pod_disruption_budget(SERVICE, adm.namespace, COMPONENT), self,
                            after_namespace)
         ca_bundle = self.ca.cert_pem.apply(kube.base64_text)
-        ready = [opa, svc, pdb, *config_maps.values(), *secret_resources.values(), *(after or [])]
+        ready = [opa, svc, pdb, *config_maps.values(), certificate, *(after or [])]
         self.webhook = kube.declare(webhook_configuration(settings, ca_bundle), self, ready)
         webhooks = [self.webhook]
         if mutating := mutating_webhook_configuration(settings, ca_bundle):

@@ -16,7 +16,13 @@ from .gpu_nodes import GpuNodes
 from .gpu_operator import GpuOperator
 from .monitoring import Monitoring
 from .opa_admission import OpaAdmission
-from .settings import CONFIG_NAMESPACE, SettingsError, StackSettings, load_settings
+from .settings import (
+    CONFIG_NAMESPACE,
+    SettingsError,
+    StackSettings,
+    load_settings,
+    retired_settings,
+)
 
 # The config keys whose settings may hold secrets (free-form chart values, the Grafana password),
 # with the inputs that then carry them: those Helm releases' values, marked secret as a whole.
@@ -137,7 +143,7 @@ def required_images(settings: StackSettings) -> list[str]:
     if compaction.enabled and compaction.plan_threshold:
         compaction_images.append(settings.image(compaction.plan_image))
     return sorted({settings.scheduler_image, settings.image(settings.admission.opa),
-                   settings.image(settings.admission.kube_mgmt), *compaction_images,
+                   *compaction_images,
                    *(image.ref(settings) for image in gpu_operator.chart_images(settings)),
                    *monitoring.chart_images(settings)})
 
@@ -175,6 +181,8 @@ def deploy(config: Mapping[str, Any], secret_keys: Collection[str] = ()) -> GpuP
     # A secret where values reach the cluster in plain text is named before anything else.
     check_secret_keys(secret_keys)
     settings = load_settings(config)
+    for warning in retired_settings(config):
+        pulumi.log.warn(warning)
     if pulumi.runtime.is_dry_run():
         check_cluster(settings)
     platform = GpuPlatform(PLATFORM_NAME, settings, secret_keys)

@@ -783,10 +783,6 @@ class AdmissionSettings(Model):
         default_factory=lambda: ImageSettings(repository="openpolicyagent/opa",
                                               tag="1.22.2-static"),
         description="OPA image (pinned).")
-    kube_mgmt: ImageSettings = Field(
-        default_factory=lambda: ImageSettings(repository="openpolicyagent/kube-mgmt",
-                                              tag="11.0.7"),
-        description="kube-mgmt image (pinned).")
     mode: Literal["enforce", "mutate", "audit"] = Field(
         default="enforce",
         description="enforce: refuse pods that break a rule. mutate: set the scheduler and the "
@@ -1294,15 +1290,39 @@ def parse_config_value(raw: str) -> Any:
     return raw
 
 
+# Settings of earlier releases that no longer do anything: accepted, ignored and named in a
+# warning (retired_settings), so that a stack file written for an earlier release deploys.
+RETIRED_SETTINGS = {
+    ("admission", "kubeMgmt"): "kube-mgmt no longer runs (OPA loads its policy from its "
+                               "ConfigMap itself); remove the key",
+}
+
+
+def _without_retired(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    parsed = {key: parse_config_value(value) for key, value in config.items()}
+    found = []
+    for (section, key), why in RETIRED_SETTINGS.items():
+        if isinstance(parsed.get(section), dict) and key in parsed[section]:
+            parsed[section] = {k: v for k, v in parsed[section].items() if k != key}
+            found.append(f"{CONFIG_NAMESPACE}:{section}.{key} is ignored: {why}")
+    return parsed, found
+
+
+def retired_settings(config: Mapping[str, Any]) -> list[str]:
+    """A warning for each setting of an earlier release the config still sets."""
+    return _without_retired(config)[1]
+
+
 def load_settings(config: Mapping[str, Any]) -> StackSettings:
     """Validate the stack's `gpu-platform:` config (keys without the namespace prefix)."""
     # Pulumi hands a key written without a value (`key:` or `key: ~`) to the program as "".
     empty = [f'{CONFIG_NAMESPACE}:{key} = "": the stack file gives this key no value; allowed: '
              f"a value, or no such key to keep the default" for key, value in config.items()
              if value == ""]
+    parsed, _ = _without_retired(config)
     try:
-        settings = StackSettings.model_validate({key: parse_config_value(value)
-                                                 for key, value in config.items() if value != ""})
+        settings = StackSettings.model_validate({key: value for key, value in parsed.items()
+                                                 if value != ""})
     except ValidationError as error:
         # A required key written without a value is reported once, as empty.
         missing = {f"{CONFIG_NAMESPACE}:{key}: required setting is missing"

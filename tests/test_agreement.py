@@ -33,7 +33,7 @@ def scheduler_profile(recording, settings):
 def policy_params(recording, settings):
     config_map = recording.one(
         f"{K8S}core/v1:ConfigMap",
-        f"{settings.admission.namespace}/{opa_admission.PARAMS_CONFIGMAP}")
+        f"{settings.admission.namespace}/{opa_admission.POLICY_CONFIGMAP}")
     return json.loads(config_map.inputs["data"][opa_admission.PARAMS_KEY])
 
 

@@ -301,16 +301,45 @@ def test_containers_see_only_their_gpus_unless_the_stack_turns_that_off():
 
 # --- OPA admission ----------------------------------------------------------------------------
 
-def test_opa_serves_tls_to_the_cluster_and_plain_http_only_on_localhost():
+def test_opa_serves_only_tls_and_its_probes_and_authorizes_every_call():
     args = opa_admission.opa_args(DEFAULT)
     addresses = [a.split("=", 1)[1] for a in args if a.startswith("--addr=")]
-    assert addresses == ["https://0.0.0.0:10250", "http://127.0.0.1:8181"]
+    assert addresses == ["https://0.0.0.0:10250"]
+    assert [a for a in args if a.startswith("--diagnostic-addr=")] == [
+        "--diagnostic-addr=http://0.0.0.0:8282"]
     assert "--authentication=token" in args and "--authorization=basic" in args
     assert any(a.startswith("--tls-cert-file=") for a in args)
-    mgmt = opa_admission.kube_mgmt_args(DEFAULT)
-    assert "--opa-url=http://127.0.0.1:8181/v1" in mgmt
-    assert any(a.startswith("--opa-auth-token-file=") for a in mgmt)
-    assert "--namespaces=gpu-admission" in mgmt
+
+
+def test_every_file_opa_loads_is_in_a_config_map_its_pod_mounts():
+    """OPA loads its policies and data as files at start, so a restarted container finds them
+    again: each file argument names a key of a ConfigMap mounted at that path."""
+    deployment = opa_admission.deployment(DEFAULT)
+    pod = deployment["spec"]["template"]["spec"]
+    opa = containers(deployment)["opa"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    config_maps = {c["metadata"]["name"]: c for c in opa_admission.policy_config_maps(DEFAULT)}
+    mounted = {m["mountPath"]: config_maps[volumes[m["name"]]["configMap"]["name"]]["data"]
+               for m in opa["volumeMounts"] if "configMap" in volumes[m["name"]]}
+    files = [a.rsplit(":", 1)[-1] for a in opa["args"] if not a.startswith("-") and "/" in a]
+    assert len(files) == len(opa_admission.policy_files()) >= 4
+    for path in files:
+        directory, _, key = path.rpartition("/")
+        assert key in mounted[directory], f"OPA loads {path}, which no mounted ConfigMap holds"
+    # The parameters are loaded where the policy reads them.
+    assert f"{opa_admission.PARAMS_ROOT}:{opa_admission.POLICY_MOUNT}/" \
+           f"{opa_admission.PARAMS_KEY}" in opa["args"]
+    assert "data.gpuplatform.params" in opa_admission.rego_files("admission")[
+        "gpu_scheduler.rego"]
+
+
+def test_a_changed_policy_or_parameter_rolls_the_opa_pods():
+    def digest(settings):
+        return opa_admission.deployment(settings)["spec"]["template"]["metadata"][
+            "annotations"][opa_admission.POLICY_DIGEST_ANNOTATION]
+    assert digest(DEFAULT) == digest(settings_of())
+    assert digest(settings_of(admission={"mode": "mutate"})) != digest(DEFAULT)
+    assert digest(settings_of(admission={"exemptNamespaces": ["batch"]})) != digest(DEFAULT)
 
 
 def test_opa_pods_are_ready_only_with_the_policy_loaded_and_kept_available():
@@ -324,24 +353,22 @@ def test_opa_pods_are_ready_only_with_the_policy_loaded_and_kept_available():
         assert_restricted(pod, container)
 
 
-def test_kube_mgmt_may_only_read_and_annotate_config_maps_in_its_namespace():
-    rbac = opa_admission.rbac_objects(DEFAULT)
-    assert {o["kind"] for o in rbac} == {"ServiceAccount", "Role", "RoleBinding"}
-    (role,) = [o for o in rbac if o["kind"] == "Role"]
-    assert role["metadata"]["namespace"] == "gpu-admission"
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
-                              "verbs": ["get", "list", "watch", "patch"]}]
+def test_opa_holds_no_credentials_for_the_cluster():
+    account = opa_admission.service_account(DEFAULT)
+    assert account["automountServiceAccountToken"] is False
+    pod = opa_admission.deployment(DEFAULT)["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
 
 
 def test_policy_config_map_ships_the_policy_files_but_not_their_tests():
-    policy, params, server = opa_admission.policy_config_maps(DEFAULT)
-    assert policy["metadata"]["labels"]["openpolicyagent.org/policy"] == "rego"
-    shipped = set(policy["data"])
+    policy, server = opa_admission.policy_config_maps(DEFAULT)
+    shipped = {name for name in policy["data"] if name.endswith(".rego")}
     on_disk = {p.name for p in (opa_admission.POLICY_DIR / "admission").glob("*.rego")}
     assert shipped == {n for n in on_disk if not n.endswith("_test.rego")} and shipped
-    assert params["metadata"]["labels"]["openpolicyagent.org/data"] == "opa"
-    assert "openpolicyagent.org/policy" not in server["metadata"]["labels"]
-    assert set(server["data"]) == {"authz.rego", "health.rego"}
+    assert json.loads(policy["data"][opa_admission.PARAMS_KEY])["schedulerName"] == \
+        DEFAULT.scheduler.name
+    assert set(server["data"]) == {"authz.rego", "health.rego", opa_admission.SERVER_DATA_KEY}
 
 
 @pytest.mark.parametrize("mode, mutating", [("enforce", False), ("mutate", True),

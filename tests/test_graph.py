@@ -72,20 +72,11 @@ EXPECTED = [
     ("tls:index/privateKey:PrivateKey", "server", f"{COMPONENT}OpaAdmission"),
     ("tls:index/certRequest:CertRequest", "server", f"{COMPONENT}OpaAdmission"),
     ("tls:index/locallySignedCert:LocallySignedCert", "server", f"{COMPONENT}OpaAdmission"),
-    ("random:index/randomPassword:RandomPassword", "kube-mgmt-token",
-     f"{COMPONENT}OpaAdmission"),
     (f"{K8S}core/v1:ServiceAccount", "gpu-admission/opa", f"{COMPONENT}OpaAdmission"),
-    (f"{K8S}rbac.authorization.k8s.io/v1:Role", "gpu-admission/kube-mgmt",
-     f"{COMPONENT}OpaAdmission"),
-    (f"{K8S}rbac.authorization.k8s.io/v1:RoleBinding", "gpu-admission/kube-mgmt",
-     f"{COMPONENT}OpaAdmission"),
-    (f"{K8S}core/v1:ConfigMap", "gpu-admission/gpu-platform-admission-policy",
-     f"{COMPONENT}OpaAdmission"),
-    (f"{K8S}core/v1:ConfigMap", "gpu-admission/gpu-platform-admission-params",
+    (f"{K8S}core/v1:ConfigMap", "gpu-admission/opa-admission-policy",
      f"{COMPONENT}OpaAdmission"),
     (f"{K8S}core/v1:ConfigMap", "gpu-admission/opa-server-policy", f"{COMPONENT}OpaAdmission"),
     (f"{K8S}core/v1:Secret", "gpu-admission/opa-tls", f"{COMPONENT}OpaAdmission"),
-    (f"{K8S}core/v1:Secret", "gpu-admission/opa-server", f"{COMPONENT}OpaAdmission"),
     (f"{K8S}core/v1:Service", "gpu-admission/opa", f"{COMPONENT}OpaAdmission"),
     (f"{K8S}apps/v1:Deployment", "gpu-admission/opa", f"{COMPONENT}OpaAdmission"),
     (f"{K8S}policy/v1:PodDisruptionBudget", "gpu-admission/opa", f"{COMPONENT}OpaAdmission"),
@@ -154,8 +145,8 @@ EDGES = [
      "never force GPU pods onto a scheduler that is not running"),
     *[(WEBHOOK, dependency, OPA_NOT_READY) for dependency in (
         (f"{K8S}apps/v1:Deployment", "gpu-admission/opa"),
-        (f"{K8S}core/v1:ConfigMap", "gpu-admission/gpu-platform-admission-policy"),
-        (f"{K8S}core/v1:ConfigMap", "gpu-admission/gpu-platform-admission-params"),
+        (f"{K8S}core/v1:ConfigMap", "gpu-admission/opa-admission-policy"),
+        (f"{K8S}core/v1:ConfigMap", "gpu-admission/opa-server-policy"),
         (f"{K8S}core/v1:Secret", "gpu-admission/opa-tls"))],
     *[(dependent, KPS, "its CRD or the Grafana sidecar that loads it comes from the chart")
       for dependent in ((f"{K8S}monitoring.coreos.com/v1:ServiceMonitor",
@@ -230,8 +221,7 @@ def test_single_scheduler_replica_has_no_lease_rights_and_no_budget():
 def test_given_grafana_password_is_used_as_a_secret_and_none_is_generated():
     given = harness.run_program(harness.stack_file_config(
         with_changes(monitoring={"grafana": {"adminPassword": "from-the-stack"}})))
-    names = [r.name for r in given.of_type("random:index/randomPassword:RandomPassword")]
-    assert names == ["kube-mgmt-token"]
+    assert given.of_type("random:index/randomPassword:RandomPassword") == []
     secret = given.one(f"{K8S}core/v1:Secret", "monitoring/grafana-admin")
     assert harness.is_secret(secret.raw_inputs["stringData"])
     assert secret.inputs["stringData"]["admin-password"] == "from-the-stack"
@@ -311,7 +301,7 @@ def test_node_pool_taint_mode_patches_no_node_and_still_guards_the_taint():
         "taintedBy": "nodePool", "names": [], "taint": "nvidia.com/gpu=present:NoSchedule"})))
     assert recording.of_type(f"{K8S}core/v1:NodePatch") == []
     params = json.loads(recording.one(f"{K8S}core/v1:ConfigMap",
-                                      "gpu-admission/gpu-platform-admission-params")
+                                      "gpu-admission/opa-admission-policy")
                         .inputs["data"]["params.json"])
     assert params["gpuTaints"][0]["text"] == "nvidia.com/gpu=present:NoSchedule"
     assert params["gpuNodeNames"] == []

@@ -4,6 +4,7 @@ matchConditions run in a real CEL engine."""
 
 import base64
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -22,21 +23,22 @@ BINPACK = "gpu-binpack-scheduler"
 
 @pytest.fixture(scope="module")
 def deployed(example_run, example_settings, tmp_path_factory):
-    """The policy files, OPA data and decision queries as kube-mgmt would load them from the
-    example stack's ConfigMaps, and the webhooks as the API server would call them."""
+    """The policy files, OPA data and decision queries as OPA loads them from the example
+    stack's policy ConfigMap (its parameters at data.gpuplatform.params), and the webhooks as
+    the API server would call them."""
     ns = example_settings.admission.namespace
     policy_map = example_run.one(f"{K8S}core/v1:ConfigMap",
                                  f"{ns}/{opa_admission.POLICY_CONFIGMAP}").inputs
-    params_map = example_run.one(f"{K8S}core/v1:ConfigMap",
-                                 f"{ns}/{opa_admission.PARAMS_CONFIGMAP}").inputs
-    params = json.loads(params_map["data"][opa_admission.PARAMS_KEY])
+    files = dict(policy_map["data"])
+    params = json.loads(files.pop(opa_admission.PARAMS_KEY))
     dirs = {}
     for mode in ("enforce", "mutate", "audit"):
         directory = dirs[mode] = tmp_path_factory.mktemp(f"policy-{mode}")
-        for name, text in policy_map["data"].items():
+        for name, text in files.items():
             (directory / name).write_text(text)
-        data = {ns: {params_map["metadata"]["name"]: {
-            opa_admission.PARAMS_KEY: {**params, "mode": mode}}}}
+        data: dict = {**params, "mode": mode}
+        for key in reversed(opa_admission.PARAMS_ROOT.split(".")):
+            data = {key: data}
         (directory / "data.json").write_text(json.dumps(data))
     validating = example_run.one(
         f"{K8S}admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
@@ -433,17 +435,23 @@ def test_no_decision_for_malformed_reviews(opa_bin, deployed, request_):
     assert evaluate(opa_bin, deployed["dir"], deployed["query"], request_) is None
 
 
-def test_no_decision_without_exactly_one_parameter_document(opa_bin, deployed, tmp_path):
-    for name in ("gpu_scheduler.rego",):
-        (tmp_path / name).write_text((deployed["dir"] / name).read_text())
+def test_no_decision_without_the_parameters(opa_bin, deployed, tmp_path):
+    """A policy loaded without (or with broken) parameters decides nothing, so the API server
+    applies the failure policy; and OPA is then not ready (policy/opa/health.rego)."""
+    broken, loaded = tmp_path / "broken", tmp_path / "loaded"
+    broken.mkdir()
+    for name in opa_admission.rego_files("admission"):
+        (broken / name).write_text((deployed["dir"] / name).read_text())
     request_ = review({"containers": [container(limits=GPU)]})
-    assert evaluate(opa_bin, tmp_path, deployed["query"], request_) is None
-    params = json.loads((deployed["dir"] / "data.json").read_text())
-    # A second, different parameter document (say, a stale copy in another namespace).
-    stale = json.loads(json.dumps(next(iter(params.values()))))
-    next(iter(stale.values()))["params.json"]["schedulerName"] = "old-scheduler"
-    (tmp_path / "data.json").write_text(json.dumps({**params, "other-namespace": stale}))
-    assert evaluate(opa_bin, tmp_path, deployed["query"], request_) is None
+    assert evaluate(opa_bin, broken, deployed["query"], request_) is None
+    (broken / "data.json").write_text(json.dumps({"gpuplatform": {"params": "not an object"}}))
+    assert evaluate(opa_bin, broken, deployed["query"], request_) is None
+    shutil.copytree(deployed["dir"], loaded)
+    for directory in (broken, loaded):
+        for name, text in opa_admission.rego_files("opa").items():
+            (directory / name).write_text(text)
+    assert evaluate(opa_bin, broken, "data.system.health.ready", {}) is False
+    assert evaluate(opa_bin, loaded, "data.system.health.ready", {}) is True
 
 
 def sent_to_opa(webhook, request_) -> bool:
@@ -510,15 +518,16 @@ def test_opa_check_strict_and_tests_pass_and_format_is_canonical(opa_bin):
 
 
 def test_opa_api_is_locked_down(opa_bin, example_run, deployed, tmp_path):
-    """OPA's authorization policy with the data the program gives it: anonymous callers may only
-    ask for the admission decision (and read health); the kube-mgmt token may write."""
-    for name, text in opa_admission.rego_files("opa").items():
+    """OPA's authorization policy with the data the program gives it: callers may only ask for
+    the admission decisions and read health and metrics; nobody may read or write policies or
+    data, with or without a token."""
+    server_map = example_run.one(f"{K8S}core/v1:ConfigMap",
+                                 f"gpu-admission/{opa_admission.SERVER_POLICY_CONFIGMAP}").inputs
+    files = dict(server_map["data"])
+    server = json.loads(files.pop(opa_admission.SERVER_DATA_KEY))
+    for name, text in files.items():
         (tmp_path / name).write_text(text)
-    secret = example_run.one(f"{K8S}core/v1:Secret", "gpu-admission/opa-server")
-    assert harness.is_secret(secret.raw_inputs["stringData"])
-    server = json.loads(secret.inputs["stringData"][opa_admission.SERVER_DATA_KEY])
     (tmp_path / "data.json").write_text(json.dumps({opa_admission.SERVER_DATA_ROOT: server}))
-    token = secret.inputs["stringData"][opa_admission.TOKEN_KEY]
     webhook_path = deployed["webhook"]["clientConfig"]["service"]["path"].strip("/").split("/")
 
     def allowed(method, path, identity=None):
@@ -533,5 +542,5 @@ def test_opa_api_is_locked_down(opa_bin, example_run, deployed, tmp_path):
     assert allowed("PUT", ["v1", "data", "gpu-admission"]) is False
     assert allowed("GET", ["v1", "data"]) is False
     assert allowed("POST", ["v1", "data", "gpuplatform", "admission", "params"]) is False
-    assert allowed("PUT", ["v1", "policies", "x"], identity="not-the-token") is False
-    assert allowed("PUT", ["v1", "policies", "x"], identity=token) is True
+    assert allowed("PUT", ["v1", "policies", "x"], identity="any-token") is False
+    assert allowed("GET", ["v1", "policies"], identity="any-token") is False

@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 
 import harness
-from components.settings import SettingsError, load_settings, parse_config_value
+from components.settings import (
+    SettingsError,
+    load_settings,
+    parse_config_value,
+    retired_settings,
+)
 
 MINIMAL = {"cluster": {"context": "gpu-cluster"}, "kubernetesVersion": "1.35.10",
            "gpuNodes": {"names": ["gpu-node-1"]}}
@@ -338,3 +343,15 @@ def setting_paths(model, prefix: str = "") -> list[str]:
         else:
             paths.append(path)
     return paths
+
+
+def test_a_setting_of_an_earlier_release_is_ignored_with_a_warning():
+    """admission.kubeMgmt named the kube-mgmt image, which no longer runs: a stack file that
+    still sets it deploys, and the run says the key can go."""
+    config = raw(with_changes(admission={"kubeMgmt": {"repository": "openpolicyagent/kube-mgmt",
+                                                      "tag": "11.0.7"}}))
+    assert load_settings(config) == load_settings(raw(MINIMAL))
+    assert retired_settings(config) == [
+        "gpu-platform:admission.kubeMgmt is ignored: kube-mgmt no longer runs (OPA loads its "
+        "policy from its ConfigMap itself); remove the key"]
+    assert retired_settings(raw(MINIMAL)) == []

@@ -57,10 +57,6 @@ class GoTool:
         return TOOLS_DIR / f"{self.name}-{self.label or self.version}" / self.name
 
 
-class ModuleUnavailable(RuntimeError):
-    """The Go module proxy refuses the tool's module version (it is not served here)."""
-
-
 def _go() -> str:
     go = shutil.which("go")
     if go is None:
@@ -83,9 +79,7 @@ class _Build:
         if result.returncode != 0:
             # `go mod download -json` reports its error in the JSON on stdout.
             detail = (result.stderr.strip() or result.stdout.strip())[-4000:]
-            error = ModuleUnavailable if "module version is not available" in detail \
-                else RuntimeError
-            raise error(f"building {self.tool.name} {self.tool.label or self.tool.version}"
+            raise RuntimeError(f"building {self.tool.name} {self.tool.label or self.tool.version}"
                         f" failed at `go {' '.join(args)}`:\n{detail}")
         return result.stdout
 
@@ -251,31 +245,6 @@ def kube_controller_manager() -> Path:
     return _kubernetes("kube-controller-manager")
 
 
-# kube-mgmt's release tags are not Go versions ("11.0.7"), so it is pinned by the tag's commit.
-KUBE_MGMT_COMMITS = {"11.0.7": "9b4deae0b9080ecd500ff601cf4e2a180223337d"}
-
-
-def kube_mgmt_version() -> str:
-    """The kube-mgmt the suite runs is the kube-mgmt the platform ships (the image tag)."""
-    return AdmissionSettings().kube_mgmt.tag
-
-
-def kube_mgmt() -> Path:
-    """kube-mgmt at the shipped release. The Go module proxy reachable from CI does not serve
-    kube-mgmt (ModuleUnavailable); a binary built elsewhere from that commit, placed at
-    the cache path (see README), is used as is."""
-    release = kube_mgmt_version()
-    if release not in KUBE_MGMT_COMMITS:
-        raise RuntimeError(f"kube-mgmt {release} (the shipped image tag) has no pinned commit in "
-                           f"tests/tools.py KUBE_MGMT_COMMITS; known: {sorted(KUBE_MGMT_COMMITS)}")
-    commit = KUBE_MGMT_COMMITS[release]
-    module = "github.com/open-policy-agent/kube-mgmt"
-    return go_build(GoTool("kube-mgmt", module, commit, f"{module}/cmd/kube-mgmt",
-                           label=f"{release}-{commit[:12]}",
-                           stamp={f"{module}/pkg/version.Version": release,
-                                  f"{module}/pkg/version.Git": commit}))
-
-
 # The descheduler the compaction component deploys (its image tag); its go.mod replaces
 # kube-openapi, which go_build repeats in the wrapper module.
 def descheduler_version() -> str:
@@ -292,10 +261,8 @@ def descheduler() -> Path:
 SUITES = {
     "unit": (pulumi_config, opa, promtool, amtool),
     "integration": (pulumi_config, opa, etcd, kube_apiserver, kube_scheduler,
-                    kube_controller_manager, descheduler, kube_mgmt),
+                    kube_controller_manager, descheduler),
 }
-# Tools a suite runs without, saying so, when their module cannot be had.
-OPTIONAL = {kube_mgmt}
 
 
 def main(suites: list[str]) -> None:
@@ -305,11 +272,6 @@ def main(suites: list[str]) -> None:
     for build_tool in dict.fromkeys(b for suite in suites for b in SUITES[suite]):
         try:
             build_tool()
-        except ModuleUnavailable as error:
-            if build_tool not in OPTIONAL:
-                sys.exit(f"tests/tools.py: {error}")
-            _say(f"tests/tools.py: going on without it: {error.args[0].splitlines()[0]} "
-                 "(the Go module proxy does not serve it)")
         except RuntimeError as error:
             sys.exit(f"tests/tools.py: {error}")
 

@@ -2,10 +2,9 @@
 # decides where it runs.
 #
 # The webhooks send only the requests a rule can be about (their matchConditions); the policy
-# checks again so that it is correct on its own. Its parameters are OPA data, loaded by kube-mgmt
-# from the ConfigMap gpu-platform-admission-params (key params.json) into
-# data.<namespace>.<configmap>.<key>; the namespace is a stack setting, so the policy finds the
-# document by ConfigMap name and key.
+# checks again so that it is correct on its own. Its parameters are OPA data at
+# data.gpuplatform.params: OPA loads them when it starts, with this file, from the same
+# ConfigMap (opa-admission-policy, key params.json).
 #
 # Two decisions, one per webhook, both complete admission.k8s.io/v1 AdmissionReviews:
 #   review    (validating) enforce: refuse any violation; mutate: refuse what the mutating
@@ -14,17 +13,9 @@
 #             tolerations; audit: label the pod so the dashboard can count it.
 package gpuplatform.admission
 
-params_documents contains doc if {
-	some namespace
-	doc := data[namespace]["gpu-platform-admission-params"]["params.json"]
-}
-
-# Undefined unless exactly one parameter document is loaded: the decision is then undefined too,
-# and the API server applies the webhook's failure policy instead of guessing.
-params := doc if {
-	count(params_documents) == 1
-	some doc in params_documents
-}
+# Undefined without the parameters: the decision is then undefined too, and the API server
+# applies the webhook's failure policy instead of guessing.
+params := data.gpuplatform.params if is_object(data.gpuplatform.params)
 
 well_formed if {
 	is_object(params)

@@ -19,9 +19,6 @@ params := {
 	"draDeviceClassSuffixes": ["nvidia.com"],
 }
 
-# Where kube-mgmt puts the parameter ConfigMap of namespace gpu-admission.
-loaded := {"gpu-platform-admission-params": {"params.json": params}}
-
 pod_review(namespace, spec) := {"request": {
 	"uid": "7f0c",
 	"operation": "CREATE",
@@ -34,7 +31,7 @@ gpu_container := {"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"
 
 test_gpu_pod_on_default_scheduler_is_denied_with_the_fix if {
 	review := admission.review with input as pod_review("team-a", {"containers": [gpu_container]})
-		with data["gpu-admission"] as loaded
+		with data.gpuplatform.params as params
 	review.response.allowed == false
 	review.response.uid == "7f0c"
 	contains(review.response.status.message, `pod "team-a/train": container "main" requests nvidia.com/gpu`)
@@ -47,33 +44,33 @@ test_gpu_pod_on_binpack_scheduler_is_allowed if {
 		"tolerations": [params.gpuTaints[0].toleration],
 	}
 	review := admission.review with input as pod_review("team-a", spec)
-		with data["gpu-admission"] as loaded
+		with data.gpuplatform.params as params
 	review.response == {"uid": "7f0c", "allowed": true}
 }
 
 test_mig_init_container_is_guarded if {
 	init := {"name": "warmup", "resources": {"requests": {"nvidia.com/mig-1g.10gb": "1"}}}
 	review := admission.review with input as pod_review("team-a", {"containers": [{"name": "c"}], "initContainers": [init]})
-		with data["gpu-admission"] as loaded
+		with data.gpuplatform.params as params
 	contains(review.response.status.message, `init container "warmup" requests nvidia.com/mig-1g.10gb`)
 }
 
 test_exempt_namespace_is_allowed if {
 	review := admission.review with input as pod_review("kube-system", {"containers": [gpu_container]})
-		with data["gpu-admission"] as loaded
+		with data.gpuplatform.params as params
 	review.response.allowed == true
 }
 
 test_cpu_pod_bound_by_name_to_a_gpu_node_is_denied if {
 	spec := {"nodeName": "gpu-1", "containers": [{"name": "c"}]}
 	review := admission.review with input as pod_review("team-a", spec)
-		with data["gpu-admission"] as loaded
+		with data.gpuplatform.params as params
 	contains(review.response.status.message, `spec.nodeName "gpu-1" skips the scheduler`)
 }
 
 test_mutate_sets_the_scheduler if {
 	review := admission.mutation with input as pod_review("team-a", {"containers": [gpu_container]})
-		with data["gpu-admission"] as {"gpu-platform-admission-params": {"params.json": object.union(params, {"mode": "mutate"})}}
+		with data.gpuplatform.params as object.union(params, {"mode": "mutate"})
 	patch := json.unmarshal(base64.decode(review.response.patch))
 	{"op": "add", "path": "/spec/schedulerName", "value": "gpu-binpack-scheduler"} in patch
 }
@@ -91,12 +88,12 @@ high_priority_pod := {
 test_priority_remedy_names_the_preemptible_class_only_when_it_exists if {
 	with_class := object.union(params, {"maxGpuPodPriority": 0, "preemptibleClass": "gpu-preemptible"})
 	review := admission.review with input as pod_review("team-a", high_priority_pod)
-		with data["gpu-admission"] as {"gpu-platform-admission-params": {"params.json": with_class}}
+		with data.gpuplatform.params as with_class
 	contains(review.response.status.message, "name no priority class, gpu-preemptible (preemptible), or a class of priority 0 or less")
 
 	without := object.union(params, {"maxGpuPodPriority": 0, "preemptibleClass": ""})
 	plain := admission.review with input as pod_review("team-a", high_priority_pod)
-		with data["gpu-admission"] as {"gpu-platform-admission-params": {"params.json": without}}
+		with data.gpuplatform.params as without
 	contains(plain.response.status.message, "name no priority class, or a class of priority 0 or less")
 }
 
@@ -104,6 +101,6 @@ test_no_preemptible_class_means_no_bare_pod_rule if {
 	spec := object.union(high_priority_pod, {"priorityClassName": "gpu-preemptible", "priority": -100})
 	without := object.union(params, {"maxGpuPodPriority": 0, "preemptibleClass": ""})
 	review := admission.review with input as pod_review("team-a", spec)
-		with data["gpu-admission"] as {"gpu-platform-admission-params": {"params.json": without}}
+		with data.gpuplatform.params as without
 	review.response == {"uid": "7f0c", "allowed": true}
 }

@@ -1,17 +1,11 @@
 # OPA's own API authorization (opa run --authentication=token --authorization=basic).
 #
-# Loaded at OPA's start from a file, with its data (data.opa_server) from the pod's Secret:
-# the token kube-mgmt presents, and the paths of the admission decisions.
+# Loaded at OPA's start from a file, with its data (data.opa_server): the paths of the admission
+# decisions. OPA loads every policy and data document from files when it starts, so nobody may
+# read or write them through the API.
 package system.authz
 
 default allow := false
-
-# kube-mgmt holds the token: only it may read or write policies and data.
-allow if {
-	is_string(data.opa_server.kube_mgmt_token)
-	count(data.opa_server.kube_mgmt_token) >= 32
-	input.identity == data.opa_server.kube_mgmt_token
-}
 
 # The API server calls anonymously, and may ask for the admission decisions and nothing else.
 allow if {

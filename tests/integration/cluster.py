@@ -9,10 +9,12 @@ import base64
 import copy
 import datetime
 import json
+import queue
+import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +32,8 @@ from controlplane import ApiError, CertificateAuthority, ControlPlane, Kube, fre
 
 GPU = "nvidia.com/gpu"
 TEST_MANAGER = "gpu-platform-integration"
+# Registered only once what they call is ready, as the program orders them.
+WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 NODE_PATCH_TYPE = "kubernetes:core/v1:NodePatch"
 # API groups whose CustomResourceDefinitions come with a chart (which cannot be fetched here).
 CHART_CRD_GROUPS = {"monitoring.coreos.com": "kube-prometheus-stack (Prometheus Operator CRDs)",
@@ -255,7 +259,7 @@ class Scheduler:
                  extra_args: tuple[str, ...] = ()):
         self.port = free_port()
         config = copy.deepcopy(config)
-        config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+        config.setdefault("clientConnection", {})["kubeconfig"] = str(kubeconfig)
         path = cp.write(f"schedulers/{name}.yaml", yaml.safe_dump(config))
         serving = cp.ca.issue(name, server=True, ip_addresses=("127.0.0.1",))
         self.process = cp.start_process(name, [
@@ -290,7 +294,11 @@ class ControllerManager:
     CONTROLLERS = ("deployment-controller", "replicaset-controller", "statefulset-controller",
                    "job-controller", "garbage-collector-controller",
                    # PodDisruptionBudget status, which the eviction API decides by.
-                   "disruption-controller")
+                   "disruption-controller",
+                   # A Service's ready endpoints, which webhooks are called at.
+                   "endpointslice-controller",
+                   # ResourceQuota status, which quota admission counts against.
+                   "resourcequota-controller")
 
     def __init__(self, cp: ControlPlane):
         self.port = free_port()
@@ -310,6 +318,63 @@ class ControllerManager:
 
     def stop(self) -> None:
         self.process.stop()
+
+
+class PodWatch:
+    """Every change to the pods of one namespace, from a watch stream read by a thread."""
+
+    def __init__(self, kube, namespace: str):
+        self.kube, self.namespace = kube, namespace
+        self.events: queue.Queue[tuple[str, dict]] = queue.Queue()
+        self.session = requests.Session()
+        self.session.trust_env = False
+        self.session.verify = kube.session.verify
+        self.session.cert = kube.session.cert
+        self.session.headers.update(kube.session.headers)
+        listing = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods",
+                               what="list benchmark pods")
+        self.resource_version = listing["metadata"]["resourceVersion"]
+        self.stopped = threading.Event()
+        self.reply: requests.Response | None = None
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                with self.session.get(
+                        f"{self.kube.server}/api/v1/namespaces/{self.namespace}/pods",
+                        params={"watch": "true", "resourceVersion": self.resource_version,
+                                "timeoutSeconds": "300"}, stream=True, timeout=(5, 330)) as reply:
+                    self.reply = reply
+                    for line in reply.iter_lines():
+                        if not line:
+                            continue
+                        event = json.loads(line)
+                        if event["type"] == "ERROR":
+                            raise RuntimeError(f"pod watch failed: {event['object']}")
+                        self.resource_version = event["object"]["metadata"]["resourceVersion"]
+                        self.events.put((event["type"], event["object"]))
+            except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError, OSError,
+                    ValueError):
+                # The control plane, or its files, went away; or the stream broke off mid-event
+                # (as it does when stop() shuts the socket): read on from the last event seen.
+                if self.stopped.is_set():
+                    return
+
+    def next(self, timeout: float) -> tuple[str, dict] | None:
+        try:
+            return self.events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def stop(self) -> None:
+        """End the stream (an open watch would hold the API server's shutdown up)."""
+        self.stopped.set()
+        if self.reply is not None and self.reply.raw.connection is not None:
+            self.reply.raw.connection.sock.shutdown(socket.SHUT_RDWR)
+        self.thread.join(timeout=10)
+        self.session.close()
 
 
 # --- what kubelets would do ------------------------------------------------------------------
@@ -440,9 +505,11 @@ class FakeKubelet:
 
     POLL = 0.1
 
-    def __init__(self, cp: ControlPlane):
+    def __init__(self, cp: ControlPlane, leave_out: Callable[[dict], bool] = lambda pod: False):
+        """`leave_out`: pods another kubelet runs (kubelet.ProcessKubelet.runs)."""
         # A client of its own: the caller's session is not to be shared with another thread.
         self.kube = Kube(cp.server, cp.ca_file, cert=cp.admin_cert)
+        self.leave_out = leave_out
         self.error: Exception | None = None
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fake-kubelet", daemon=True)
@@ -454,7 +521,8 @@ class FakeKubelet:
                 for pod in self.kube.request("GET", "/api/v1/pods",
                                              params={"fieldSelector": "spec.nodeName!="},
                                              what="list bound pods")["items"]:
-                    self._sync(pod)
+                    if not self.leave_out(pod):
+                        self._sync(pod)
         except Exception as error:     # reported by check() and stop()
             self.error = error
 
@@ -485,11 +553,11 @@ class FakeKubelet:
 
 
 @contextmanager
-def workloads_running(cp: ControlPlane):
-    """Controllers that create and remove workload pods, and a fake kubelet that runs them;
-    yields the kubelet."""
+def workloads_running(cp: ControlPlane, leave_out: Callable[[dict], bool] = lambda pod: False):
+    """Controllers that create and remove workload pods, and a fake kubelet that runs them (but
+    those `leave_out` names); yields the kubelet."""
     controllers = ControllerManager(cp)
-    kubelet = FakeKubelet(cp)
+    kubelet = FakeKubelet(cp, leave_out)
     try:
         yield kubelet
     finally:
@@ -643,21 +711,3 @@ def _volume_files(objects: list[dict], volume: dict, namespace: str) -> dict[str
     assert obj["metadata"]["namespace"] == namespace
     items = source.get("items")
     return {i["path"]: data[i["key"]] for i in items} if items else data
-
-
-def load_configmaps_as_kube_mgmt_does(kube: Kube, settings: StackSettings, opa_url: str,
-                                      opa_token: str) -> None:
-    """What kube-mgmt does with the labelled ConfigMaps of its namespace, for when no kube-mgmt
-    binary can be had: each policy key PUT to /v1/policies/<ns>/<name>/<key>, each data key
-    (JSON) PUT to /v1/data/<ns>/<name>/<key>, with its token. `kube` should hold kube-mgmt's
-    ServiceAccount credentials, so the declared RBAC is still what lets it read them."""
-    ns = settings.admission.namespace
-    headers = {"Authorization": f"Bearer {opa_token}"}
-    for (label, value), endpoint in ((opa_admission.POLICY_LABEL, "policies"),
-                                     (opa_admission.DATA_LABEL, "data")):
-        for config_map in kube.list("v1", "ConfigMap", ns, labelSelector=f"{label}={value}"):
-            name = config_map["metadata"]["name"]
-            for key, text in config_map.get("data", {}).items():
-                response = requests.put(f"{opa_url}/v1/{endpoint}/{ns}/{name}/{key}",
-                                        data=text.encode(), headers=headers, timeout=10)
-                assert response.ok, f"loading {ns}/{name}/{key}: {response.text}"

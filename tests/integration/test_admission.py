@@ -1,153 +1,171 @@
-"""Admission end to end, through a real kube-apiserver: real OPA serving the webhook over TLS
-with the program's server policy, a real kube-mgmt loading the admission policy and parameters
-from the ConfigMaps the program declares (with the RBAC it declares), and the program's
-ValidatingWebhookConfiguration with only its client config pointed at the local OPA."""
+"""Admission end to end, through a real kube-apiserver: the program's objects as declared, with
+OPA's pods run by a real kube-controller-manager from the declared Deployment and started as real
+OPA processes by a kubelet of this suite (kubelet.py), which loads the policy from the declared
+ConfigMaps exactly as a pod mounts them; the API server calls the declared webhooks at the
+Service's ready endpoints. Also: OPA's restarts, a policy change rolled out, and bursts."""
 
 import copy
+import itertools
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import pytest
 import requests
+import urllib3
+from kubelet import ProcessKubelet, RunningPod
 
 import tools
 from cluster import (
     TEST_MANAGER,
+    WEBHOOK_KINDS,
     ApiError,
-    LocalContainer,
     Scheduler,
     apply_declared,
     create_gpu_node,
     create_node,
     ensure_namespace,
     find,
-    load_configmaps_as_kube_mgmt_does,
     placement,
     pod,
     scheduler_with_strategy,
     start_binpack_scheduler,
+    workloads_running,
 )
 from components import opa_admission
 from components.settings import AUDIT_LABEL, StackSettings
-from controlplane import ControlPlane, Process, free_port, wait_until
+from controlplane import ControlPlane, wait_until
 
 USER_NAMESPACE = "team-a"
-KUBE_MGMT_STATUS = "openpolicyagent.org/kube-mgmt-status"
-KUBE_MGMT_MISSING = ("no kube-mgmt binary (the Go module proxy does not serve kube-mgmt; see "
-                     "README): the ConfigMaps were loaded into OPA by the test, as kube-mgmt does")
 
 
 @pytest.fixture(scope="module")
-def kube_mgmt_bin():
-    try:
-        return tools.kube_mgmt()
-    except tools.ModuleUnavailable:
-        return None
+def control_plane():
+    """A control plane whose API server calls webhooks at their Services' ready endpoints, as
+    on a cluster (a ClusterIP would need a proxy to route it)."""
+    cp = ControlPlane(apiserver_args=("--enable-aggregator-routing=true",)).start()
+    yield cp
+    cp.stop()
 
 
 @dataclass
 class Admission:
     cp: ControlPlane
-    opa: Process
-    webhook_port: int
-    diagnostic_port: int
-    token: str
-    local_port: int
-    kube_mgmt_token: str
-    kube_mgmt: bool
+    kubelet: ProcessKubelet
+    settings: StackSettings
     ca_bundle: str
 
-    @property
-    def opa_url(self) -> str:
-        return f"https://127.0.0.1:{self.webhook_port}"
+    def opa_pods(self) -> list[RunningPod]:
+        return self.kubelet.pods_of(self.settings.admission.namespace,
+                                    lambda name: name.startswith(f"{opa_admission.SERVICE}-"))
+
+    def ready_endpoints(self) -> list[str]:
+        slices = self.cp.admin.list("discovery.k8s.io/v1", "EndpointSlice",
+                                    self.settings.admission.namespace,
+                                    labelSelector=f"kubernetes.io/service-name="
+                                                  f"{opa_admission.SERVICE}")
+        return sorted(address for endpoints in slices for e in endpoints.get("endpoints") or []
+                      if e.get("conditions", {}).get("ready") for address in e["addresses"])
 
     def decisions(self) -> float:
-        """How many admission decisions OPA has served (from its own metrics)."""
-        text = requests.get(f"http://127.0.0.1:{self.diagnostic_port}/metrics", timeout=5).text
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith("http_request_duration_seconds_count")
-                   and 'handler="v0/data"' in line)
+        """How many admission decisions the OPA pods have served (from their own metrics)."""
+        total = 0.0
+        for running in self.opa_pods():
+            text = requests.get(f"http://{running.address}:{opa_admission.DIAGNOSTIC_PORT}"
+                                f"/metrics", timeout=5).text
+            total += sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                         if line.startswith("http_request_duration_seconds_count")
+                         and 'handler="v0/data"' in line)
+        return total
+
+    def serving(self, replicas: int) -> bool:
+        """`replicas` OPA pods ready and in the Service's endpoints, and no other pod."""
+        pods = self.opa_pods()
+        return (len(pods) == replicas and all(p.containers["opa"].ready for p in pods)
+                and self.ready_endpoints() == sorted(p.address for p in pods))
+
+
+def gpu_pod_admitted(kube, settings: StackSettings, name: str = "probe") -> bool:
+    """Whether a GPU pod that keeps the rules is admitted now (a dry run: OPA is asked)."""
+    try:
+        kube.create(pod(name, USER_NAMESPACE, gpus=1, settings=settings,
+                        scheduler=settings.scheduler.name), dry_run=True)
+        return True
+    except ApiError:
+        return False
 
 
 @pytest.fixture(scope="module")
-def admission(control_plane, declared, example_settings, kube_mgmt_bin):
+def admission(control_plane, declared, example_settings) -> Iterator[Admission]:
     cp, settings = control_plane, example_settings
-    webhook = find(declared.objects, "ValidatingWebhookConfiguration", "gpu-platform-admission")
-    # The program registers the webhook only after OPA is ready; so does the test.
-    apply_declared(cp.admin, [o for o in declared.objects if o["kind"] != webhook["kind"]])
-    deployment = find(declared.objects, "Deployment", opa_admission.SERVICE)
-    ports = {port: free_port() for port in (settings.admission.webhook_port,
-                                            opa_admission.LOCAL_PORT,
-                                            opa_admission.DIAGNOSTIC_PORT)}
-    opa = LocalContainer(cp, declared.objects, deployment, "opa", ports)
-    opa_process = cp.start_process("opa", [str(tools.opa()), *opa.args()])
-    opa_token = find(declared.objects, "Secret", opa_admission.SERVER_SECRET)["stringData"][
-        opa_admission.TOKEN_KEY]
-    # kube-mgmt runs with its ServiceAccount's token: the declared Role is all it may use.
-    token = cp.service_account_token(settings.admission.namespace, opa_admission.SERVICE)
-    diagnostic = ports[opa_admission.DIAGNOSTIC_PORT]
-    wait_until(lambda: requests.get(f"http://127.0.0.1:{diagnostic}/health", timeout=2).ok,
-               "OPA to serve /health", explain=opa_process.tail)
-    if kube_mgmt_bin:
-        kube_mgmt = LocalContainer(cp, declared.objects, deployment, "kube-mgmt", ports)
-        loader = cp.start_process("kube-mgmt", [
-            str(kube_mgmt_bin), *kube_mgmt.args(),
-            f"--kubeconfig={cp.kubeconfig('kube-mgmt', token=token)}"])
-    else:
-        loader = opa_process
-        load_configmaps_as_kube_mgmt_does(
-            cp.client(token), settings, f"http://127.0.0.1:{ports[opa_admission.LOCAL_PORT]}",
-            opa_token)
-    wait_until(lambda: requests.get(f"http://127.0.0.1:{diagnostic}/health/ready",
-                                    timeout=2).status_code == 200,
-               "OPA to report ready (the policy and its parameters loaded)",
-               timeout=60, explain=lambda: opa_process.tail() + "\n" + loader.tail())
-
-    cp.admin.apply(pointed_at_local_opa(webhook, ports[settings.admission.webhook_port]),
-                   TEST_MANAGER)
-    ensure_namespace(cp.admin, USER_NAMESPACE)
-    # The API server picks a new webhook up within moments: wait until it refuses (dry run).
-    probe = pod("webhook-probe", USER_NAMESPACE, gpus=1, settings=settings)
-    wait_until(lambda: _refused(cp.admin, probe), "the webhook to take effect", timeout=15)
-
-    # Schedulers, so that admitted pods are seen to land: the binpack one for GPU pods, the
-    # default one for the rest.
-    start_binpack_scheduler(cp, settings, declared.objects)
-    Scheduler(cp, "default-scheduler", scheduler_with_strategy("default-scheduler"),
-              kubeconfig=cp.kubeconfig("default-scheduler"))
-    create_gpu_node(cp.admin, settings, "gpu-node-1", gpus=8)
-    create_node(cp.admin, "cpu-node-1")
-    return Admission(cp, opa_process, ports[settings.admission.webhook_port], diagnostic, opa_token,
-                     ports[opa_admission.LOCAL_PORT], token, bool(kube_mgmt_bin),
-                     webhook["webhooks"][0]["clientConfig"]["caBundle"])
+    webhooks = [o for o in declared.objects if o["kind"] in WEBHOOK_KINDS]
+    probe = find(declared.objects, "ConfigMap", opa_admission.REACHABILITY_PROBE)
+    # As `pulumi up` orders them: everything OPA needs, then (once OPA is ready) the webhooks,
+    # then the reachability probe.
+    apply_declared(cp.admin, [o for o in declared.objects
+                              if o["kind"] not in WEBHOOK_KINDS and o is not probe])
+    with ExitStack() as stack:
+        kubelet = ProcessKubelet(cp, {settings.admission.opa.repository: tools.opa()})
+        stack.callback(kubelet.stop)
+        stack.enter_context(workloads_running(cp, leave_out=kubelet.runs))
+        # Schedulers: the default one for OPA's pods and pods without GPUs, the binpack one
+        # for GPU pods.
+        Scheduler(cp, "default-scheduler", scheduler_with_strategy("default-scheduler"),
+                  kubeconfig=cp.kubeconfig("default-scheduler"))
+        start_binpack_scheduler(cp, settings, declared.objects)
+        # OPA's pods land on the node without GPUs, with the pods of the tests that need none.
+        create_node(cp.admin, "cpu-node-1")
+        result = Admission(cp, kubelet, settings,
+                           webhooks[0]["webhooks"][0]["clientConfig"]["caBundle"])
+        wait_until(lambda: result.serving(settings.admission.replicas),
+                   f"{settings.admission.replicas} OPA pods ready behind the Service",
+                   timeout=90, explain=lambda: kubelet_state(result))
+        for webhook in webhooks:
+            cp.admin.apply(webhook, TEST_MANAGER)
+        ensure_namespace(cp.admin, USER_NAMESPACE)
+        # The API server picks a new webhook up within moments: wait until it refuses (dry run).
+        wait_until(lambda: not gpu_pod_admitted_on(cp.admin, settings, scheduler=None),
+                   "the webhook to take effect", timeout=15)
+        cp.admin.apply(probe, TEST_MANAGER)
+        create_gpu_node(cp.admin, settings, "gpu-node-1", gpus=8)
+        yield result
 
 
-def pointed_at_local_opa(configuration: dict, port: int) -> dict:
-    """A declared webhook configuration with only its client config changed: the API server
-    calls the local OPA by URL instead of through the Service."""
-    local = copy.deepcopy(configuration)
-    for webhook in local["webhooks"]:
-        client = webhook["clientConfig"]
-        client["url"] = f"https://127.0.0.1:{port}{client.pop('service')['path']}"
-    return local
-
-
-def _refused(kube, obj) -> bool:
+def gpu_pod_admitted_on(kube, settings: StackSettings, scheduler: str | None) -> bool:
     try:
-        kube.create(obj, dry_run=True)
-        return False
-    except ApiError:
+        kube.create(pod("webhook-probe", USER_NAMESPACE, gpus=1, settings=settings,
+                        scheduler=scheduler), dry_run=True)
         return True
+    except ApiError:
+        return False
 
 
-def test_kube_mgmt_loaded_the_declared_policy_and_parameters(admission, example_settings,
-                                                             kube_mgmt_bin):
-    if not kube_mgmt_bin:
-        pytest.skip(KUBE_MGMT_MISSING)
-    ns = example_settings.admission.namespace
-    for name in (opa_admission.POLICY_CONFIGMAP, opa_admission.PARAMS_CONFIGMAP):
-        config_map = admission.cp.admin.get("v1", "ConfigMap", name, ns)
-        status = config_map["metadata"].get("annotations", {}).get(KUBE_MGMT_STATUS)
-        assert status == '{"status":"ok"}', f"{name}: kube-mgmt status {status}"
+def kubelet_state(admission: Admission) -> str:
+    lines = []
+    for running in admission.opa_pods():
+        for name, container in running.containers.items():
+            lines.append(f"{running.name}/{name}: ready={container.ready} "
+                         f"restarts={container.restarts}")
+            if container.process:
+                lines.append(container.process.tail(10))
+    return "\n".join(lines) + f"\nready endpoints: {admission.ready_endpoints()}"
+
+
+def test_opa_runs_with_no_credentials_and_loads_its_policy_from_the_pods_volumes(
+        admission, example_settings):
+    """Nothing but the pod's own volumes gives OPA its policy: no token is mounted, and each
+    OPA pod decides with the parameters of the declared ConfigMap."""
+    kube = admission.cp.admin
+    for running in admission.opa_pods():
+        stored = kube.get("v1", "Pod", running.name, example_settings.admission.namespace)
+        assert not any("projected" in v for v in stored["spec"].get("volumes", []))
+        assert stored["status"]["containerStatuses"][0]["ready"] is True
+    before = admission.decisions()
+    assert gpu_pod_admitted(kube, example_settings)
+    assert admission.decisions() == before + 1
 
 
 def test_gpu_pod_without_the_binpack_scheduler_is_refused_with_the_policy_message(
@@ -192,20 +210,24 @@ def test_gpu_pod_in_an_exempt_namespace_is_admitted_without_asking_opa(admission
     assert admission.decisions() == before
 
 
-def test_anonymous_calls_to_opas_policy_api_are_refused(admission, certificates):
-    anonymous = requests.Session()
-    anonymous.trust_env = False
-    anonymous.verify = str(admission.cp.write("pki/admission-ca.crt", certificates.ca.cert_pem))
-    for method, path in [("GET", "/v1/policies"), ("PUT", "/v1/policies/x"),
-                         ("GET", "/v1/data"), ("PUT", "/v1/data/gpu_platform"),
-                         ("POST", "/v1/data/system/authz/allow")]:
-        response = anonymous.request(method, admission.opa_url + path,
-                                     data="package x" if method == "PUT" else None, timeout=5)
-        assert response.status_code == 401, f"anonymous {method} {path}: {response.status_code}"
-    # The token kube-mgmt holds is let in.
-    granted = anonymous.get(admission.opa_url + "/v1/policies", timeout=5,
-                            headers={"Authorization": f"Bearer {admission.token}"})
-    assert granted.status_code == 200
+def test_nobody_may_read_or_change_opas_policy_through_its_api(admission, example_settings):
+    caller = requests.Session()
+    caller.trust_env = False
+    # A caller inside the cluster, at a pod's address: the certificate names the Service, which
+    # the API server verifies (every test above goes through it); this one is about what OPA
+    # lets any caller do.
+    caller.verify = False
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    address = admission.opa_pods()[0].address
+    url = f"https://{address}:{example_settings.admission.webhook_port}"
+    for token in (None, "any-token"):
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        for method, path in [("GET", "/v1/policies"), ("PUT", "/v1/policies/x"),
+                             ("GET", "/v1/data"), ("PUT", "/v1/data/gpu_platform"),
+                             ("POST", "/v1/data/system/authz/allow")]:
+            response = caller.request(method, url + path, headers=headers, timeout=5,
+                                      data="package x" if method == "PUT" else None)
+            assert response.status_code == 401, f"{method} {path}: {response.status_code}"
 
 
 # --- the ways around the rules, each closed ---------------------------------------------------
@@ -379,30 +401,36 @@ def test_binpack_scheduler_cannot_touch_the_cluster_schedulers_lease(admission,
 
 # --- the mutate and audit modes ----------------------------------------------------------------
 
+# How long a rolled-out policy change may take to reach every OPA pod behind the webhook:
+# each new pod loads the policy at start and is ready within seconds, and the Deployment
+# replaces the pods one at a time, none before the next is ready.
+ROLLOUT_SECONDS = 60
+
+
 def switch_mode(admission: Admission, settings: StackSettings, mode: str) -> StackSettings:
-    """Roll the stack to another admission mode as `pulumi up` would: the parameter ConfigMap
-    (loaded into OPA), then both webhook configurations, built from the changed settings."""
+    """Roll the stack to another admission mode as `pulumi up` would: the policy ConfigMap,
+    then the OPA Deployment (whose pods roll, each new one loading the new parameters), then,
+    once the rollout is done, both webhook configurations, built from the changed settings."""
     adm = settings.admission.model_copy(update={
         "mode": mode, "failure_policy": "Ignore" if mode == "audit" else "Fail"})
     changed = settings.model_copy(update={"admission": adm})
-    cp = admission.cp
-    params = next(o for o in opa_admission.policy_config_maps(changed)
-                  if o["metadata"]["name"] == opa_admission.PARAMS_CONFIGMAP)
-    cp.admin.apply(params, TEST_MANAGER)
-    if not admission.kube_mgmt:
-        load_configmaps_as_kube_mgmt_does(cp.client(admission.kube_mgmt_token), changed,
-                                          f"http://127.0.0.1:{admission.local_port}",
-                                          admission.token)
-    loaded = (f"http://127.0.0.1:{admission.local_port}/v1/data/{adm.namespace}/"
-              f"{opa_admission.PARAMS_CONFIGMAP}/{opa_admission.PARAMS_KEY}")
-    wait_until(lambda: requests.get(loaded, timeout=2, headers={
-        "Authorization": f"Bearer {admission.token}"}).json().get("result", {}).get("mode")
-        == mode, f"OPA to load mode {mode}")
-    cp.admin.apply(pointed_at_local_opa(opa_admission.webhook_configuration(
-        changed, admission.ca_bundle), admission.webhook_port), TEST_MANAGER)
+    cp, started = admission.cp, time.monotonic()
+    before = {running.uid for running in admission.opa_pods()}
+    policy = next(o for o in opa_admission.policy_config_maps(changed)
+                  if o["metadata"]["name"] == opa_admission.POLICY_CONFIGMAP)
+    cp.admin.apply(policy, TEST_MANAGER)
+    cp.admin.apply(opa_admission.deployment(changed), TEST_MANAGER)
+    wait_until(lambda: admission.serving(adm.replicas) and not before & {
+        running.uid for running in admission.opa_pods()},
+        f"every OPA pod to be replaced by one of mode {mode}", timeout=ROLLOUT_SECONDS,
+        explain=lambda: kubelet_state(admission))
+    print(f"\npolicy change to mode {mode}: every OPA pod replaced and ready after "
+          f"{time.monotonic() - started:.1f} s")
+    cp.admin.apply(opa_admission.webhook_configuration(changed, admission.ca_bundle),
+                   TEST_MANAGER)
     mutating = opa_admission.mutating_webhook_configuration(changed, admission.ca_bundle)
     if mutating:
-        cp.admin.apply(pointed_at_local_opa(mutating, admission.webhook_port), TEST_MANAGER)
+        cp.admin.apply(mutating, TEST_MANAGER)
     else:
         cp.admin.delete("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration",
                         "gpu-platform-admission")
@@ -473,31 +501,206 @@ def test_the_reachability_probe_is_admitted_by_opa_itself(admission, declared):
     assert admission.decisions() == asked + 2
 
 
-def test_with_opa_stopped_the_failure_policy_holds_and_other_pods_still_schedule(
+# --- restarts and bursts -----------------------------------------------------------------------
+
+# How soon OPA decides again after its container or pod restarts: it loads the policy from the
+# pod's volumes in well under a second; the rest is the kubelet's restart and readiness probe.
+RESTART_SECONDS = 10
+
+
+def client(admission: Admission):
+    """A client of its own, for a thread."""
+    cp = admission.cp
+    return type(cp.admin)(cp.server, cp.ca_file, cert=cp.admin_cert)
+
+
+def test_an_opa_container_killed_comes_back_with_its_policy_by_itself(admission,
+                                                                     example_settings):
+    """As when the kernel kills OPA at its memory limit: the kubelet restarts the container,
+    which loads the policy from the pod's volumes again, with no other component's help."""
+    replicas = example_settings.admission.replicas
+    victim = admission.opa_pods()[0]
+    killed = time.monotonic()
+    admission.kubelet.kill(victim, "opa")
+    wait_until(lambda: victim.containers["opa"].restarts == 1 and admission.serving(replicas),
+               "the killed OPA container to be restarted and ready", timeout=RESTART_SECONDS,
+               explain=lambda: kubelet_state(admission))
+    print(f"\nOPA container killed: restarted and ready again after "
+          f"{time.monotonic() - killed:.1f} s")
+    stored = admission.cp.admin.get("v1", "Pod", victim.name,
+                                    example_settings.admission.namespace)
+    assert stored["status"]["containerStatuses"][0]["restartCount"] == 1
+    before = admission.decisions()
+    for index in range(4):      # both replicas decide again
+        assert gpu_pod_admitted(admission.cp.admin, example_settings, f"after-kill-{index}")
+    assert admission.decisions() == before + 4
+
+
+def test_a_deleted_opa_pod_is_replaced_by_one_that_decides(admission, example_settings):
+    """The whole pod gone (a node drained, a pod deleted): its ReplicaSet's replacement loads
+    the policy from its own volumes."""
+    adm = example_settings.admission
+    victim = admission.opa_pods()[0]
+    deleted = time.monotonic()
+    admission.cp.admin.delete("v1", "Pod", victim.name, adm.namespace)
+    wait_until(lambda: victim.uid not in {p.uid for p in admission.opa_pods()}
+               and admission.serving(adm.replicas),
+               "a replacement OPA pod ready behind the Service", timeout=30,
+               explain=lambda: kubelet_state(admission))
+    print(f"\nOPA pod deleted: replaced and ready after {time.monotonic() - deleted:.1f} s")
+    assert gpu_pod_admitted(admission.cp.admin, example_settings)
+
+
+Result = tuple[float, str, float, str]       # start, kind, seconds, error ("" if admitted)
+
+
+def create_pods(admission: Admission, make: Callable[[int], tuple[str, dict]], clients: int,
+                dry_run: bool, count: int = 0, during: Callable[[], None] | None = None
+                ) -> list[Result]:
+    """Pods made by `make(index)` created from `clients` threads: `count` of them, or as many
+    as they manage while `during` runs."""
+    results: list[Result] = []
+    lock = threading.Lock()
+    done = threading.Event()
+    indices = iter(range(count)) if count else itertools.count()
+
+    def create() -> None:
+        kube = client(admission)
+        while not done.is_set():
+            with lock:
+                index = next(indices, None)
+            if index is None:
+                return
+            kind, obj = make(index)
+            started = time.monotonic()
+            try:
+                kube.create(obj, dry_run=dry_run)
+                error = ""
+            except ApiError as refused:
+                error = refused.message
+            with lock:
+                results.append((started, kind, time.monotonic() - started, error))
+
+    threads = [threading.Thread(target=create) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    try:
+        if during is not None:
+            during()
+    finally:
+        if during is not None:
+            done.set()
+        for thread in threads:
+            thread.join()
+    return sorted(results)
+
+
+def test_a_burst_of_gpu_pods_through_the_webhook_is_admitted_without_errors(admission,
+                                                                           example_settings):
+    """Many GPU pods at once from many clients, each asked of OPA: every one admitted. They ask
+    for a node that does not exist, so none is bound, and they are removed afterwards."""
+    settings, namespace = example_settings, "burst"
+    ensure_namespace(admission.cp.admin, namespace)
+
+    def gpu_pod(index: int) -> tuple[str, dict]:
+        obj = pod(f"burst-{index}", namespace, gpus=1, settings=settings,
+                  scheduler=settings.scheduler.name)
+        obj["spec"]["nodeSelector"] = {"gpu-platform.io/burst": "nowhere"}
+        return "gpu", obj
+
+    before = admission.decisions()
+    try:
+        results = create_pods(admission, gpu_pod, clients=16, dry_run=False, count=400)
+    finally:
+        admission.cp.admin.request("DELETE", f"/api/v1/namespaces/{namespace}/pods",
+                                   params={"gracePeriodSeconds": "0"})
+    errors = [error for _, _, _, error in results if error]
+    latencies = sorted(seconds for _, _, seconds, _ in results)
+    elapsed = results[-1][0] + results[-1][2] - results[0][0]
+    print(f"\n400 GPU pods by 16 clients in {elapsed:.1f} s: create p50 "
+          f"{statistics.median(latencies) * 1000:.0f} ms, p99 "
+          f"{latencies[int(len(latencies) * 0.99) - 1] * 1000:.0f} ms, {len(errors)} errors")
+    assert errors == []
+    assert admission.decisions() >= before + 400
+
+
+def test_opa_killed_mid_burst_refuses_gpu_pods_only_until_it_is_back(admission,
+                                                                     example_settings):
+    """Both replicas killed while pods are being created: pods without GPUs never notice (OPA is
+    never asked about them); GPU pods are refused (failure policy Fail) until OPA is back, and
+    admitted again within seconds."""
+    settings = example_settings
+    replicas = settings.admission.replicas
+    killed_at: list[float] = []
+
+    def mixed(index: int) -> tuple[str, dict]:
+        if index % 2:
+            return "cpu", pod(f"mixed-{index}", USER_NAMESPACE)
+        return "gpu", pod(f"mixed-{index}", USER_NAMESPACE, gpus=1, settings=settings,
+                          scheduler=settings.scheduler.name)
+
+    def kill_both() -> None:
+        time.sleep(1.0)
+        killed_at.append(time.monotonic())
+        for running in admission.opa_pods():
+            admission.kubelet.kill(running, "opa")
+        wait_until(lambda: admission.serving(replicas), "both OPA replicas back",
+                   timeout=RESTART_SECONDS, explain=lambda: kubelet_state(admission))
+        time.sleep(2.0)     # GPU pods admitted again, for a while
+
+    results = create_pods(admission, mixed, clients=4, dry_run=True, during=kill_both)
+    (killed,) = killed_at
+    cpu_errors = [error for _, kind, _, error in results if kind == "cpu" and error]
+    gpu = [(start, error) for start, kind, _, error in results if kind == "gpu"]
+    refused = [start for start, error in gpu if error]
+    assert cpu_errors == [], cpu_errors[:3]
+    early = [error for start, kind, seconds, error in results
+             if kind == "gpu" and error and start + seconds < killed]
+    assert early == [], f"GPU pods refused before OPA was killed: {early[:3]}"
+    last_refused = max(refused, default=killed) - killed
+    admitted_after = [start for start, error in gpu if start > killed + last_refused]
+    print(f"\nboth OPA replicas killed mid-burst: {len(results)} pods created by 4 clients, "
+          f"{len(refused)} GPU pods refused, the last {last_refused:.1f} s after the kill; "
+          f"{len(admitted_after)} GPU pods admitted after it; no pod without GPUs refused")
+    assert last_refused < RESTART_SECONDS
+    assert len(admitted_after) >= 10
+    for error in (error for _, error in gpu if error):
+        assert settings.admission.webhook_name in error, error
+
+
+def test_with_opa_down_the_failure_policy_holds_and_other_pods_still_schedule(
         admission, example_settings, declared):
-    kube = admission.cp.admin
-    admission.opa.stop()
-    # The next `pulumi up` (and its preview) stops at the reachability probe, naming the webhook
-    # and the cause, whatever the failure policy of the pod webhook.
-    for dry_run in (True, False):
-        with pytest.raises(ApiError) as unreachable:
-            kube.apply(probe_of_a_later_run(declared, "unreachable"), TEST_MANAGER,
-                       dry_run=dry_run)
-        assert unreachable.value.status == 500
-        assert f'failed calling webhook "{example_settings.admission.reachability_webhook_name}"' \
-            in unreachable.value.message
-        assert "connection refused" in unreachable.value.message
-    # No other ConfigMap asks OPA.
-    kube.create({"apiVersion": "v1", "kind": "ConfigMap",
-                 "metadata": {"name": "app-config", "namespace": USER_NAMESPACE}})
-    gpu_pod = pod("train-while-opa-down", USER_NAMESPACE, gpus=1, settings=example_settings,
-                  scheduler=example_settings.scheduler.name)
-    if example_settings.admission.failure_policy == "Fail":
+    """No OPA pod at all (the Deployment scaled to zero): the next `pulumi up` stops at the
+    reachability probe, GPU pods are refused, and everything else goes on."""
+    kube, adm = admission.cp.admin, example_settings.admission
+    kube.merge_patch("apps/v1", "Deployment", opa_admission.SERVICE, {"spec": {"replicas": 0}},
+                     adm.namespace, "scale", what="scale OPA to zero")
+    try:
+        wait_until(lambda: not admission.opa_pods() and not admission.ready_endpoints(),
+                   "every OPA pod gone", timeout=30)
+        # The next `pulumi up` (and its preview) stops at the reachability probe, naming the
+        # webhook and the cause, whatever the failure policy of the pod webhook.
+        for dry_run in (True, False):
+            with pytest.raises(ApiError) as unreachable:
+                kube.apply(probe_of_a_later_run(declared, "unreachable"), TEST_MANAGER,
+                           dry_run=dry_run)
+            print("\nreachability probe refused:", unreachable.value.message)
+            assert unreachable.value.status == 500
+            assert f'failed calling webhook "{adm.reachability_webhook_name}"' \
+                in unreachable.value.message
+        # No other ConfigMap asks OPA.
+        kube.create({"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": "app-config", "namespace": USER_NAMESPACE}})
+        gpu_pod = pod("train-while-opa-down", USER_NAMESPACE, gpus=1, settings=example_settings,
+                      scheduler=example_settings.scheduler.name)
         with pytest.raises(ApiError) as refused:
             kube.create(gpu_pod)
         assert refused.value.status == 500
-        assert example_settings.admission.webhook_name in refused.value.message
-    else:
-        kube.create(gpu_pod)
-    kube.create(pod("web-while-opa-down", USER_NAMESPACE))
-    assert placement(kube, USER_NAMESPACE, "web-while-opa-down") == "cpu-node-1"
+        assert adm.webhook_name in refused.value.message
+        kube.create(pod("web-while-opa-down", USER_NAMESPACE))
+        assert placement(kube, USER_NAMESPACE, "web-while-opa-down") == "cpu-node-1"
+    finally:
+        kube.merge_patch("apps/v1", "Deployment", opa_admission.SERVICE,
+                         {"spec": {"replicas": adm.replicas}}, adm.namespace, "scale",
+                         what="scale OPA back")
+    wait_until(lambda: admission.serving(adm.replicas), "OPA back", timeout=30)
