@@ -65,11 +65,17 @@ def scheduler_configuration(settings: StackSettings) -> dict:
     if plugins := score_plugins(settings):
         profile["plugins"] = {"score": plugins}
     profile["pluginConfig"] = plugin_config(settings)
+    election = sched.leader_election
     return {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"qps": sched.client_connection.qps,
+                             "burst": sched.client_connection.burst},
         "leaderElection": {
             "leaderElect": leader_elect(settings),
+            "leaseDuration": election.lease_duration,
+            "renewDeadline": election.renew_deadline,
+            "retryPeriod": election.retry_period,
             "resourceLock": "leases",
             "resourceName": sched.name,
             "resourceNamespace": sched.namespace,

@@ -163,6 +163,18 @@ def _dns_label(value: str) -> str:
     return value
 
 
+def _go_duration(value: str) -> str:
+    if not _GO_DURATION.match(value):
+        raise Invalid("not a duration", "a Go duration such as 15s, 30m, 2h or 1h30m (no days)")
+    return value
+
+
+def go_duration_seconds(duration: str) -> float:
+    """A Go duration (as _go_duration accepts it) in seconds."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    return sum(int(n) * units[unit] for n, unit in re.findall(r"([0-9]+)(ms|s|m|h)", duration))
+
+
 def _duration(value: str) -> str:
     if not _DURATION.match(value):
         raise Invalid("not a duration", "a Prometheus duration such as 15s, 1m, 1h30m or 15d")
@@ -580,6 +592,62 @@ class PreemptibleClassSettings(Model):
         return value
 
 
+class ClientConnectionSettings(Model):
+    qps: int = Field(
+        default=200, ge=1, le=5000,
+        description="Requests per second the binpack scheduler may send the API server, "
+                    "sustained (1..5000): each placement costs about two (the binding and an "
+                    "event). kube-scheduler's own default, 50, caps a burst of pending GPU pods "
+                    "at about 50 placements a second; docs/benchmarks says what each value "
+                    "measured.")
+    burst: int = Field(
+        default=400, ge=1, le=10000,
+        description="Requests it may send at once above `qps` (at least `qps`).")
+
+    @model_validator(mode="after")
+    def burst_covers_qps(self) -> ClientConnectionSettings:
+        if self.burst < self.qps:
+            raise Invalid("a burst below qps would cap the rate at the burst",
+                          f"{self.qps} or more", at=("burst",), value=self.burst,
+                          has_value=True)
+        return self
+
+
+class LeaderElectionSettings(Model):
+    lease_duration: str = Field(
+        default="10s",
+        description="How long a standby replica waits after the leader's last renewal before "
+                    "it takes over (a Go duration): a leader that crashes stops GPU placement "
+                    "for about this long plus `retryPeriod`.")
+    renew_deadline: str = Field(
+        default="8s",
+        description="How long the leader keeps trying to renew before it gives up leading and "
+                    "restarts (shorter than `leaseDuration`): the API server may be unreachable "
+                    "this long without the scheduler restarting.")
+    retry_period: str = Field(
+        default="2s",
+        description="How often the leader renews and a standby tries to take over.")
+
+    _check_durations = field_validator("lease_duration", "renew_deadline", "retry_period")(
+        classmethod(lambda cls, v: _go_duration(v)))
+
+    @model_validator(mode="after")
+    def deadlines_in_order(self) -> LeaderElectionSettings:
+        # client-go's own rule: leaseDuration > renewDeadline > 1.2 x retryPeriod.
+        lease, renew, retry = map(go_duration_seconds, (self.lease_duration, self.renew_deadline,
+                                                        self.retry_period))
+        if renew >= lease:
+            raise Invalid("the leader must give up before its lease expires",
+                          f"a duration shorter than leaseDuration ({self.lease_duration})",
+                          at=("renewDeadline",), value=self.renew_deadline, has_value=True)
+        if renew <= 1.2 * retry:
+            raise Invalid("the leader must be able to retry a renewal before its deadline",
+                          f"a duration shorter than renewDeadline / 1.2 "
+                          f"({renew / 1.2:g}s)", at=("retryPeriod",), value=self.retry_period,
+                          has_value=True)
+        return self
+
+
 class SchedulerSettings(Model):
     name: str = Field(default="gpu-binpack-scheduler",
                       description="schedulerName GPU pods must use; also names the scheduler's "
@@ -615,6 +683,12 @@ class SchedulerSettings(Model):
     preemptible_class: PreemptibleClassSettings = Field(
         default_factory=PreemptibleClassSettings,
         description="The PriorityClass of GPU pods that may be preempted.")
+    client_connection: ClientConnectionSettings = Field(
+        default_factory=ClientConnectionSettings,
+        description="The scheduler's rate of requests to the API server.")
+    leader_election: LeaderElectionSettings = Field(
+        default_factory=LeaderElectionSettings,
+        description="How the replicas elect the one that schedules (with more than one).")
 
     _check_names = field_validator("name", "namespace")(classmethod(lambda cls, v: _dns_label(v)))
 
@@ -722,12 +796,7 @@ class CompactionSettings(Model):
                           "\"*/15 * * * *\"")
         return value
 
-    @field_validator("min_pod_age")
-    @classmethod
-    def age_is_go_duration(cls, value: str) -> str:
-        if not _GO_DURATION.match(value):
-            raise Invalid("not a duration", "a Go duration such as 30m, 2h or 1h30m (no days)")
-        return value
+    _check_age = field_validator("min_pod_age")(classmethod(lambda cls, v: _go_duration(v)))
 
     @field_validator("node_selector")
     @classmethod
@@ -746,9 +815,7 @@ class CompactionSettings(Model):
 
     @property
     def min_pod_age_hours(self) -> float:
-        units = {"ms": 1 / 3_600_000, "s": 1 / 3600, "m": 1 / 60, "h": 1.0}
-        return sum(int(n) * units[unit]
-                   for n, unit in re.findall(r"([0-9]+)(ms|s|m|h)", self.min_pod_age))
+        return go_duration_seconds(self.min_pod_age) / 3600
 
 
 class CertificateSettings(Model):

@@ -199,6 +199,22 @@ def test_leader_election_only_with_several_replicas(replicas, elect):
         assert roles == []
 
 
+def test_client_rate_and_lease_timings_are_settings():
+    """kube-scheduler's defaults (qps 50, lease 15s) are not what the binpack scheduler runs
+    with: a burst of pending GPU pods binds faster, and a standby takes over sooner."""
+    shipped = binpack_scheduler.scheduler_configuration(DEFAULT)
+    assert shipped["clientConnection"] == {"qps": 200, "burst": 400}
+    assert {k: shipped["leaderElection"][k] for k in
+            ("leaseDuration", "renewDeadline", "retryPeriod")} == {
+        "leaseDuration": "10s", "renewDeadline": "8s", "retryPeriod": "2s"}
+    changed = binpack_scheduler.scheduler_configuration(settings_of(scheduler={
+        "clientConnection": {"qps": 50, "burst": 100},
+        "leaderElection": {"leaseDuration": "15s", "renewDeadline": "10s"}}))
+    assert changed["clientConnection"] == {"qps": 50, "burst": 100}
+    assert changed["leaderElection"]["leaseDuration"] == "15s"
+    assert changed["leaderElection"]["retryPeriod"] == "2s"
+
+
 def test_changed_scheduler_configuration_rolls_the_pods():
     def pod_annotations(settings):
         template = binpack_scheduler.deployment(settings)["spec"]["template"]

@@ -17,14 +17,11 @@ import heapq
 import json
 import math
 import os
-import queue
 import random
 import re
-import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -468,63 +465,6 @@ def pod_template(labels: dict[str, str], task: Task, scheduler: str,
     return template
 
 
-class PodWatch:
-    """Every change to the pods of one namespace, from a watch stream read by a thread."""
-
-    def __init__(self, kube, namespace: str):
-        self.kube, self.namespace = kube, namespace
-        self.events: queue.Queue[tuple[str, dict]] = queue.Queue()
-        self.session = requests.Session()
-        self.session.trust_env = False
-        self.session.verify = kube.session.verify
-        self.session.cert = kube.session.cert
-        self.session.headers.update(kube.session.headers)
-        listing = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods",
-                               what="list benchmark pods")
-        self.resource_version = listing["metadata"]["resourceVersion"]
-        self.stopped = threading.Event()
-        self.reply: requests.Response | None = None
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                with self.session.get(
-                        f"{self.kube.server}/api/v1/namespaces/{self.namespace}/pods",
-                        params={"watch": "true", "resourceVersion": self.resource_version,
-                                "timeoutSeconds": "300"}, stream=True, timeout=(5, 330)) as reply:
-                    self.reply = reply
-                    for line in reply.iter_lines():
-                        if not line:
-                            continue
-                        event = json.loads(line)
-                        if event["type"] == "ERROR":
-                            raise RuntimeError(f"pod watch failed: {event['object']}")
-                        self.resource_version = event["object"]["metadata"]["resourceVersion"]
-                        self.events.put((event["type"], event["object"]))
-            except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError, OSError,
-                    ValueError):
-                # The control plane, or its files, went away; or the stream broke off mid-event
-                # (as it does when stop() shuts the socket): read on from the last event seen.
-                if self.stopped.is_set():
-                    return
-
-    def next(self, timeout: float) -> tuple[str, dict] | None:
-        try:
-            return self.events.get(timeout=timeout)
-        except queue.Empty:
-            return None
-
-    def stop(self) -> None:
-        """End the stream (an open watch would hold the API server's shutdown up)."""
-        self.stopped.set()
-        if self.reply is not None and self.reply.raw.connection is not None:
-            self.reply.raw.connection.sock.shutdown(socket.SHUT_RDWR)
-        self.thread.join(timeout=10)
-        self.session.close()
-
-
 class RealCluster(Backend):
     """The trace on a local control plane: fake GPU nodes, one kube-scheduler running the
     profile under test, kube-controller-manager for Jobs and Deployments, and this class doing
@@ -567,7 +507,7 @@ class RealCluster(Backend):
         cluster.ensure_namespace(self.kube, NAMESPACE)
         if preemptible_jobs:
             self.kube.create(preemptible_priority_class(settings))
-        self.watch = PodWatch(self.kube, NAMESPACE)
+        self.watch = cluster.PodWatch(self.kube, NAMESPACE)
         for service in trace.services:
             self._create_service(service)
         self.controllers = cluster.ControllerManager(cp)

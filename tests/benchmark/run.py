@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import binpack
+import scheduling
 import workload
 
 import harness  # noqa: E402  (on the path binpack sets)
@@ -357,6 +358,15 @@ def main(argv: list[str]) -> None:
                         help="instead: measure scheduling latency at these node counts")
     parser.add_argument("--probe-pods", type=int, default=500,
                         help="with --latency: 1-GPU pods placed per measurement")
+    parser.add_argument("--scheduling", action="store_true",
+                        help="instead: measure the scheduler's throughput for each client rate "
+                             "and its failover for each set of lease timings")
+    parser.add_argument("--scheduling-nodes", type=int, default=128,
+                        help="with --scheduling: empty 8-GPU nodes of the throughput burst")
+    parser.add_argument("--scheduling-pods", type=int, default=1000,
+                        help="with --scheduling: pending 1-GPU pods of the throughput burst")
+    parser.add_argument("--crashes", type=int, default=5,
+                        help="with --scheduling: leader crashes per set of lease timings")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     args.mixes = args.mixes.split(",")
@@ -367,6 +377,13 @@ def main(argv: list[str]) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.latency:
         latency(args, harness.example_settings())
+        return
+    if args.scheduling:
+        scheduling.measure(args.out, harness.example_settings(), args.scheduling_nodes,
+                           args.scheduling_pods, args.crashes)
+        text = scheduling.tables(scheduling.kept(args.out))
+        print(text)
+        (args.out / "scheduling.md").write_text(text + "\n")
         return
     if not args.report:
         if args.fresh:

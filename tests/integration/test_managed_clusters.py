@@ -11,10 +11,11 @@ import copy
 
 import pytest
 import yaml
+from load import create_concurrently
 
-from cluster import TEST_MANAGER, ApiError, apply_declared, find
+from cluster import TEST_MANAGER, ApiError, ControllerManager, apply_declared, find
 from components import gpu_operator, kube
-from controlplane import ControlPlane
+from controlplane import ControlPlane, wait_until
 
 # The ResourceQuota admission configuration as GKE documents it for critical priorities.
 LIMITED_CRITICAL_PRIORITIES = {
@@ -88,15 +89,23 @@ def test_the_operators_critical_pods_are_admitted_only_with_the_declared_quota(
     assert "insufficient quota to match these scopes" in refused.value.message
     cp.admin.apply(quota, TEST_MANAGER)
     # As many pods as the chart runs for the example stack are admitted, whichever critical
-    # class they name; the quota is sized for exactly that, so one more is refused.
+    # class they name; the quota is sized for exactly that, so one more is refused (counted
+    # once the quota controller has given the quota its status).
     allowed = gpu_operator.critical_pods(example_settings)
     assert int(quota["spec"]["hard"]["pods"]) == allowed
-    for index in range(allowed):
-        priority = kube.NODE_CRITICAL_PRIORITY if index % 2 else kube.CRITICAL_PRIORITY
-        cp.admin.create(operand(namespace, f"operand-{index}", priority))
-    with pytest.raises(ApiError) as full:
-        cp.admin.create(operand(namespace, "one-too-many", kube.NODE_CRITICAL_PRIORITY))
-    assert "exceeded quota" in full.value.message
+    controllers = ControllerManager(cp)
+    try:
+        wait_until(lambda: cp.admin.get("v1", "ResourceQuota", kube.CRITICAL_PODS_QUOTA,
+                                        namespace).get("status", {}).get("hard"),
+                   "the quota controller to count the quota", timeout=30)
+        create_concurrently(cp, [operand(namespace, f"operand-{index}", kube.NODE_CRITICAL_PRIORITY
+                                         if index % 2 else kube.CRITICAL_PRIORITY)
+                                 for index in range(allowed)])
+        with pytest.raises(ApiError) as full:
+            cp.admin.create(operand(namespace, "one-too-many", kube.NODE_CRITICAL_PRIORITY))
+        assert "exceeded quota" in full.value.message
+    finally:
+        controllers.stop()
 
 
 def test_the_whole_platform_applies_on_such_a_cluster(gke_like, declared):

@@ -1,0 +1,94 @@
+"""The binpack scheduler's throughput and failover, settings side by side
+(`bash tests/run benchmark --scheduling`): each client rate binds the same burst of pending
+1-GPU pods on a fresh control plane, and each set of leader-election timings has its leader
+killed several times. Every measurement is kept in results/scheduling.jsonl; the tables are
+rendered from it."""
+
+from __future__ import annotations
+
+import copy
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import binpack  # noqa: F401  (puts the project and the integration helpers on the path)
+import load
+
+from components.binpack_scheduler import scheduler_configuration
+from components.settings import StackSettings
+from controlplane import ControlPlane
+
+# What is measured, and what it is compared with: kube-scheduler's own defaults first.
+CLIENT_RATES = ((50, 100), (100, 200), (200, 400), (500, 1000))
+LEASE_TIMINGS = (("15s", "10s", "2s"), ("10s", "8s", "2s"), ("6s", "4s", "1s"))
+RESULTS = "scheduling.jsonl"
+
+
+def configuration(settings: StackSettings, *, qps: int | None = None, burst: int | None = None,
+                  lease: tuple[str, str, str] | None = None) -> dict:
+    """The shipped KubeSchedulerConfiguration with another client rate or lease timings."""
+    config = copy.deepcopy(scheduler_configuration(settings))
+    if qps is not None:
+        config["clientConnection"] = {"qps": qps, "burst": burst}
+    election = config["leaderElection"]
+    if lease is None:
+        election["leaderElect"] = False
+    else:
+        election.update(leaderElect=True, leaseDuration=lease[0], renewDeadline=lease[1],
+                        retryPeriod=lease[2])
+    return config
+
+
+def keep(out: Path, row: dict) -> None:
+    with open(out / RESULTS, "a") as results:
+        results.write(json.dumps(row) + "\n")
+
+
+def kept(out: Path) -> list[dict]:
+    path = out / RESULTS
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def measure(out: Path, settings: StackSettings, nodes: int, pods: int, crashes: int) -> None:
+    for qps, burst in CLIENT_RATES:
+        print(f"scheduling burst: {pods} pods, {nodes} nodes, qps {qps}", file=sys.stderr,
+              flush=True)
+        cp = ControlPlane().start()
+        try:
+            result = load.bind_burst(cp, settings, configuration(settings, qps=qps, burst=burst),
+                                     cp.kubeconfig("scheduler"), nodes, pods)
+        finally:
+            cp.stop()
+        keep(out, {"kind": "burst", "nodes": nodes, "pods": pods, "qps": qps, "burst": burst,
+                   "seconds": result.seconds, "requests": result.requests})
+    for lease in LEASE_TIMINGS:
+        print(f"failover: lease {'/'.join(lease)}, {crashes} crashes", file=sys.stderr,
+              flush=True)
+        cp = ControlPlane().start()
+        try:
+            result = load.failover(cp, settings, configuration(settings, lease=lease),
+                                   cp.kubeconfig("scheduler"), crashes)
+        finally:
+            cp.stop()
+        keep(out, {"kind": "failover", "leaseDuration": lease[0], "renewDeadline": lease[1],
+                   "retryPeriod": lease[2], "seconds": result.seconds})
+
+
+def tables(rows: list[dict]) -> str:
+    bursts = [r for r in rows if r["kind"] == "burst"]
+    lines = ["| nodes | pending 1-GPU pods | qps / burst | seconds from first to last binding | "
+             "pods bound per second | scheduler requests per second |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in bursts:
+        lines.append(f"| {r['nodes']} | {r['pods']} | {r['qps']} / {r['burst']} | "
+                     f"{r['seconds']:.1f} | {r['pods'] / r['seconds']:.0f} | "
+                     f"{r['requests'] / r['seconds']:.0f} |")
+    lines += ["", "| leaseDuration / renewDeadline / retryPeriod | crashes | seconds until a "
+              "pod is bound, median (range) |", "| --- | ---: | ---: |"]
+    for r in (r for r in rows if r["kind"] == "failover"):
+        seconds = r["seconds"]
+        lines.append(f"| {r['leaseDuration']} / {r['renewDeadline']} / {r['retryPeriod']} | "
+                     f"{len(seconds)} | {statistics.median(seconds):.1f} "
+                     f"({min(seconds):.1f}–{max(seconds):.1f}) |")
+    return "\n".join(lines)

@@ -1,0 +1,52 @@
+"""The binpack scheduler as declared, under load and failure: a burst of pending GPU pods is
+bound at the rate its client settings promise, and when its leader crashes a standby replica
+binds again within the lease. Both run with the declared KubeSchedulerConfiguration and the
+ServiceAccount's token, so the declared RBAC, leader election included, is what they work
+with."""
+
+import yaml
+from load import bind_burst, failover
+
+from cluster import WEBHOOK_KINDS, apply_declared, find
+from components import binpack_scheduler
+from components.settings import go_duration_seconds
+
+# What the shipped client rate (scheduler.clientConnection) promises for a burst of pending
+# 1-GPU pods, with room for a slower machine: docs/benchmarks/scheduling.md has the measured
+# rate of each setting.
+PROMISED_PODS_PER_SECOND = 100
+# Over leaseDuration + retryPeriod: the time from the kill to the standby's bind call (the pod
+# is created right after the kill).
+FAILOVER_MARGIN_SECONDS = 2.0
+
+
+def declared_scheduler(cp, declared, settings):
+    sched = settings.scheduler
+    apply_declared(cp.admin, [o for o in declared.objects if o["kind"] not in WEBHOOK_KINDS])
+    config_map = find(declared.objects, "ConfigMap", f"{sched.name}-config")
+    config = yaml.safe_load(config_map["data"][binpack_scheduler.CONFIG_FILE])
+    token = cp.service_account_token(sched.namespace, sched.name)
+    return config, cp.kubeconfig(sched.name, token=token)
+
+
+def test_a_burst_of_pending_gpu_pods_is_bound_at_the_promised_rate(control_plane, declared,
+                                                                    example_settings):
+    config, kubeconfig = declared_scheduler(control_plane, declared, example_settings)
+    burst = bind_burst(control_plane, example_settings, config, kubeconfig, nodes=64, pods=500)
+    print(f"\n{burst.pods} pending 1-GPU pods on {burst.nodes} nodes, qps {burst.qps} / burst "
+          f"{burst.burst}: bound in {burst.seconds:.1f} s, {burst.pods_per_second:.0f} pods/s, "
+          f"{burst.requests_per_second:.0f} requests/s to the API server")
+    assert burst.pods_per_second >= PROMISED_PODS_PER_SECOND
+
+
+def test_a_crashed_leader_is_replaced_within_the_lease(control_plane, declared,
+                                                       example_settings):
+    config, kubeconfig = declared_scheduler(control_plane, declared, example_settings)
+    election = example_settings.scheduler.leader_election
+    bound = failover(control_plane, example_settings, config, kubeconfig, crashes=2)
+    print(f"\nleader killed twice (lease {election.lease_duration}, retry "
+          f"{election.retry_period}): a new pod bound after "
+          f"{', '.join(f'{s:.1f}' for s in bound.seconds)} s")
+    limit = (go_duration_seconds(election.lease_duration)
+             + go_duration_seconds(election.retry_period) + FAILOVER_MARGIN_SECONDS)
+    assert max(bound.seconds) <= limit
