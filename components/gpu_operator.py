@@ -179,7 +179,7 @@ def operator_namespace(settings: StackSettings) -> dict:
     return kube.namespace(settings.gpu_operator.namespace, "privileged", "gpu-operator")
 
 
-class GpuOperator(pulumi.ComponentResource):
+class GpuOperator(kube.Component):
     """Namespace and pinned `gpu-operator` release (with `values` from `chart_values`);
     installed after the GPU nodes are tainted."""
 
