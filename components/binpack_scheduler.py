@@ -3,6 +3,8 @@ busy, so that GPU pods fill nodes up instead of leaving a few free GPUs stranded
 
 from __future__ import annotations
 
+from typing import Any
+
 import pulumi
 
 from . import kube
@@ -61,7 +63,7 @@ def plugin_config(settings: StackSettings) -> list[dict]:
 def scheduler_configuration(settings: StackSettings) -> dict:
     """KubeSchedulerConfiguration (v1) with one profile: the binpack scheduler."""
     sched = settings.scheduler
-    profile = {"schedulerName": sched.name}
+    profile: dict[str, Any] = {"schedulerName": sched.name}
     if plugins := score_plugins(settings):
         profile["plugins"] = {"score": plugins}
     profile["pluginConfig"] = plugin_config(settings)
@@ -262,7 +264,7 @@ def scheduler_objects(settings: StackSettings) -> list[dict]:
     return objects
 
 
-class BinpackScheduler(pulumi.ComponentResource):
+class BinpackScheduler(kube.Component):
     def __init__(self, name: str, settings: StackSettings,
                  prefix: str = "",
                  opts: pulumi.ResourceOptions | None = None):

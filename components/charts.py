@@ -45,7 +45,7 @@ def merge_values(generated: Mapping[str, Any], extra: Mapping[str, Any], setting
     owned = set(_leaf_paths(generated))
     problems = []
     for path in _leaf_paths(extra):
-        if path[0] in (unsupported or {}):
+        if unsupported is not None and path[0] in unsupported:
             problems.append(f"gpu-platform:{setting}.{'.'.join(path)}: "
                             f"{unsupported[path[0]]}")
             continue
@@ -78,7 +78,7 @@ def chart_reference(chart: str, version: str, repository: str, chart_path: str |
 
 
 def release(name: str, *, chart: str, version: str, repository: str, namespace: str,
-            values: Any, parent: pulumi.Resource, protection: ReleaseProtection,
+            values: Any, parent: kube.Component, protection: ReleaseProtection,
             chart_path: str | None = None,
             depends_on: Sequence[pulumi.Resource] | None = None) -> k8s.helm.v3.Release:
     """A Helm release pinned to one chart version, rolled back as a whole if it fails.

@@ -55,7 +55,10 @@ _SUFFIX = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1, "k": 1e3, "M": 1e6, "G": 1e9,
 
 def quantity(text) -> float:
     """A Kubernetes quantity ("500m", "64Gi", "8") in its base unit."""
-    number, suffix = re.fullmatch(r"([0-9.eE+-]+?)([numkMGTPE]i?|)", str(text)).groups()
+    match = re.fullmatch(r"([0-9.eE+-]+?)([numkMGTPE]i?|)", str(text))
+    if match is None:
+        raise ValueError(f"not a Kubernetes quantity: {text!r}")
+    number, suffix = match.groups()
     return float(number) * _SUFFIX[suffix]
 
 
@@ -388,7 +391,8 @@ def list_items(server: str, path: str, token: str, context: ssl.SSLContext) -> l
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    # `python -OO` strips the docstring: the help then goes without a description.
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--policy", required=True, help="the DeschedulerPolicy (JSON)")
     parser.add_argument("--scoring", required=True,
                         help="the binpack scheduler's NodeResourcesFit scoring strategy (JSON)")

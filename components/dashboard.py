@@ -10,6 +10,7 @@ the DCGM exporter. See `gpu_rules` for how the two join.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from grafana_foundation_sdk.builders import bargauge, prometheus, stat, table, timeseries
 from grafana_foundation_sdk.builders import dashboard as board
@@ -234,7 +235,7 @@ def dashboard(settings: StackSettings) -> dict:
     return _without_nulls(json.loads(JSONEncoder(sort_keys=True).encode(builder.build())))
 
 
-def _without_nulls(value):
+def _without_nulls(value: Any) -> Any:
     """Unset options are left out, as Grafana itself saves them, rather than sent as null."""
     if isinstance(value, dict):
         return {k: _without_nulls(v) for k, v in value.items() if v is not None}

@@ -197,7 +197,7 @@ def compaction_objects(settings: StackSettings) -> list[dict]:
             *rbac_objects(settings), config_map(settings), cron_job(settings)]
 
 
-class GpuCompaction(pulumi.ComponentResource):
+class GpuCompaction(kube.Component):
     def __init__(self, name: str, settings: StackSettings,
                  after: list[pulumi.Resource] | None = None,
                  prefix: str = "",

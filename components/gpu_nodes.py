@@ -36,7 +36,7 @@ def node_patch(settings: StackSettings, node_name: str) -> dict:
     }
 
 
-class GpuNodes(pulumi.ComponentResource):
+class GpuNodes(kube.Component):
     """One NodePatch per GPU node with the GPU taint (and any extra taints) and labels."""
 
     def __init__(self, name: str, settings: StackSettings,

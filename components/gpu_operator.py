@@ -217,7 +217,7 @@ def operator_namespace(settings: StackSettings) -> dict:
     return kube.namespace(settings.gpu_operator.namespace, "privileged", COMPONENT)
 
 
-class GpuOperator(pulumi.ComponentResource):
+class GpuOperator(kube.Component):
     """Namespace and pinned `gpu-operator` release (with `values` from `chart_values`);
     installed after the GPU nodes are tainted."""
 

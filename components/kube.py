@@ -206,14 +206,21 @@ def logical_name(obj: dict) -> str:
     return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
 
 
-def child_name(parent: pulumi.Resource, name: str) -> str:
+class Component(pulumi.ComponentResource):
+    """A component of the platform, the parent of the resources `declare` creates."""
+
+    # Set by each component's constructor; see `child_name`.
+    child_prefix: str
+
+
+def child_name(parent: Component, name: str) -> str:
     """The logical name of a child of a platform component: prefixed with the platform's own
     prefix, so that two platforms in one program (two clusters) cannot collide. The platform
     of the default name has no prefix, so existing stacks keep their URNs."""
     return parent.child_prefix + name
 
 
-def declare(obj: dict, parent: pulumi.Resource,
+def declare(obj: dict[str, Any], parent: Component,
             depends_on: Sequence[pulumi.Resource] | None = None) -> pulumi.CustomResource:
     """Declare one manifest as a resource that is a child of `parent`."""
     opts = pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on or []))
@@ -230,7 +237,7 @@ def declare(obj: dict, parent: pulumi.Resource,
     return resource_class(child_name(parent, logical_name(obj)), opts=opts, **fields)
 
 
-def declare_all(objs: Sequence[dict], parent: pulumi.Resource,
+def declare_all(objs: Sequence[dict], parent: Component,
                 depends_on: Sequence[pulumi.Resource] | None = None
                 ) -> dict[str, pulumi.CustomResource]:
     """Declare manifests in order; returns them keyed by `Kind/namespace/name`."""

@@ -225,7 +225,7 @@ def grafana_admin_secret(settings: StackSettings, password: Any) -> dict:
     }
 
 
-class Monitoring(pulumi.ComponentResource):
+class Monitoring(kube.Component):
     """kube-prometheus-stack (with `values` from `chart_values`) first; the ServiceMonitor and
     dashboard after it (their CRDs and the Grafana sidecar come from the chart) and after the
     resources in `after` (the GPU Operator, which creates the DCGM exporter Service)."""

@@ -428,7 +428,7 @@ def mutating_webhook_configuration(settings: StackSettings, ca_bundle: Any) -> d
     return _configuration("MutatingWebhookConfiguration", "gpu-platform-admission", [webhook])
 
 
-class OpaAdmission(pulumi.ComponentResource):
+class OpaAdmission(kube.Component):
     """Everything OPA needs; the webhook configuration is registered last, after OPA is ready
     and after the resources in `after` (the binpack scheduler) exist."""
 

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic_core import ErrorDetails
 
 CONFIG_NAMESPACE = "gpu-platform"
 
@@ -1329,10 +1330,11 @@ def _known_keys(loc: tuple) -> list[str]:
         model = inner if isinstance(inner, type) and issubclass(inner, BaseModel) else annotation
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             return []
-    return [field.alias for field in model.model_fields.values()]
+    # Every field has an alias (the camelCase name); a field without one goes by its own name.
+    return [field.alias or name for name, field in model.model_fields.items()]
 
 
-def _describe(error: dict) -> str:
+def _describe(error: ErrorDetails) -> str:
     # pydantic reports the location with aliases (camelCase) since the input used them.
     loc = tuple(part for part in error["loc"] if part not in ("function-before", "function-after"))
     cause = (error.get("ctx") or {}).get("error")

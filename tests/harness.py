@@ -136,8 +136,9 @@ class FakeProviders(pulumi.runtime.Mocks):
             outputs["status"] = {"status": "deployed"}
         return f"{args.name}-id", outputs
 
-    def call(self, args: pulumi.runtime.MockCallArgs):
-        return {}
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict, list[tuple[str, str]]]:
+        # No outputs and no check failures (the SDK iterates the failures: a list, not None).
+        return {}, []
 
 
 def _alias_urn(urn: str, alias) -> str:

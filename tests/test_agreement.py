@@ -208,6 +208,7 @@ def test_readme_documents_every_setting_with_its_default(example_settings):
         elif path == "gpuNodes.taintedBy":
             shown = "program"
         elif path == "gpuNodes.taint":
+            assert isinstance(value, dict), f"the default {path} is not a mapping: {value!r}"
             shown = str(example_settings.gpu_nodes.taint.__class__(**value))
         elif value is None:
             shown = "unset"

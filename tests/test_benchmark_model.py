@@ -181,8 +181,10 @@ def test_the_reference_delivers_at_least_what_a_scheduler_without_moves_delivers
     greedy = binpack.play("first fit", trace, FirstFitWithoutMoves(nodes, trace), total)
     best = binpack.reference(trace, nodes)
     assert best.delivered_gpu_hours() >= greedy.delivered_gpu_hours()
-    assert best.wait(8, 0.95) <= greedy.wait(8, 0.95)
-    assert greedy.wait(8, 0.95) > 0, "the trace should be loaded enough for 8-GPU jobs to wait"
+    best_wait, greedy_wait = best.wait(8, 0.95), greedy.wait(8, 0.95)
+    assert best_wait is not None and greedy_wait is not None, "the trace has 8-GPU jobs"
+    assert best_wait <= greedy_wait
+    assert greedy_wait > 0, "the trace should be loaded enough for 8-GPU jobs to wait"
 
 
 def test_waiting_jobs_start_when_gpus_free_up_and_run_their_full_time():
@@ -190,7 +192,10 @@ def test_waiting_jobs_start_when_gpus_free_up_and_run_their_full_time():
     jobs = [BatchJob(0, Task(8, 1000, 1024), 0.0, 2.0), BatchJob(1, Task(4, 1000, 1024), 0.5, 1.0),
             BatchJob(2, Task(8, 1000, 1024), 1.0, 1.0)]
     outcome = binpack.reference(Trace(jobs, [], [], horizon=10.0), nodes)
-    started = {r.job.id: r.started for r in outcome.batch}
+    started = {}
+    for r in outcome.batch:
+        assert r.job is not None, f"{r.name} is in the batch without a job"
+        started[r.job.id] = r.started
     assert started == {0: 0.0, 1: 2.0, 2: 3.0}, "arrival order, each after the one before"
     assert outcome.delivered_gpu_hours() == pytest.approx(8 * 2 + 4 * 1 + 8 * 1)
     assert outcome.started_on_arrival() == pytest.approx(16 / (16 + 4 + 8))

@@ -134,7 +134,9 @@ def test_scheduler_profile_packs_by_requested_to_capacity_ratio():
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
     assert config["kind"] == "KubeSchedulerConfiguration"
     (profile,) = config["profiles"]
-    strategy = plugin_args(profile, "NodeResourcesFit")["scoringStrategy"]
+    fit = plugin_args(profile, "NodeResourcesFit")
+    assert fit is not None, "the profile configures no NodeResourcesFit"
+    strategy = fit["scoringStrategy"]
     assert strategy["type"] == "RequestedToCapacityRatio"
     assert strategy["resources"] == [{"name": "nvidia.com/gpu", "weight": 50},
                                      {"name": "cpu", "weight": 2}]
@@ -175,7 +177,9 @@ def test_mixed_mig_slices_are_scored_at_the_gpu_weight():
             {"name": "nvidia.com/gpu", "weight": 7}, {"name": "cpu", "weight": 1},
             {"name": "nvidia.com/mig-3g.40gb", "weight": 2}]}})
     (profile,) = binpack_scheduler.scheduler_configuration(settings)["profiles"]
-    resources = plugin_args(profile, "NodeResourcesFit")["scoringStrategy"]["resources"]
+    fit = plugin_args(profile, "NodeResourcesFit")
+    assert fit is not None, "the profile configures no NodeResourcesFit"
+    resources = fit["scoringStrategy"]["resources"]
     # A weight configured for a MIG resource wins; a listed profile without one gets the GPU's.
     assert {r["name"]: r["weight"] for r in resources} == {
         "nvidia.com/gpu": 7, "cpu": 1, "nvidia.com/mig-3g.40gb": 2, "nvidia.com/mig-1g.10gb": 7}

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import celpy
+import celpy.adapter
 import jsonpatch
 import pytest
 
@@ -62,6 +63,7 @@ def decide(opa_bin, deployed, request_, mode="enforce", rule="review") -> dict:
     """The AdmissionReview response the webhook calling `rule` gets in `mode`."""
     query = deployed["query"].rsplit(".", 1)[0] + "." + rule
     decision = evaluate(opa_bin, deployed["dirs"][mode], query, request_)
+    assert isinstance(decision, dict), f"{query} gave no AdmissionReview: {decision!r}"
     assert decision["apiVersion"] == "admission.k8s.io/v1"
     assert decision["kind"] == "AdmissionReview"
     assert decision["response"]["uid"] == request_["request"]["uid"]
@@ -73,7 +75,7 @@ DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
 
 
 def review(spec=None, *, namespace="team-a", operation="CREATE", kind="Pod", group="",
-           name="train-0", generate_name=None, uid="3b9f-41d2", old_spec=None,
+           name: str | None = "train-0", generate_name=None, uid="3b9f-41d2", old_spec=None,
            sub_resource=None, user=USER, metadata=None):
     meta = {"namespace": namespace, **(metadata or {})}
     if name:
@@ -459,10 +461,10 @@ def sent_to_opa(webhook, request_) -> bool:
     a CEL engine with the variables the API server gives them."""
     env = celpy.Environment()
     request = request_["request"]
-    activation = {"object": celpy.json_to_cel(request["object"]),
-                  "oldObject": celpy.json_to_cel(request.get("oldObject")),
-                  "request": celpy.json_to_cel({k: v for k, v in request.items()
-                                                if k not in ("object", "oldObject")})}
+    activation = {"object": celpy.adapter.json_to_cel(request["object"]),
+                  "oldObject": celpy.adapter.json_to_cel(request.get("oldObject")),
+                  "request": celpy.adapter.json_to_cel({k: v for k, v in request.items()
+                                                        if k not in ("object", "oldObject")})}
     return all(bool(env.program(env.compile(condition["expression"])).evaluate(activation))
                for condition in webhook.get("matchConditions", []))
 

@@ -89,6 +89,7 @@ class _Build:
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         lines: list[str] = []
         reported = time.monotonic()
+        assert process.stderr is not None, "Popen opens stderr=PIPE"
         for line in process.stderr:
             lines.append(line.rstrip())
             if time.monotonic() - reported >= 30:

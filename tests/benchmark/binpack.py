@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,6 +71,8 @@ class PodRecord:
     @property
     def remaining(self) -> float:
         """Simulated hours a job's pod runs once started."""
+        if self.job is None:
+            raise ValueError(f"{self.name} is an inference replica: it runs until scaled down")
         return self.job.duration - (self.resumed_at or 0.0)
 
     @property
@@ -153,8 +155,9 @@ class Outcome:
 
     def started_on_arrival(self) -> float:
         """Share of the batch GPU-time asked for that started the moment it arrived."""
-        asked = sum(r.job.gpu_hours for r in self.batch)
-        first = sum(r.job.gpu_hours for r in self.batch if r.started == r.created)
+        asked = sum(r.job.gpu_hours for r in self.batch if r.job is not None)
+        first = sum(r.job.gpu_hours for r in self.batch
+                    if r.job is not None and r.started == r.created)
         return first / asked if asked else 1.0
 
     def mean_after_warmup(self, metric: str) -> float:
@@ -184,6 +187,7 @@ class Backend:
     def settle(self, now: float) -> list[PodRecord]:
         """Wait until nothing more can happen at `now`; the pods that started meanwhile (their
         `started` set to `now`)."""
+        ...
     def sample(self, now: float) -> Sample: ...
     def compact(self, now: float) -> None: ...
 
@@ -198,9 +202,10 @@ def play(label: str, trace: Trace, backend: Backend, total_gpus: int,
         heapq.heappush(events, (when, 1, order, item))
         order += 1
     interval = backend.compaction_interval
-    for tick in range(1, int(trace.horizon / interval) + 1) if interval else ():
-        heapq.heappush(events, (tick * interval, 2, order, COMPACT))
-        order += 1
+    if interval:
+        for tick in range(1, int(trace.horizon / interval) + 1):
+            heapq.heappush(events, (tick * interval, 2, order, COMPACT))
+            order += 1
     sample_times = [trace.horizon * (i + 1) / SAMPLES for i in range(SAMPLES)]
     samples: list[Sample] = []
     total, done = len(events), 0
@@ -244,6 +249,8 @@ class Ledger:
         self.preemptible = {n: [0, 0, 0] for n in nodes}
 
     def _add(self, record: PodRecord, sign: int) -> None:
+        if record.node is None:
+            raise ValueError(f"{record.name} is on no node")
         for i, amount in enumerate(needs(record.task)):
             self.free[record.node][i] -= sign * amount
             if record.preemptible:
@@ -564,20 +571,24 @@ class RealCluster(Backend):
         minPodAge in simulated time: an opted-in pod gets the opt-in label only once it has run
         that long, so the descheduler sees it only then."""
         self.now = now
+        compaction = self.compaction
+        if compaction is None:      # play() calls this only at a compaction_interval: with one
+            raise RuntimeError("a compaction run in a replay without compaction")
         of_age = now - self.settings.compaction.min_pod_age_hours
         for record in self.records:
-            if (record.running and record.started <= of_age and record.name not in self.labelled
-                    and self.compaction.moves(record.job, record.service)):
+            if (record.running and record.started is not None and record.started <= of_age
+                    and record.name not in self.labelled
+                    and compaction.moves(record.job, record.service)):
                 self.kube.merge_patch("v1", "Pod", record.name,
                                       {"metadata": {"labels": self.settings.compaction.opt_in}},
                                       NAMESPACE, what=f"opt {record.name} in to compaction")
                 self.labelled.add(record.name)
-        policy = self.compaction.run_policy(
+        policy = compaction.run_policy(
             self.kube.list("v1", "Node"), self.kube.list("v1", "Pod", NAMESPACE),
             self.settings.compaction.plan_threshold)
-        self.compaction.policy_file.write_text(json.dumps(policy))
+        compaction.policy_file.write_text(json.dumps(policy))
         run = subprocess.run(cluster.descheduler_command(
-            [f"--policy-config-file={self.compaction.policy_file}", "--disable-metrics",
+            [f"--policy-config-file={compaction.policy_file}", "--disable-metrics",
              "--v=1"], self.descheduler_kubeconfig), capture_output=True, text=True, timeout=120)
         if run.returncode != 0:
             raise RuntimeError(f"the compaction run failed:\n{run.stderr[-3000:]}")
@@ -630,11 +641,14 @@ class RealCluster(Backend):
     def _evicted(self, record: PodRecord) -> None:
         """A job's pod ended before its time: its Job starts a replacement, which resumes
         from the last checkpoint; the work done since is lost."""
-        ran = self.now - record.started
+        job, started = record.job, record.started
+        if job is None or started is None:
+            raise ValueError(f"{record.name} is not a started job's pod")
+        ran = self.now - started
         saved = ran // self.checkpoint_every * self.checkpoint_every
-        self.checkpointed[record.job.id] = (record.resumed_at or 0.0) + saved
+        self.checkpointed[job.id] = (record.resumed_at or 0.0) + saved
         self.lost_gpu_hours += record.task.gpus * (ran - saved)
-        self.expected_jobs.add(record.job.id)
+        self.expected_jobs.add(job.id)
 
     def _record_for(self, pod: dict) -> PodRecord:
         labels = pod["metadata"].get("labels", {})
@@ -708,7 +722,7 @@ class RealCluster(Backend):
         self.watch.stop()
 
 
-def histogram_quantile(buckets: list[tuple[float, float]], quantile: float) -> float | None:
+def histogram_quantile(buckets: Sequence[tuple[float, float]], quantile: float) -> float | None:
     """The quantile of a Prometheus histogram from its cumulative (upper bound, count) buckets,
     interpolated within the bucket as Prometheus' histogram_quantile does."""
     if not buckets or buckets[-1][1] == 0:
@@ -731,7 +745,10 @@ def histogram(text: str, metric: str, match: str = "") -> list[tuple[float, floa
     buckets: dict[float, float] = {}
     for line in text.splitlines():
         if line.startswith(metric + "_bucket{") and match in line:
-            bound = float(re.search(r'[{,]le="([^"]+)"', line)[1])
+            le = re.search(r'[{,]le="([^"]+)"', line)
+            if le is None:
+                raise ValueError(f"a {metric} bucket without an le label: {line}")
+            bound = float(le[1])
             buckets[bound] = buckets.get(bound, 0) + float(line.rsplit(" ", 1)[1])
     return sorted(buckets.items())
 
@@ -745,7 +762,8 @@ def scrape(scheduler: cluster.Scheduler, cp: ControlPlane) -> dict:
     """The scheduler's own figures: the duration of successful scheduling attempts and of their
     scheduling algorithm (filter and score, without binding), attempts, CPU seconds, and the
     peak resident memory of its process."""
-    text = requests.get(f"https://127.0.0.1:{scheduler.port}/metrics", cert=cp.admin_cert,
+    cert, key = cp.admin_cert
+    text = requests.get(f"https://127.0.0.1:{scheduler.port}/metrics", cert=(str(cert), str(key)),
                         verify=str(cp.ca_file), timeout=10).text
     attempt = histogram(text, "scheduler_scheduling_attempt_duration_seconds",
                         'result="scheduled"')

@@ -13,6 +13,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import binpack
@@ -165,31 +166,31 @@ def keep(out: Path, row: dict) -> None:
         runs.write(json.dumps(row) + "\n")
 
 
-def spread(values: list[float], fmt: str) -> str:
-    values = [v for v in values if v is not None]
-    if not values:
+def spread(values: Sequence[float | None], fmt: str) -> str:
+    known = [v for v in values if v is not None]
+    if not known:
         return "-"
-    median = format(statistics.median(values), fmt)
-    if len(values) == 1:
+    median = format(statistics.median(known), fmt)
+    if len(known) == 1:
         return median
-    return f"{median} ({format(min(values), fmt)}–{format(max(values), fmt)})"
+    return f"{median} ({format(min(known), fmt)}–{format(max(known), fmt)})"
 
 
-def hours(values: list[float]) -> str:
+def hours(values: Sequence[float | None]) -> str:
     return spread([v * 60 for v in values if v is not None], ".0f")
 
 
 def lost(shares: list[float | None]) -> str:
     """The median share of the GPU-time run that evictions threw away (work since the last
     checkpoint), when any was."""
-    shares = [v for v in shares if v]
-    return f", {100 * statistics.median(shares):.1f}% lost" if shares else ""
+    nonzero = [v for v in shares if v]
+    return f", {100 * statistics.median(nonzero):.1f}% lost" if nonzero else ""
 
 
 def most_of_one_job(counts: list[int | None]) -> str:
     """The most evictions or preemptions one job took, over the seeds, where recorded."""
-    counts = [v for v in counts if v is not None]
-    return f", at most {max(counts)} of one job" if counts and max(counts) else ""
+    recorded = [v for v in counts if v is not None]
+    return f", at most {max(recorded)} of one job" if recorded and max(recorded) else ""
 
 
 def table(rows: list[dict]) -> str:

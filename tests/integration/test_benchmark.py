@@ -64,5 +64,6 @@ def test_preemptible_jobs_make_room_for_whole_node_jobs_on_the_small_trace(examp
           f"preemption, {sum(preempting.waits(8)):.1f} with it; {preempting.evictions} "
           f"preemptions")
     assert preempting.evictions > 0 and resumed
-    assert all(r.job.id in preemptible and r.job.task.gpus < 8 for r in resumed)
+    assert all(r.job is not None and r.job.id in preemptible and r.job.task.gpus < 8
+               for r in resumed)
     assert sum(preempting.waits(8)) < sum(shipped.waits(8))
