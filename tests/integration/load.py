@@ -55,8 +55,10 @@ def gpu_pods(settings: StackSettings, namespace: str, count: int, prefix: str) -
 
 
 def scheduler_metrics(cp: ControlPlane, scheduler: Scheduler) -> str:
-    return requests.get(f"https://127.0.0.1:{scheduler.port}/metrics", cert=cp.admin_cert,
-                        verify=str(cp.ca_file), timeout=10).text
+    certificate, key = cp.admin_cert
+    return requests.get(f"https://127.0.0.1:{scheduler.port}/metrics",
+                        cert=(str(certificate), str(key)), verify=str(cp.ca_file),
+                        timeout=10).text
 
 
 def metric_sum(text: str, metric: str, match: str = "") -> float:
