@@ -1,6 +1,7 @@
 """OPA admission: OPA with kube-mgmt behind a validating webhook (and, in the mutate and audit
 modes, a mutating one) that keeps every GPU, and every place on a GPU node, behind the binpack
-scheduler. The rules are in `policy/admission/gpu_scheduler.rego`; README lists them.
+scheduler. The rules are in `policy/admission/gpu_scheduler.rego`; docs/concepts/admission.md
+lists them.
 
 OPA serves the webhook over TLS (a CA and a serving certificate made by pulumi-tls) and listens
 in plain HTTP on localhost only, for kube-mgmt in the same pod. kube-mgmt loads the admission
@@ -426,8 +427,8 @@ def reachability_probe(settings: StackSettings, fingerprint: Any) -> dict:
         "metadata": {**_meta(settings, REACHABILITY_PROBE, dict([PROBE_LABEL])), "annotations": {
             "gpu-platform.io/purpose":
                 f"Sent to OPA through the webhook {settings.admission.reachability_webhook_name} "
-                f"when applied: if that fails, the API server cannot reach OPA (README: "
-                f"Admission, reachability probe)."}},
+                f"when applied: if that fails, the API server cannot reach OPA "
+                f"(docs/concepts/admission.md#reachability-probe)."}},
         "data": {"fingerprint": fingerprint},
     }
 

@@ -558,8 +558,8 @@ DEFAULT_SCORE_WEIGHTS = {"TaintToleration": 3, "NodeAffinity": 2, "NodeResources
 # What the binpack profile changes (0: the plugin does not score). BalancedAllocation favours
 # nodes whose CPU and memory are equally used, which is unrelated to where GPUs are free;
 # ImageLocality favours nodes that already hold the image, which an idle node often does.
-# Either can outweigh one GPU's worth of NodeResourcesFit, so both are off (README, "Binpack
-# scheduler").
+# Either can outweigh one GPU's worth of NodeResourcesFit, so both are off
+# (docs/concepts/binpack-scheduler.md).
 BINPACK_SCORE_WEIGHTS = {"NodeResourcesBalancedAllocation": 0, "ImageLocality": 0}
 
 
@@ -705,7 +705,7 @@ class CompactionSettings(Model):
                     "pod that just started, or just moved, stays put.")
     # With planThreshold a run evicts only the pods of the nodes it empties, so a per-node limit
     # below a node's pod count means that node is never emptied: 8 empties a full 8-GPU node of
-    # 1-GPU pods (README, "Binpack benchmark": 8 and 8 beat 4 and 2 with planning).
+    # 1-GPU pods (docs/benchmarks/compaction-study.md: 8 and 8 beat 4 and 2 with planning).
     max_evictions_per_run: int = Field(default=8, ge=1, le=100,
                                        description="Pods evicted per run, at most.")
     max_evictions_per_node: int = Field(default=8, ge=1, le=16,

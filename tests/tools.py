@@ -263,7 +263,7 @@ def kube_mgmt_version() -> str:
 def kube_mgmt() -> Path:
     """kube-mgmt at the shipped release. The Go module proxy reachable from CI does not serve
     kube-mgmt (ModuleUnavailable); a binary built elsewhere from that commit, placed at
-    the cache path (see README), is used as is."""
+    the cache path (see docs/developers/testing.md), is used as is."""
     release = kube_mgmt_version()
     if release not in KUBE_MGMT_COMMITS:
         raise RuntimeError(f"kube-mgmt {release} (the shipped image tag) has no pinned commit in "

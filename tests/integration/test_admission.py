@@ -33,7 +33,8 @@ from controlplane import ControlPlane, Process, free_port, wait_until
 USER_NAMESPACE = "team-a"
 KUBE_MGMT_STATUS = "openpolicyagent.org/kube-mgmt-status"
 KUBE_MGMT_MISSING = ("no kube-mgmt binary (the Go module proxy does not serve kube-mgmt; see "
-                     "README): the ConfigMaps were loaded into OPA by the test, as kube-mgmt does")
+                     "docs/developers/testing.md): the ConfigMaps were loaded into OPA by the "
+                     "test, as kube-mgmt does")
 
 
 @pytest.fixture(scope="module")
