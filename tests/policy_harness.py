@@ -69,8 +69,8 @@ def decide(opa_bin, deployed, request_, mode="enforce", rule="review") -> dict:
 
 
 def review(spec=None, *, namespace="team-a", operation="CREATE", kind="Pod", group="",
-           name="train-0", generate_name=None, uid="3b9f-41d2", old_spec=None,
-           sub_resource=None, user=USER, metadata=None):
+           name: str | None = "train-0", generate_name: str | None = None, uid="3b9f-41d2",
+           old_spec=None, sub_resource=None, user=USER, metadata=None):
     """An AdmissionReview of a request on an object with `spec`, as the API server sends it."""
     meta = {"namespace": namespace, **(metadata or {})}
     if name:

@@ -5,7 +5,6 @@ what the quick start's commands write and deploys the platform."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -305,10 +304,16 @@ def test_config_set_is_simulated_as_pulumi_documents_it():
         "gpu-platform:version": "1.36"}
 
 
-def test_minimal_stack_deploys_the_platform_under_the_mocks():
-    config = harness.stack_file_config({key.removeprefix("gpu-platform:"): value
-                                        for key, value in minimal_stack().items()})
-    recording = harness.run_program(config)
+def test_minimal_stack_deploys_the_platform_under_the_mocks(tmp_path):
+    """The file as Pulumi's own loader reads it (tests/pulumi_config), next to the project's
+    Pulumi.yaml, and the program run with exactly the config that hands the engine."""
+    (tmp_path / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.minimal.yaml").write_text(MINIMAL_STACK.read_text())
+    stack = harness.pulumi_stacks(tmp_path)["minimal"]
+    assert not stack.warnings and not stack.secret_keys
+    assert stack.config == harness.stack_file_config(
+        {key.removeprefix("gpu-platform:"): value for key, value in minimal_stack().items()})
+    recording = harness.run_program(stack.config)
     types = {r.type for r in recording.registrations}
     assert {"gpu-platform:index:GpuNodes", "gpu-platform:index:GpuOperator",
             "gpu-platform:index:BinpackScheduler", "gpu-platform:index:OpaAdmission",
@@ -316,5 +321,4 @@ def test_minimal_stack_deploys_the_platform_under_the_mocks():
     assert "gpu-platform:index:GpuCompaction" not in types
     platform = next(v for k, v in recording.outputs.items() if k.endswith("::gpu-platform"))
     assert platform["gpuNodes"] == minimal_stack()["gpu-platform:gpuNodes"]["names"]
-    assert json.dumps(platform["clusterContext"]) == json.dumps(
-        minimal_stack()["gpu-platform:cluster"]["context"])
+    assert platform["clusterContext"] == minimal_stack()["gpu-platform:cluster"]["context"]
