@@ -54,7 +54,7 @@ def merge_values(generated: Mapping[str, Any], extra: Mapping[str, Any], setting
             problems.append(
                 f"gpu-platform:{setting}.{'.'.join(path)}: this chart value is generated from "
                 f"other settings ({'.'.join(clash)}); allowed: keys the program does not set, "
-                f"see README for the setting that controls it")
+                f"see docs/operators/settings.md for the setting that controls it")
     if problems:
         raise SettingsError(problems)
     return deep_merge(generated, extra)

@@ -130,8 +130,9 @@ def _rows(settings: StackSettings) -> list[tuple[str, list]]:
                         width=12, height=6),
             _timeseries("GPU pods preempted per hour",
                         "Pods of the preemptible class that the binpack scheduler preempted to "
-                        "place a GPU pod that fit nowhere (see README, \"Preemptible GPU "
-                        "pods\"), and the preemptions that made room.",
+                        "place a GPU pod that fit nowhere (see "
+                        "docs/concepts/preemptible-gpu-pods.md), and the preemptions that made "
+                        "room.",
                         [_query(f"sum(increase({PREEMPTION_VICTIMS}_sum{{{scheduler}}}[1h]))",
                                 "pods preempted", "A"),
                          _query(f"sum(increase({PREEMPTION_VICTIMS}_count{{{scheduler}}}[1h]))",

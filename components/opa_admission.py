@@ -383,8 +383,8 @@ def reachability_probe(settings: StackSettings, fingerprint: Any) -> dict:
         "metadata": {**_meta(settings, REACHABILITY_PROBE, dict([PROBE_LABEL])), "annotations": {
             "gpu-platform.io/purpose":
                 f"Sent to OPA through the webhook {settings.admission.reachability_webhook_name} "
-                f"when applied: if that fails, the API server cannot reach OPA (README: "
-                f"Admission, reachability probe)."}},
+                f"when applied: if that fails, the API server cannot reach OPA "
+                f"(docs/concepts/admission.md#reachability-probe)."}},
         "data": {"fingerprint": fingerprint},
     }
 

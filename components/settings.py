@@ -274,10 +274,11 @@ class Taint(Model):
 class GpuNodesSettings(Model):
     tainted_by: Literal["program", "nodePool"] = Field(
         default="program",
-        description="program: the program taints and labels the nodes in `names`. nodePool: "
-                    "the cluster's GPU node pools register the taint themselves (autoscaled or "
-                    "recreated nodes); the program never patches a node and uses the taint "
-                    "only for tolerations and the admission policy.")
+        description="`program`: the program taints and labels the nodes in `names`. "
+                    "`nodePool`: the cluster's GPU node pools register the taint themselves "
+                    "(autoscaled or recreated nodes); the program never patches a node and uses "
+                    "the taint only for tolerations and the admission policy. See "
+                    "docs/concepts/gpu-node-taints.md.")
     names: list[str] = Field(
         default_factory=list,
         description="Names of the Node objects that carry NVIDIA GPUs (unique; required with "
@@ -368,13 +369,14 @@ class ReleaseProtection(Model):
 class MigSettings(Model):
     strategy: Literal["none", "single", "mixed"] = Field(
         default="single",
-        description="How MIG slices are advertised: `single` as nvidia.com/gpu, `mixed` as "
-                    "nvidia.com/mig-<profile>.")
+        description="How MIG slices are advertised: `single` as `nvidia.com/gpu`, `mixed` as "
+                    "`nvidia.com/mig-<profile>`.")
     profiles: list[str] = Field(
         default_factory=list,
         description="With the mixed strategy: the MIG profiles the nodes are partitioned into "
                     "(e.g. 1g.10gb, 3g.40gb); the binpack scheduler scores each "
-                    "nvidia.com/mig-<profile> as it scores whole GPUs.")
+                    "`nvidia.com/mig-<profile>` as it scores whole GPUs. Required with `mixed`, "
+                    "refused otherwise.")
 
     @field_validator("profiles")
     @classmethod
@@ -450,11 +452,14 @@ class GpuOperatorSettings(Model):
     extra_values: dict[str, Any] = Field(
         default_factory=dict,
         description="Further chart values, merged over the generated ones; keys that other "
-                    "settings own are refused.")
+                    "settings own are refused, and so are `draDriver`, `gpuCluster` and "
+                    "`clusterPolicy` (GPUs through Dynamic Resource Allocation are not "
+                    "supported yet).")
     protection: ReleaseProtection = Field(
         default_factory=lambda: ReleaseProtection(protect=True),
         description="Protected by default: deleting or replacing the release uninstalls the "
-                    "driver, toolkit and device plugin, and every GPU pod stops.")
+                    "driver, toolkit and device plugin, and every GPU pod stops. See "
+                    "docs/operators/day-two.md#what-a-change-replaces.")
     max_cluster_nodes: int = Field(
         default=100, ge=1, le=15000,
         description="The most nodes the cluster may have, GPU nodes or not (1..15000). The "
@@ -464,7 +469,8 @@ class GpuOperatorSettings(Model):
                     "worker on each node, the validator and every operand switched on on each "
                     "GPU node (the named ones; with taintedBy: nodePool, every node), and the "
                     "operator, plus room for a rolling update. Past it, new nodes get no "
-                    "operands; GpuPlatformQuotaNearlyFull warns at 90%.")
+                    "operands; GpuPlatformQuotaNearlyFull warns at 90%. See "
+                    "docs/operators/managed-clusters.md#gke.")
 
     _check_namespace = field_validator("namespace", "release_name")(
         classmethod(lambda cls, v: _dns_label(v)))
@@ -515,7 +521,8 @@ class RequestedToCapacityRatio(Model):
 
 
 class ResourceWeight(Model):
-    name: str
+    name: str = Field(description="A resource: `cpu`, `memory` or an extended resource such as "
+                                  "`nvidia.com/gpu`.")
     weight: int = Field(ge=1, le=100, description="Weight of this resource (1..100).")
 
     @field_validator("name")
@@ -564,19 +571,22 @@ DEFAULT_SCORE_WEIGHTS = {"TaintToleration": 3, "NodeAffinity": 2, "NodeResources
 # What the binpack profile changes (0: the plugin does not score). BalancedAllocation favours
 # nodes whose CPU and memory are equally used, which is unrelated to where GPUs are free;
 # ImageLocality favours nodes that already hold the image, which an idle node often does.
-# Either can outweigh one GPU's worth of NodeResourcesFit, so both are off (README, "Binpack
-# scheduler").
+# Either can outweigh one GPU's worth of NodeResourcesFit, so both are off
+# (docs/concepts/binpack-scheduler.md).
 BINPACK_SCORE_WEIGHTS = {"NodeResourcesBalancedAllocation": 0, "ImageLocality": 0}
 
 
 class PreemptibleClassSettings(Model):
     enabled: bool = Field(
         default=True,
-        description="Declare the PriorityClass GPU workloads opt in to preemption with: a pod "
-                    "that cannot be placed preempts such pods where that makes room, so a job "
-                    "that needs a whole node does not wait for one to drain.")
+        description="Declare the PriorityClass GPU workloads opt in to preemption with: a GPU "
+                    "pod that cannot be placed preempts such pods where that makes room, so a "
+                    "job that needs a whole node does not wait for one to drain. See "
+                    "docs/concepts/preemptible-gpu-pods.md.")
     name: str = Field(default="gpu-preemptible",
-                      description="The PriorityClass's name (pods set it as priorityClassName).")
+                      description="The PriorityClass's name (pods set it as "
+                                  "`priorityClassName`; names starting with `system-` are the "
+                                  "API server's).")
     value: int = Field(
         default=-100, ge=-1_000_000_000, le=-1,
         description="Its priority: below 0, the priority of pods that name no class (unless "
@@ -664,7 +674,8 @@ class SchedulerSettings(Model):
                     "over the defaults NodeResourcesBalancedAllocation: 0 and ImageLocality: 0 "
                     "(0 turns a plugin's scoring off); plugins not named keep kube-scheduler's "
                     "weights (TaintToleration 3, NodeAffinity 2, PodTopologySpread 2, "
-                    "InterPodAffinity 2, NodeResourcesFit 1).")
+                    "InterPodAffinity 2, NodeResourcesFit 1). See "
+                    "docs/concepts/binpack-scheduler.md.")
     system_default_spread: bool = Field(
         default=False,
         description="Apply kube-scheduler's system default topology spread (hostname maxSkew 3, "
@@ -727,7 +738,8 @@ class CompactionSettings(Model):
         default=False,
         description="Run the descheduler's HighNodeUtilization on GPU nodes, so that opted-in "
                     "pods on lightly used GPU nodes move to busier ones and whole nodes come "
-                    "free. Off by default: it evicts running pods.")
+                    "free. Off by default: it evicts running pods. See "
+                    "docs/concepts/compaction.md.")
     name: str = Field(default="gpu-compaction",
                       description="Names the CronJob, its ServiceAccount, ClusterRole and "
                                   "policy ConfigMap.")
@@ -756,7 +768,8 @@ class CompactionSettings(Model):
                     "the descheduler's rules and the binpack scheduler's placements; the run's "
                     "thresholds (GPUs at most `underusedPercent`; pods, CPU and memory) and "
                     "node selector then take just those, and a run that would free no node "
-                    "evicts nothing. Off: every run uses `underusedPercent`.")
+                    "evicts nothing. Off: every run uses `underusedPercent`. See "
+                    "docs/concepts/compaction.md#planned-thresholds.")
     plan_image: ImageSettings = Field(
         default_factory=lambda: ImageSettings(repository="docker.io/library/python",
                                               tag="3.13.9-alpine3.22"),
@@ -767,7 +780,7 @@ class CompactionSettings(Model):
                     "pod that just started, or just moved, stays put.")
     # With planThreshold a run evicts only the pods of the nodes it empties, so a per-node limit
     # below a node's pod count means that node is never emptied: 8 empties a full 8-GPU node of
-    # 1-GPU pods (README, "Binpack benchmark": 8 and 8 beat 4 and 2 with planning).
+    # 1-GPU pods (docs/benchmarks/compaction-study.md: 8 and 8 beat 4 and 2 with planning).
     max_evictions_per_run: int = Field(default=8, ge=1, le=100,
                                        description="Pods evicted per run, at most.")
     max_evictions_per_node: int = Field(default=8, ge=1, le=16,
@@ -853,13 +866,18 @@ class AdmissionSettings(Model):
         description="OPA image (pinned).")
     mode: Literal["enforce", "mutate", "audit"] = Field(
         default="enforce",
-        description="enforce: refuse pods that break a rule. mutate: set the scheduler and the "
-                    "GPU tolerations on GPU pods that lack them, refuse what cannot be fixed. "
-                    "audit: admit, with a warning to the user and a label the dashboard counts.")
+        description="`enforce`: refuse pods that break a rule. `mutate`: set the scheduler and "
+                    "the GPU tolerations on GPU pods that lack them, refuse what cannot be "
+                    "fixed. `audit`: admit, with a warning to the user and a label the "
+                    "dashboard counts. See docs/concepts/admission.md#modes.")
     gpu_resource_names: list[str] = Field(
         default_factory=lambda: [NVIDIA_RESOURCES],
         min_length=1,
-        description="Resources that make a pod a GPU pod; a trailing * matches a prefix.")
+        description="Resources that make a pod a GPU pod; a trailing * matches a prefix. The "
+                    "default covers everything NVIDIA's device plugins advertise: "
+                    "`nvidia.com/gpu`, `nvidia.com/gpu.shared` (time-slicing or MPS with "
+                    "renaming), `nvidia.com/mig-<profile>` (and `.shared`), vGPU types and "
+                    "passthrough devices.")
     nvidia_runtime_classes: list[str] = Field(
         default_factory=lambda: ["nvidia", "nvidia-cdi", "nvidia-legacy"],
         description="RuntimeClasses of the NVIDIA container runtime (the GPU Operator creates "
@@ -870,8 +888,9 @@ class AdmissionSettings(Model):
                     "GPU Operator namespaces always are).")
     failure_policy: Literal["Fail", "Ignore"] = Field(
         default="Fail",
-        description="What the API server does with a GPU pod when OPA cannot answer (default: "
-                    "Fail; Ignore in audit mode).")
+        description="What the API server does with a pod the policy must see when OPA cannot "
+                    "answer (`Ignore` in audit mode, where `Fail` is refused: audit must never "
+                    "block a pod).")
     timeout_seconds: int = Field(default=5, ge=1, le=30,
                                  description="Webhook call timeout, seconds (1..30).")
     webhook_port: int = Field(
@@ -882,11 +901,12 @@ class AdmissionSettings(Model):
                     "runs unprivileged, so not below 1024.")
     max_gpu_pod_priority: int = Field(
         default=0, ge=-1_000_000_000, le=2_000_001_000,
-        description="Highest priority a GPU pod may have through the priorityClassName it "
+        description="Highest priority a GPU pod may have through the `priorityClassName` it "
                     "names: a GPU pod above 0 would preempt other users' GPU pods that never "
                     "opted in to preemption. Pods that name no class are not checked (a "
                     "cluster's globalDefault class applies to them). Raise it where the cluster "
-                    "ranks GPU workloads by priority on purpose.")
+                    "ranks GPU workloads by priority on purpose; it may not be below "
+                    "`scheduler.preemptibleClass.value`.")
     decision_logs: bool = Field(default=False,
                                 description="Log every admission decision to OPA's stdout.")
     certificate: CertificateSettings = Field(default_factory=CertificateSettings,
@@ -1083,8 +1103,10 @@ class Receiver(Model):
 class AlertmanagerSettings(Model):
     receivers: list[Receiver] = Field(
         default_factory=list,
-        description="Where alerts go, by severity (set URLs and keys with `pulumi config set "
-                    "--secret --path`). Empty: alerts are only shown in Alertmanager.")
+        description="Where alerts go, by severity: each `{name, severities, and one of "
+                    "webhookUrl, slackApiUrl with slackChannel, pagerdutyRoutingKey}` (set URLs "
+                    "and keys with `pulumi config set --secret --path`). Empty: alerts are only "
+                    "shown in Alertmanager. See docs/operators/monitoring.md#where-alerts-go.")
     group_wait: str = Field(default="30s", description="Wait before the first notification of "
                                                        "a group.")
     repeat_interval: str = Field(default="4h", description="Resend a firing alert this often.")
@@ -1126,8 +1148,9 @@ class MonitoringSettings(Model):
                                                description="Alert routing.")
     protection: ReleaseProtection = Field(
         default_factory=lambda: ReleaseProtection(protect=False),
-        description="Not protected by default: replacing the release loses no workload (with "
-                    "storage on, its volumes are claims of their own).")
+        description="As for the operator (`gpuOperator.protection`); not protected by "
+                    "default: replacing the release loses no workload (with storage on, its "
+                    "volumes are claims of their own).")
     extra_values: dict[str, Any] = Field(
         default_factory=dict,
         description="Further chart values, merged over the generated ones; keys that other "
@@ -1148,8 +1171,8 @@ class ClusterSettings(Model):
                     "never deploys to whatever context happens to be current.")
     kubeconfig: str | None = Field(
         default=None,
-        description="Path of the kubeconfig file; unset: $KUBECONFIG, else ~/.kube/config, as "
-                    "kubectl reads them.")
+        description="Path of the kubeconfig file; unset: `$KUBECONFIG`, else "
+                    "`~/.kube/config`, as kubectl reads them.")
 
     @model_validator(mode="after")
     def context_is_in_the_kubeconfig(self) -> ClusterSettings:
@@ -1177,19 +1200,34 @@ class StackSettings(Model):
     cluster: ClusterSettings = Field(description="The cluster the stack deploys to (required).")
     image_registry_mirror: str | None = Field(
         default=None,
-        description="Registry (host[:port][/path]) that mirrors every image the platform runs: "
-                    "each image's registry host is replaced by it, the path kept "
-                    "(nvcr.io/nvidia/gpu-operator -> <mirror>/nvidia/gpu-operator). Unset: "
-                    "the images' own registries. The `images` output lists what to mirror.")
+        description="Registry (`host[:port][/path]`) that mirrors every image the platform "
+                    "runs: each image's registry host is replaced by it, the path kept "
+                    "(`nvcr.io/nvidia/gpu-operator` becomes `<mirror>/nvidia/gpu-operator`). "
+                    "Unset: the images' own registries. The `images` output lists what to "
+                    "mirror.")
     kubernetes_version: str = Field(
         description="Kubernetes version of the cluster, MAJOR.MINOR.PATCH (required; 1.30 or "
                     "newer). Selects the kube-scheduler image.")
     gpu_nodes: GpuNodesSettings = Field(description="GPU nodes (required).")
-    gpu_operator: GpuOperatorSettings = Field(default_factory=GpuOperatorSettings)
-    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
-    admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
-    monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
-    compaction: CompactionSettings = Field(default_factory=CompactionSettings)
+    gpu_operator: GpuOperatorSettings = Field(
+        default_factory=GpuOperatorSettings,
+        description="NVIDIA's GPU Operator: its Helm release and the operands it runs on GPU "
+                    "nodes.")
+    scheduler: SchedulerSettings = Field(
+        default_factory=SchedulerSettings,
+        description="The binpack scheduler, a second kube-scheduler that packs GPU pods, and "
+                    "the PriorityClass of preemptible GPU pods.")
+    admission: AdmissionSettings = Field(
+        default_factory=AdmissionSettings,
+        description="OPA behind the admission webhooks: which pods are GPU pods and what is "
+                    "refused.")
+    monitoring: MonitoringSettings = Field(
+        default_factory=MonitoringSettings,
+        description="kube-prometheus-stack, the GPU dashboard, recording rules and alerts.")
+    compaction: CompactionSettings = Field(
+        default_factory=CompactionSettings,
+        description="Moving opted-in GPU pods off lightly used GPU nodes with the descheduler, "
+                    "so whole nodes come free.")
 
     @field_validator("kubernetes_version")
     @classmethod

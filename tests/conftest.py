@@ -8,6 +8,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import harness  # noqa: E402
+import policy_harness  # noqa: E402
 import tools  # noqa: E402
 
 
@@ -33,3 +34,10 @@ def aggressive_compaction_settings():
     base = harness.example_settings()
     return base.model_copy(update={"compaction": base.compaction.model_copy(update={
         "underused_percent": 75, "max_evictions_per_node": 8, "max_evictions_per_run": 16})})
+
+
+@pytest.fixture(scope="session")
+def deployed(example_run, example_settings, tmp_path_factory):
+    """The admission policy as the example stack deploys it (see policy_harness)."""
+    return policy_harness.deployed_policy(example_run, example_settings,
+                                          tmp_path_factory.mktemp)

@@ -189,34 +189,6 @@ def test_policy_is_tested_with_the_opa_version_that_ships(example_settings):
     assert example_settings.admission.opa.tag.split("-")[0] == tools.opa_version()
 
 
-def test_readme_documents_every_setting_with_its_default(example_settings):
-    from test_settings import setting_paths
-    readme = (harness.ROOT / "README.md").read_text()
-    rows = {m.group(1): m.group(2) for m in
-            re.finditer(r"^\| `([A-Za-z.]+)` \| ([^|]*) \|", readme, re.MULTILINE)}
-    # The fewest settings a stack can have: node pools that taint their own nodes.
-    defaults = json.loads(load_settings(raw({
-        "cluster": {"context": "c"}, "kubernetesVersion": "1.35.10",
-        "gpuNodes": {"taintedBy": "nodePool"}})).model_dump_json(by_alias=True))
-    for path in setting_paths(type(example_settings)):
-        assert path in rows, f"README's settings table lacks {path}"
-        value = defaults
-        for key in path.split("."):
-            value = value.get(key) if isinstance(value, dict) else None
-        if path in ("cluster.context", "kubernetesVersion"):
-            shown = "required"
-        elif path == "gpuNodes.taintedBy":
-            shown = "program"
-        elif path == "gpuNodes.taint":
-            assert isinstance(value, dict), f"the default {path} is not a mapping: {value!r}"
-            shown = str(example_settings.gpu_nodes.taint.__class__(**value))
-        elif value is None:
-            shown = "unset"
-        else:
-            shown = value if isinstance(value, str) else json.dumps(value)
-        assert rows[path].strip() == shown, (path, shown, rows[path])
-
-
 def test_opa_serves_each_probe_port_in_the_scheme_the_probe_uses(run):
     """Each probed OPA address names its scheme, and it is the probe's: an address without one
     is served over TLS once OPA has a certificate, and an HTTP probe of it would always fail."""

@@ -6,91 +6,19 @@ import base64
 import json
 import shutil
 import subprocess
-from pathlib import Path
 
-import celpy
-import celpy.adapter
 import jsonpatch
 import pytest
 
 import harness
 from components import opa_admission
 from components.settings import AUDIT_LABEL
+from policy_harness import K8S, POLICY, decide, evaluate, review, sent_to_opa
 
-K8S = "kubernetes:"
-POLICY = harness.ROOT / "policy"
 BINPACK = "gpu-binpack-scheduler"
 
 
-@pytest.fixture(scope="module")
-def deployed(example_run, example_settings, tmp_path_factory):
-    """The policy files, OPA data and decision queries as OPA loads them from the example
-    stack's policy ConfigMap (its parameters at data.gpuplatform.params), and the webhooks as
-    the API server would call them."""
-    ns = example_settings.admission.namespace
-    policy_map = example_run.one(f"{K8S}core/v1:ConfigMap",
-                                 f"{ns}/{opa_admission.POLICY_CONFIGMAP}").inputs
-    files = dict(policy_map["data"])
-    params = json.loads(files.pop(opa_admission.PARAMS_KEY))
-    dirs = {}
-    for mode in ("enforce", "mutate", "audit"):
-        directory = dirs[mode] = tmp_path_factory.mktemp(f"policy-{mode}")
-        for name, text in files.items():
-            (directory / name).write_text(text)
-        data: dict = {**params, "mode": mode}
-        for key in reversed(opa_admission.PARAMS_ROOT.split(".")):
-            data = {key: data}
-        (directory / "data.json").write_text(json.dumps(data))
-    validating = example_run.one(
-        f"{K8S}admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
-        "gpu-platform-admission").inputs["webhooks"]
-    path = validating[0]["clientConfig"]["service"]["path"].strip("/").split("/")
-    assert path[:2] == ["v0", "data"]
-    return {"dir": dirs["enforce"], "dirs": dirs, "query": "data." + ".".join(path[2:]),
-            "webhook": validating[0], "webhooks": validating, "settings": example_settings}
-
-
-def evaluate(opa_bin: Path, policy_dir: Path, query: str, request) -> object:
-    """The decision for `request` (None when OPA returns no decision)."""
-    result = subprocess.run(
-        [str(opa_bin), "eval", "--format=json", "--stdin-input", "-d", str(policy_dir), query],
-        input=json.dumps(request), capture_output=True, text=True, check=True)
-    results = json.loads(result.stdout).get("result")
-    return results[0]["expressions"][0]["value"] if results else None
-
-
-def decide(opa_bin, deployed, request_, mode="enforce", rule="review") -> dict:
-    """The AdmissionReview response the webhook calling `rule` gets in `mode`."""
-    query = deployed["query"].rsplit(".", 1)[0] + "." + rule
-    decision = evaluate(opa_bin, deployed["dirs"][mode], query, request_)
-    assert isinstance(decision, dict), f"{query} gave no AdmissionReview: {decision!r}"
-    assert decision["apiVersion"] == "admission.k8s.io/v1"
-    assert decision["kind"] == "AdmissionReview"
-    assert decision["response"]["uid"] == request_["request"]["uid"]
-    return decision["response"]
-
-
-USER = "alice@example.com"
 DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
-
-
-def review(spec=None, *, namespace="team-a", operation="CREATE", kind="Pod", group="",
-           name: str | None = "train-0", generate_name=None, uid="3b9f-41d2", old_spec=None,
-           sub_resource=None, user=USER, metadata=None):
-    meta = {"namespace": namespace, **(metadata or {})}
-    if name:
-        meta["name"] = name
-    if generate_name:
-        meta["generateName"] = generate_name
-    request = {"uid": uid, "operation": operation, "namespace": namespace,
-               "kind": {"group": group, "version": "v1", "kind": kind},
-               "userInfo": {"username": user},
-               "object": None if spec is None else {"metadata": meta, "spec": spec}}
-    if old_spec is not None:
-        request["oldObject"] = {"metadata": meta, "spec": old_spec}
-    if sub_resource:
-        request["subResource"] = sub_resource
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 
 
 def container(name="main", requests=None, limits=None, env=None, privileged=None):
@@ -454,19 +382,6 @@ def test_no_decision_without_the_parameters(opa_bin, deployed, tmp_path):
             (directory / name).write_text(text)
     assert evaluate(opa_bin, broken, "data.system.health.ready", {}) is False
     assert evaluate(opa_bin, loaded, "data.system.health.ready", {}) is True
-
-
-def sent_to_opa(webhook, request_) -> bool:
-    """Whether the API server sends this request to OPA: the webhook's matchConditions, run in
-    a CEL engine with the variables the API server gives them."""
-    env = celpy.Environment()
-    request = request_["request"]
-    activation = {"object": celpy.adapter.json_to_cel(request["object"]),
-                  "oldObject": celpy.adapter.json_to_cel(request.get("oldObject")),
-                  "request": celpy.adapter.json_to_cel({k: v for k, v in request.items()
-                                                        if k not in ("object", "oldObject")})}
-    return all(bool(env.program(env.compile(condition["expression"])).evaluate(activation))
-               for condition in webhook.get("matchConditions", []))
 
 
 def pod_requests_the_api_server_could_send(settings):

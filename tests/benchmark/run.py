@@ -1,8 +1,9 @@
-"""The binpack benchmark: `bash tests/run benchmark [options]` (see README, "Binpack benchmark").
+"""The binpack benchmark: `bash tests/run benchmark [options]` (see docs/benchmarks/README.md).
 
 Replays seeded traces against the real kube-scheduler with each profile and against the
 repacking reference, keeps every replay's figures in results/runs.jsonl (so a long run can be
-split and resumed), and writes the table of medians over seeds and a plot.
+split and resumed), and writes the table of medians over seeds (report.py) and a plot into
+docs/benchmarks/.
 `--latency NODES` instead measures what scoring every node costs at those cluster sizes.
 """
 
@@ -10,19 +11,31 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import binpack
 import scheduling
 import workload
+from report import (
+    DOCS,
+    LATENCY_PAGE,
+    PICTURE,
+    RESULTS,
+    RESULTS_PAGE,
+    SCHEDULING_PAGE,
+    SCHEDULING_RESULTS,
+    kept,
+    latency_page,
+    results_page,
+    scheduling_page,
+    table,
+)
 
 import harness  # noqa: E402  (on the path binpack sets)
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+DEFAULT_OUT = RESULTS
 SIZES = (1, 2, 4, 8)
 DEFAULT_COMPACTION_INTERVAL = 0.25     # simulated hours: the shipped schedule, every 15 minutes
 
@@ -153,77 +166,9 @@ def with_compaction_settings(settings, changes: list[tuple[str, str]]):
         "compaction": type(settings.compaction).model_validate(compaction)})
 
 
-def kept(out: Path) -> list[dict]:
-    """Every replay's figures so far."""
-    path = out / "runs.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
-
-
 def keep(out: Path, row: dict) -> None:
     with open(out / "runs.jsonl", "a") as runs:
         runs.write(json.dumps(row) + "\n")
-
-
-def spread(values: Sequence[float | None], fmt: str) -> str:
-    known = [v for v in values if v is not None]
-    if not known:
-        return "-"
-    median = format(statistics.median(known), fmt)
-    if len(known) == 1:
-        return median
-    return f"{median} ({format(min(known), fmt)}–{format(max(known), fmt)})"
-
-
-def hours(values: Sequence[float | None]) -> str:
-    return spread([v * 60 for v in values if v is not None], ".0f")
-
-
-def lost(shares: list[float | None]) -> str:
-    """The median share of the GPU-time run that evictions threw away (work since the last
-    checkpoint), when any was."""
-    nonzero = [v for v in shares if v]
-    return f", {100 * statistics.median(nonzero):.1f}% lost" if nonzero else ""
-
-
-def most_of_one_job(counts: list[int | None]) -> str:
-    """The most evictions or preemptions one job took, over the seeds, where recorded."""
-    recorded = [v for v in counts if v is not None]
-    return f", at most {max(recorded)} of one job" if recorded and max(recorded) else ""
-
-
-def table(rows: list[dict]) -> str:
-    """Median over seeds, with the range in brackets."""
-    header = ("| mix | nodes | scheduler | seeds | GPU-time vs reference | started on arrival | "
-              "8-GPU wait p50 / p95, min | 1-GPU wait p95, min | free 8-GPU nodes | "
-              "stranded GPUs | evictions or preemptions / h, GPU-time lost, most of one job | "
-              "attempt p50 / p95, ms | "
-              "scheduler CPU s / peak MiB |")
-    lines = [header, "|" + " --- |" * 3 + " ---: |" * 10]
-    groups: dict = {}
-    for row in rows:
-        groups.setdefault((row["mix"], row["nodes"], row["scheduler"]), []).append(row)
-    for (mix, nodes, scheduler), group in groups.items():
-        def col(name, group=group):
-            return [r.get(name) for r in group]
-        ms = lambda v: None if v is None else v * 1000  # noqa: E731
-        latency = (f"{spread([ms(v) for v in col('attempt_p50')], '.1f')} / "
-                   f"{spread([ms(v) for v in col('attempt_p95')], '.1f')}"
-                   if group[0].get("attempt_p50") is not None else "-")
-        costs = (f"{spread(col('cpu_seconds'), '.0f')} / {spread(col('peak_rss_mib'), '.0f')}"
-                 if group[0].get("cpu_seconds") is not None else "-")
-        lines.append(
-            f"| {mix} | {nodes} | {scheduler} | {len(group)} | "
-            f"{spread([100 * v for v in col('delivered_share')], '.1f')}% | "
-            f"{spread([100 * v for v in col('started_on_arrival')], '.1f')}% | "
-            f"{hours(col('wait_p50_8'))} / {hours(col('wait_p95_8'))} | "
-            f"{hours(col('wait_p95_1'))} | {spread(col('free_nodes'), '.1f')} | "
-            f"{spread(col('stranded'), '.1f')} | "
-            f"{spread([v or 0.0 for v in col('evictions_per_hour')], '.1f')}"
-            f"{lost(col('lost_share'))}{most_of_one_job(col('most_evictions_of_a_job'))} | "
-            f"{latency} | {costs} |")
-    return "\n".join(lines)
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -266,13 +211,14 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=90)
 
 
-def report(out: Path) -> None:
+def report(out: Path, docs: Path) -> None:
+    """The table page and the picture, from the replays kept in `out`."""
     rows = kept(out)
-    text = table(rows)
-    print(text)
-    (out / "binpack.md").write_text(text + "\n")
-    plot(rows, out / "binpack.png")
-    print(f"\nwrote {out / 'binpack.md'} and {out / 'binpack.png'}", file=sys.stderr)
+    print(table(rows))
+    docs.mkdir(parents=True, exist_ok=True)
+    (docs / RESULTS_PAGE).write_text(results_page(rows))
+    plot(rows, docs / PICTURE)
+    print(f"\nwrote {docs / RESULTS_PAGE} and {docs / PICTURE}", file=sys.stderr)
 
 
 def latency(args, settings) -> None:
@@ -294,9 +240,10 @@ def latency(args, settings) -> None:
                          f"{m['cpu_seconds']:.1f} | {m['peak_rss_mib']:.0f} | "
                          f"{m['wall_seconds']:.0f} |")
             print(lines[-1], file=sys.stderr, flush=True)
-    text = "\n".join(lines)
-    print(text)
-    (args.out / "latency.md").write_text(text + "\n")
+    print("\n".join(lines))
+    args.docs.mkdir(parents=True, exist_ok=True)
+    (args.docs / LATENCY_PAGE).write_text(latency_page(lines))
+    print(f"\nwrote {args.docs / LATENCY_PAGE}", file=sys.stderr)
 
 
 def setting(text: str) -> tuple[str, str]:
@@ -368,8 +315,15 @@ def main(argv: list[str]) -> None:
                         help="with --scheduling: pending 1-GPU pods of the throughput burst")
     parser.add_argument("--crashes", type=int, default=5,
                         help="with --scheduling: leader crashes per set of lease timings")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help="where runs.jsonl is kept")
+    parser.add_argument("--docs", type=Path,
+                        help=f"where the table pages and the picture go (default: "
+                             f"{DOCS.relative_to(binpack.ROOT)} with the default --out, else "
+                             f"--out itself, so a trial run leaves the docs alone)")
     args = parser.parse_args(argv)
+    if args.docs is None:
+        args.docs = DOCS if args.out.resolve() == DEFAULT_OUT else args.out
     args.mixes = args.mixes.split(",")
     unknown = [m for m in args.mixes if m not in workload.MIXES]
     if unknown:
@@ -382,9 +336,10 @@ def main(argv: list[str]) -> None:
     if args.scheduling:
         scheduling.measure(args.out, harness.example_settings(), args.scheduling_nodes,
                            args.scheduling_pods, args.crashes)
-        text = scheduling.tables(scheduling.kept(args.out))
-        print(text)
-        (args.out / "scheduling.md").write_text(text + "\n")
+        page = scheduling_page(kept(args.out, SCHEDULING_RESULTS))
+        args.docs.mkdir(parents=True, exist_ok=True)
+        (args.docs / SCHEDULING_PAGE).write_text(page)
+        print(page)
         return
     if not args.report:
         if args.fresh:
@@ -396,7 +351,7 @@ def main(argv: list[str]) -> None:
             parser.error(f"--compaction-set: {error}")
         run(args, settings)
         print(f"replayed in {time.monotonic() - started:.0f}s", file=sys.stderr)
-    report(args.out)
+    report(args.out, args.docs)
 
 
 if __name__ == "__main__":

@@ -1,19 +1,19 @@
 """The binpack scheduler's throughput and failover, settings side by side
 (`bash tests/run benchmark --scheduling`): each client rate binds the same burst of pending
 1-GPU pods on a fresh control plane, and each set of leader-election timings has its leader
-killed several times. Every measurement is kept in results/scheduling.jsonl; the tables are
-rendered from it."""
+killed several times. Every measurement is kept in results/scheduling.jsonl, and
+report.scheduling_page renders the tables from it."""
 
 from __future__ import annotations
 
 import copy
 import json
-import statistics
 import sys
 from pathlib import Path
 
 import binpack  # noqa: F401  (puts the project and the integration helpers on the path)
 import load
+import report
 
 from components.binpack_scheduler import scheduler_configuration
 from components.settings import StackSettings
@@ -22,7 +22,6 @@ from controlplane import ControlPlane
 # What is measured, and what it is compared with: kube-scheduler's own defaults first.
 CLIENT_RATES = ((50, 100), (100, 200), (200, 400), (500, 1000))
 LEASE_TIMINGS = (("15s", "10s", "2s"), ("10s", "8s", "2s"), ("6s", "4s", "1s"))
-RESULTS = "scheduling.jsonl"
 
 
 def configuration(settings: StackSettings, *, qps: int | None = None, burst: int | None = None,
@@ -41,13 +40,8 @@ def configuration(settings: StackSettings, *, qps: int | None = None, burst: int
 
 
 def keep(out: Path, row: dict) -> None:
-    with open(out / RESULTS, "a") as results:
+    with open(out / report.SCHEDULING_RESULTS, "a") as results:
         results.write(json.dumps(row) + "\n")
-
-
-def kept(out: Path) -> list[dict]:
-    path = out / RESULTS
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def measure(out: Path, settings: StackSettings, nodes: int, pods: int, crashes: int) -> None:
@@ -73,22 +67,3 @@ def measure(out: Path, settings: StackSettings, nodes: int, pods: int, crashes: 
             cp.stop()
         keep(out, {"kind": "failover", "leaseDuration": lease[0], "renewDeadline": lease[1],
                    "retryPeriod": lease[2], "seconds": result.seconds})
-
-
-def tables(rows: list[dict]) -> str:
-    bursts = [r for r in rows if r["kind"] == "burst"]
-    lines = ["| nodes | pending 1-GPU pods | qps / burst | seconds from first to last binding | "
-             "pods bound per second | scheduler requests per second |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for r in bursts:
-        lines.append(f"| {r['nodes']} | {r['pods']} | {r['qps']} / {r['burst']} | "
-                     f"{r['seconds']:.1f} | {r['pods'] / r['seconds']:.0f} | "
-                     f"{r['requests'] / r['seconds']:.0f} |")
-    lines += ["", "| leaseDuration / renewDeadline / retryPeriod | crashes | seconds until a "
-              "pod is bound, median (range) |", "| --- | ---: | ---: |"]
-    for r in (r for r in rows if r["kind"] == "failover"):
-        seconds = r["seconds"]
-        lines.append(f"| {r['leaseDuration']} / {r['renewDeadline']} / {r['retryPeriod']} | "
-                     f"{len(seconds)} | {statistics.median(seconds):.1f} "
-                     f"({min(seconds):.1f}–{max(seconds):.1f}) |")
-    return "\n".join(lines)

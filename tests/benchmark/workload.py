@@ -1,6 +1,6 @@
 """The benchmark's workload: what GPU pods ask for (size mixes), which cluster they run on, and a
-seeded trace of batch Jobs and inference Deployments that scale up and down (see README,
-"Binpack benchmark").
+seeded trace of batch Jobs and inference Deployments that scale up and down (see
+docs/benchmarks/README.md).
 
 Two sources of request sizes:
 - `synthetic`: 1, 2, 4 or 8 GPUs at 60/15/15/10%, CPU and memory drawn per GPU; the project's own

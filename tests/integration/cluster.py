@@ -188,7 +188,7 @@ def pod_template(labels: dict[str, str], **spec: Any) -> dict:
 
 # A Job whose pods checkpoint and resume: a pod that an eviction ends (the API server marks it
 # with the DisruptionTarget condition) is replaced without counting against backoffLimit, which
-# is what makes a batch Job safe to opt in to compaction (README, "GPU compaction").
+# is what makes a batch Job safe to opt in to compaction (docs/concepts/compaction.md).
 RESUME_AFTER_EVICTION = {"rules": [{"action": "Ignore",
                                     "onPodConditions": [{"type": "DisruptionTarget"}]}]}
 

@@ -112,7 +112,7 @@ def test_a_run_frees_whole_gpu_nodes_and_moves_only_opted_in_pods(cluster, examp
 
 def test_an_evicted_checkpointing_job_resumes_on_a_busy_node(cluster, example_settings,
                                                               declared):
-    """A batch Job that opted in with the pod failure policy README gives: its pod, alone on a
+    """A batch Job that opted in with the pod failure policy the docs give: its pod, alone on a
     node, is evicted, and the Job replaces it (the eviction does not count as the Job's
     failure) on the busiest node that fits; the Job then completes."""
     kube, settings = cluster.admin, example_settings

@@ -1,5 +1,5 @@
-"""The pull-request preview identity of docs/preview-access.yaml, through a real API server:
-it can dry-run everything the program declares, and can change nothing."""
+"""The pull-request preview identity of docs/operators/preview-access.yaml, through a real API
+server: it can dry-run everything the program declares, and can change nothing."""
 
 from pathlib import Path
 
@@ -10,7 +10,7 @@ from cluster import TEST_MANAGER, ApiError, apply_declared, find
 from components import opa_admission
 from controlplane import wait_until
 
-ACCESS = Path(__file__).resolve().parents[2] / "docs" / "preview-access.yaml"
+ACCESS = Path(__file__).resolve().parents[2] / "docs" / "operators" / "preview-access.yaml"
 # A preview applies as the field manager that `pulumi up` used.
 MANAGER = TEST_MANAGER
 

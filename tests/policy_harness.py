@@ -1,0 +1,101 @@
+"""The admission policy as the API server meets it, for tests: the policy files and parameters
+taken from the ConfigMaps the program declares, evaluated in real OPA (the version the platform
+ships), and the webhooks' matchConditions run in a CEL engine. Used by test_policy.py (the
+policy's rules) and test_docs.py (the users' example manifests)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import celpy
+from celpy.adapter import json_to_cel
+
+import harness
+from components import opa_admission
+
+K8S = "kubernetes:"
+POLICY = harness.ROOT / "policy"
+MODES = ("enforce", "mutate", "audit")
+USER = "alice@example.com"
+
+
+def deployed_policy(recording: harness.Recording, settings, directory_for) -> dict:
+    """The policy files, OPA data and decision queries as OPA loads them from a run's policy
+    ConfigMap (its parameters at data.gpuplatform.params; one directory per mode, made by
+    `directory_for(name)`), and the webhooks as the API server would call them."""
+    ns = settings.admission.namespace
+    policy_map = recording.one(f"{K8S}core/v1:ConfigMap",
+                               f"{ns}/{opa_admission.POLICY_CONFIGMAP}").inputs
+    files = dict(policy_map["data"])
+    params = json.loads(files.pop(opa_admission.PARAMS_KEY))
+    dirs = {}
+    for mode in MODES:
+        directory = dirs[mode] = directory_for(f"policy-{mode}")
+        for name, text in files.items():
+            (directory / name).write_text(text)
+        data: dict = {**params, "mode": mode}
+        for key in reversed(opa_admission.PARAMS_ROOT.split(".")):
+            data = {key: data}
+        (directory / "data.json").write_text(json.dumps(data))
+    validating = recording.one(
+        f"{K8S}admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
+        "gpu-platform-admission").inputs["webhooks"]
+    path = validating[0]["clientConfig"]["service"]["path"].strip("/").split("/")
+    assert path[:2] == ["v0", "data"]
+    return {"dir": dirs["enforce"], "dirs": dirs, "query": "data." + ".".join(path[2:]),
+            "webhook": validating[0], "webhooks": validating, "settings": settings}
+
+
+def evaluate(opa_bin: Path, policy_dir: Path, query: str, request) -> object:
+    """The decision for `request` (None when OPA returns no decision)."""
+    result = subprocess.run(
+        [str(opa_bin), "eval", "--format=json", "--stdin-input", "-d", str(policy_dir), query],
+        input=json.dumps(request), capture_output=True, text=True, check=True)
+    results = json.loads(result.stdout).get("result")
+    return results[0]["expressions"][0]["value"] if results else None
+
+
+def decide(opa_bin, deployed, request_, mode="enforce", rule="review") -> dict:
+    """The AdmissionReview response the webhook calling `rule` gets in `mode`."""
+    query = deployed["query"].rsplit(".", 1)[0] + "." + rule
+    decision = evaluate(opa_bin, deployed["dirs"][mode], query, request_)
+    assert isinstance(decision, dict), f"no decision for {request_}"
+    assert decision["apiVersion"] == "admission.k8s.io/v1"
+    assert decision["kind"] == "AdmissionReview"
+    assert decision["response"]["uid"] == request_["request"]["uid"]
+    return decision["response"]
+
+
+def review(spec=None, *, namespace="team-a", operation="CREATE", kind="Pod", group="",
+           name: str | None = "train-0", generate_name: str | None = None, uid="3b9f-41d2",
+           old_spec=None, sub_resource=None, user=USER, metadata=None):
+    """An AdmissionReview of a request on an object with `spec`, as the API server sends it."""
+    meta = {"namespace": namespace, **(metadata or {})}
+    if name:
+        meta["name"] = name
+    if generate_name:
+        meta["generateName"] = generate_name
+    request = {"uid": uid, "operation": operation, "namespace": namespace,
+               "kind": {"group": group, "version": "v1", "kind": kind},
+               "userInfo": {"username": user},
+               "object": None if spec is None else {"metadata": meta, "spec": spec}}
+    if old_spec is not None:
+        request["oldObject"] = {"metadata": meta, "spec": old_spec}
+    if sub_resource:
+        request["subResource"] = sub_resource
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def sent_to_opa(webhook, request_) -> bool:
+    """Whether the API server sends this request to OPA: the webhook's matchConditions, run in
+    a CEL engine with the variables the API server gives them."""
+    env = celpy.Environment()
+    request = request_["request"]
+    activation = {"object": json_to_cel(request["object"]),
+                  "oldObject": json_to_cel(request.get("oldObject")),
+                  "request": json_to_cel({k: v for k, v in request.items()
+                                                if k not in ("object", "oldObject")})}
+    return all(bool(env.program(env.compile(condition["expression"])).evaluate(activation))
+               for condition in webhook.get("matchConditions", []))

@@ -1,0 +1,190 @@
+"""The users' example manifests (docs/users/examples) say what happens to them, and it happens:
+each is valid for the example stack's Kubernetes version, and the pod it makes (a controller's
+pod for a Job, Deployment or StatefulSet) is admitted or refused by the admission policy in real
+OPA, with the policy and parameters of the program's ConfigMaps, as its first line expects."""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+import harness
+from policy_harness import decide, review, sent_to_opa
+
+EXAMPLES = harness.ROOT / "docs" / "users" / "examples"
+EXPECT = re.compile(r"^# expect: (allowed|refused: (?P<fragment>.+))$")
+
+# Who creates a controller's pods, and the owner reference it sets on them (as
+# kube-controller-manager does with --use-service-account-credentials).
+CONTROLLERS = {
+    ("batch/v1", "Job"): ("job-controller", "batch/v1", "Job"),
+    ("apps/v1", "Deployment"): ("replicaset-controller", "apps/v1", "ReplicaSet"),
+    ("apps/v1", "StatefulSet"): ("statefulset-controller", "apps/v1", "StatefulSet"),
+}
+# Built-in priority classes every cluster has.
+SYSTEM_PRIORITIES = {"system-cluster-critical": 2_000_000_000,
+                     "system-node-critical": 2_000_001_000}
+# Manifests every reader is promised (docs/users/submitting-gpu-workloads.md links them).
+PROMISED = {
+    "allowed": {"pod", "job", "deployment", "statefulset", "preemptible-checkpointing-job",
+                "compaction-deployment"},
+    "refused": {"default-scheduler", "node-name", "cpu-pod-tolerating-gpu-taint",
+                "nvidia-visible-devices", "nvidia-runtime-class-without-gpu",
+                "privileged-gpu-container", "bare-pod-preemptible", "priority-above-zero"},
+}
+
+
+@dataclass(frozen=True)
+class Expectation:
+    allowed: bool
+    fragment: str = ""
+
+
+def expectation(text: str, name: str = "manifest") -> Expectation:
+    """The outcome a manifest's first line states: `# expect: allowed` or
+    `# expect: refused: <a fragment of the refusal message>`."""
+    first = text.splitlines()[0] if text else ""
+    match = EXPECT.match(first)
+    assert match, f"{name}: the first line must be '# expect: allowed' or " \
+                  f"'# expect: refused: <fragment>', not {first!r}"
+    return Expectation(match["fragment"] is None, match["fragment"] or "")
+
+
+def examples() -> list[Path]:
+    return sorted(EXAMPLES.glob("*/*.yaml"))
+
+
+def as_created(pod: dict, settings) -> dict:
+    """The pod as the validating webhook sees it: the API server has defaulted the scheduler
+    name and resolved priorityClassName to spec.priority (the Priority admission plugin runs
+    before webhooks)."""
+    pod = copy.deepcopy(pod)
+    spec = pod["spec"]
+    spec.setdefault("schedulerName", "default-scheduler")
+    classes = {**SYSTEM_PRIORITIES, settings.scheduler.preemptible_class.name:
+               settings.scheduler.preemptible_class.value}
+    name = spec.get("priorityClassName")
+    if name:
+        assert name in classes, f"priority class {name} is not one every cluster has"
+        spec["priority"] = classes[name]
+    else:
+        spec["priority"] = 0
+    return pod
+
+
+def admission_review(manifest: dict, settings) -> dict:
+    """The AdmissionReview the API server sends for the object the manifest makes the webhook
+    see: the pod itself, the pod a controller creates from its template, or a claim."""
+    kind = manifest["kind"]
+    meta = manifest["metadata"]
+    namespace = meta.get("namespace", "default")
+    if manifest["apiVersion"].startswith("resource.k8s.io/"):
+        return review(manifest["spec"], kind=kind, group="resource.k8s.io",
+                      namespace=namespace, name=meta["name"])
+    if kind == "Pod":
+        pod = as_created(manifest, settings)
+        return review(pod["spec"], namespace=namespace, name=meta["name"],
+                      metadata={k: v for k, v in pod["metadata"].items()
+                                if k not in ("name", "namespace")})
+    controller, owner_version, owner_kind = CONTROLLERS[(manifest["apiVersion"], kind)]
+    template = as_created(manifest["spec"]["template"], settings)
+    owner = {"apiVersion": owner_version, "kind": owner_kind, "uid": "0b1c-example",
+             "name": meta["name"] if owner_kind != "ReplicaSet" else f"{meta['name']}-6d4cf56db6",
+             "controller": True, "blockOwnerDeletion": True}
+    names = ({"name": f"{meta['name']}-0"} if kind == "StatefulSet" else
+             {"name": None, "generate_name": f"{owner['name']}-"})
+    return review(template["spec"], namespace=namespace,
+                  user=f"system:serviceaccount:kube-system:{controller}",
+                  metadata={**template.get("metadata", {}), "ownerReferences": [owner]},
+                  **names)
+
+
+def webhook_for(deployed, request_) -> dict:
+    """The platform's validating webhook whose rules match the request's resource."""
+    resource = {"Pod": "pods", "ResourceClaim": "resourceclaims",
+                "ResourceClaimTemplate": "resourceclaimtemplates"}[
+        request_["request"]["kind"]["kind"]]
+    return next(w for w in deployed["webhooks"]
+                if any(resource in rule["resources"] for rule in w["rules"]))
+
+
+def check(opa_bin, deployed, manifest: dict, expected: Expectation) -> None:
+    """Fails unless the policy decides as `expected`: allowed with no warning, or refused with
+    a message that contains the fragment (and the API server would ask OPA at all)."""
+    request_ = admission_review(manifest, deployed["settings"])
+    response = decide(opa_bin, deployed, request_)
+    if expected.allowed:
+        assert response["allowed"] is True, response.get("status", {}).get("message")
+        assert not response.get("warnings"), response["warnings"]
+    else:
+        assert response["allowed"] is False, "admitted, expected refused"
+        message = response["status"]["message"]
+        assert expected.fragment in message, f"{expected.fragment!r} not in {message!r}"
+        assert sent_to_opa(webhook_for(deployed, request_), request_), \
+            "the webhook's matchConditions never send this to OPA"
+
+
+@pytest.mark.parametrize("path", examples(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_example_is_decided_as_its_first_line_says(opa_bin, deployed, path):
+    text = path.read_text()
+    expected = expectation(text, str(path))
+    assert expected.allowed == (path.parent.name == "allowed"), \
+        f"{path}: the directory and the expectation disagree"
+    documents = [d for d in yaml.safe_load_all(text) if d]
+    assert len(documents) == 1, f"{path}: one object per example"
+    check(opa_bin, deployed, documents[0], expected)
+
+
+@pytest.mark.parametrize("path", examples(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_example_is_valid_for_the_stacks_kubernetes_version(example_settings, path):
+    for document in yaml.safe_load_all(path.read_text()):
+        try:
+            kubernetes_validate.validate(document, example_settings.kubernetes_version,
+                                         strict=True)
+        except kubernetes_validate.ValidationError as error:
+            pytest.fail(f"{path}: {error.message} at {'/'.join(map(str, error.path))}")
+
+
+def test_every_promised_example_exists():
+    for outcome, names in PROMISED.items():
+        present = {p.stem for p in (EXAMPLES / outcome).glob("*.yaml")}
+        assert names <= present, f"missing in {outcome}/: {sorted(names - present)}"
+
+
+def test_a_wrong_expectation_fails(opa_bin, deployed):
+    """The check is not vacuous: an allowed example expected refused, a refused one expected
+    allowed, and a refusal expected with a message it does not give, each fail."""
+    allowed = yaml.safe_load((EXAMPLES / "allowed" / "job.yaml").read_text())
+    refused = yaml.safe_load((EXAMPLES / "refused" / "default-scheduler.yaml").read_text())
+    wrong = [(allowed, Expectation(False, "schedulerName")),
+             (refused, Expectation(True)),
+             (refused, Expectation(False, "a message the policy never gives"))]
+    for manifest, expected in wrong:
+        with pytest.raises(AssertionError):
+            check(opa_bin, deployed, manifest, expected)
+
+
+def test_expectation_line_is_required():
+    assert expectation("# expect: refused: skips the scheduler\nkind: Pod") == Expectation(
+        False, "skips the scheduler")
+    assert expectation("# expect: allowed\n") == Expectation(True)
+    for bad in ("kind: Pod\n", "# expect: admitted\n", "# expect: refused:\n", ""):
+        with pytest.raises(AssertionError):
+            expectation(bad)
+
+
+def test_controller_pods_carry_the_controllers_owner_reference(example_settings):
+    """The policy tells a controller's pod from a bare one by this reference."""
+    job = yaml.safe_load((EXAMPLES / "allowed" / "preemptible-checkpointing-job.yaml")
+                         .read_text())
+    pod = admission_review(job, example_settings)["request"]
+    (owner,) = pod["object"]["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["controller"]) == ("Job", True)
+    assert pod["userInfo"]["username"].endswith(":job-controller")
+    assert pod["object"]["spec"]["priority"] == example_settings.scheduler.preemptible_class.value
