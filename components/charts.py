@@ -34,20 +34,21 @@ def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict:
 
 
 def merge_values(generated: Mapping[str, Any], extra: Mapping[str, Any], setting: str,
-                 unsupported: Mapping[str, str] | None = None) -> dict:
+                 unsupported: Mapping[tuple[str, ...], str] | None = None) -> dict:
     """Merge `extra` (the stack's `<setting>` value) over `generated`.
 
     A value the program generates is derived from other settings (a taint, a namespace, a
     switch); overriding it through extra values would let the copies disagree, so that is
-    refused with the path of the offending key. So is any key under an `unsupported` top-level
-    key (with the reason given for it).
+    refused with the path of the offending key. So is any key at or under an `unsupported` path
+    (with the reason given for it).
     """
     owned = set(_leaf_paths(generated))
     problems = []
     for path in _leaf_paths(extra):
-        if unsupported is not None and path[0] in unsupported:
-            problems.append(f"gpu-platform:{setting}.{'.'.join(path)}: "
-                            f"{unsupported[path[0]]}")
+        reason = next((why for key, why in (unsupported or {}).items()
+                       if path[:len(key)] == key), None)
+        if reason is not None:
+            problems.append(f"gpu-platform:{setting}.{'.'.join(path)}: {reason}")
             continue
         clash = next((p for p in owned if p[:len(path)] == path or path[:len(p)] == p), None)
         if clash is not None:

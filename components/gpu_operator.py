@@ -110,6 +110,14 @@ DRA_KEYS = ("draDriver", "gpuCluster", "clusterPolicy")
 DRA_UNSUPPORTED = ("Dynamic Resource Allocation of GPUs is not supported by this platform yet "
                    "(its pods would bypass the binpack scheduler's scoring, the admission policy "
                    "and the dashboard); allowed: request nvidia.com/gpu through the device plugin")
+# The toolkit's NRI plugin injects the CDI devices a pod's annotation names
+# (nvidia.cdi.k8s.io/...), a way to a GPU other than the GPU resource; the admission policy
+# refuses the annotation, and the chart value that turns the plugin on is refused here.
+NRI_UNSUPPORTED = ("the container toolkit's NRI plugin injects the GPUs a pod annotation names, "
+                   "outside the binpack scheduler and the GPU resource; allowed: leave it off "
+                   "(GPUs reach containers through the device plugin)")
+UNSUPPORTED_VALUES = {**{(key,): DRA_UNSUPPORTED for key in DRA_KEYS},
+                      ("cdi", "nriPluginEnabled"): NRI_UNSUPPORTED}
 
 # Unprivileged containers see only the GPUs allocated to them. The toolkit ignores
 # NVIDIA_VISIBLE_DEVICES (which CUDA images set to `all`, and which can arrive through envFrom
@@ -160,7 +168,7 @@ def operator_values(settings: StackSettings) -> dict:
         "operator": {"upgradeCRD": True},
         "driver": {"enabled": op.driver.enabled},
         "toolkit": toolkit,
-        "cdi": {"enabled": op.cdi.enabled},
+        "cdi": {"enabled": op.cdi.enabled, "nriPluginEnabled": False},
         "devicePlugin": device_plugin,
         # Monitoring declares the one ServiceMonitor; a second would scrape every GPU twice.
         "dcgmExporter": {"enabled": op.dcgm_exporter.enabled, "serviceMonitor": {"enabled": False}},
@@ -185,7 +193,7 @@ def chart_values(settings: StackSettings) -> dict:
         generated = charts.deep_merge(generated, mirror_values(settings))
     return charts.merge_values(generated, settings.gpu_operator.extra_values,
                                "gpuOperator.extraValues",
-                               unsupported={key: DRA_UNSUPPORTED for key in DRA_KEYS})
+                               unsupported=UNSUPPORTED_VALUES)
 
 
 def critical_pods(settings: StackSettings) -> int:

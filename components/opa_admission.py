@@ -25,7 +25,10 @@ from . import kube
 from .settings import (
     AUDIT_LABEL,
     DAEMONSET_CONTROLLERS,
+    DEVICE_ANNOTATION_PREFIXES,
+    DEVICE_HOST_PATHS,
     NVIDIA_DEVICE_CLASS_SUFFIX,
+    PRIVILEGED_CAPABILITIES,
     StackSettings,
     Taint,
 )
@@ -83,6 +86,9 @@ def policy_params(settings: StackSettings) -> dict:
         "gpuResourceNames": list(adm.gpu_resource_names),
         "exemptNamespaces": settings.exempt_namespaces,
         "gpuNodeNames": list(settings.gpu_nodes.names),
+        # With node pools the program knows no GPU node's name: any pod bound by name may be on
+        # one.
+        "gpuNodeNamesKnown": settings.gpu_nodes.tainted_by == "program",
         # The first taint keeps other pods off GPU nodes; GPU pods need to tolerate them all.
         "gpuTaints": [{**taint.as_manifest(), "value": taint.value, "text": str(taint),
                        "toleration": taint.toleration()} for taint in settings.gpu_nodes.taints],
@@ -90,6 +96,10 @@ def policy_params(settings: StackSettings) -> dict:
         "daemonSetControllers": list(DAEMONSET_CONTROLLERS),
         "auditLabel": AUDIT_LABEL,
         "draDeviceClassSuffixes": [NVIDIA_DEVICE_CLASS_SUFFIX],
+        "allowedDeviceClasses": list(adm.device_classes),
+        "privilegedCapabilities": list(PRIVILEGED_CAPABILITIES),
+        "deviceHostPaths": list(DEVICE_HOST_PATHS),
+        "deviceAnnotationPrefixes": list(DEVICE_ANNOTATION_PREFIXES),
         "maxGpuPodPriority": adm.max_gpu_pod_priority,
         # "" when the class is not declared: then no pod can name it.
         "preemptibleClass": (settings.scheduler.preemptible_class.name
@@ -148,14 +158,16 @@ def gpu_request_condition(settings: StackSettings) -> str:
 
 
 def pod_condition(settings: StackSettings) -> str:
-    """CEL for the pod webhooks' matchConditions: true for exactly the requests a rule of the
-    policy can be about, so that pods which cannot break a rule never wait for OPA (and OPA
-    being down cannot block them).
+    """CEL for the pod webhooks' matchConditions: true for every request a rule of the policy
+    can be about (and some it turns out not to be), so that pods which cannot break a rule never
+    wait for OPA, and OPA being down cannot block them.
 
-    CREATE: GPU pods; pods bound to a GPU node by name; pods that tolerate the GPU node taint
-    (except a DaemonSet's, created by the DaemonSet controller); pods that set
-    NVIDIA_VISIBLE_DEVICES or name an NVIDIA RuntimeClass. UPDATE: a toleration of the GPU taint
-    added. Ephemeral containers added that set NVIDIA_VISIBLE_DEVICES or run privileged."""
+    CREATE: pods that name a guarded resource; pods that may run on a GPU node (bound by name
+    to a GPU node, or to any node where GPU nodes are not named; tolerating the GPU taint,
+    except a DaemonSet's pod that asks for no device path and no high priority); pods that set
+    NVIDIA_VISIBLE_DEVICES, name an NVIDIA RuntimeClass or carry a device-injecting annotation.
+    UPDATE: a toleration of the GPU taint or a device-injecting annotation added. Every
+    ephemeral container added (the node is not known to the condition)."""
     adm = settings.admission
     taint = settings.gpu_nodes.taint
     visible_devices = f"has(c.env) && c.env.exists(e, e.name == '{VISIBLE_DEVICES_ENV}')"
@@ -163,24 +175,40 @@ def pod_condition(settings: StackSettings) -> str:
         f"request.userInfo.username in {_cel_list(DAEMONSET_CONTROLLERS)} && "
         "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
         "o.kind == 'DaemonSet' && has(o.controller) && o.controller)")
+    bound_by_name = ("(has(object.spec.nodeName) && object.spec.nodeName in "
+                     f"{_cel_list(settings.gpu_nodes.names)})"
+                     if settings.gpu_nodes.tainted_by == "program" else
+                     "(has(object.spec.nodeName) && object.spec.nodeName != '')")
+    annotations = (
+        "has(object.metadata.annotations) && object.metadata.annotations.exists(k, "
+        + " || ".join(f"k.startsWith('{prefix}')" for prefix in DEVICE_ANNOTATION_PREFIXES)
+        + ")")
+    # Over-approximated: any capability added, any host path; OPA decides which count.
+    device_path = " || ".join([
+        _cel_any_container("has(c.securityContext) && ((has(c.securityContext.privileged) && "
+                           "c.securityContext.privileged) || (has(c.securityContext.capabilities)"
+                           " && has(c.securityContext.capabilities.add) && "
+                           "size(c.securityContext.capabilities.add) > 0))"),
+        "(has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.hostPath)))",
+        "(has(object.spec.hostPID) && object.spec.hostPID)",
+        f"({annotations})"])
+    high_priority = (f"(has(object.spec.priority) && "
+                     f"object.spec.priority > {adm.max_gpu_pod_priority})")
     on_create = " || ".join([
         f"({gpu_request_condition(settings)})",
-        f"(has(object.spec.nodeName) && object.spec.nodeName in "
-        f"{_cel_list(settings.gpu_nodes.names)})",
-        f"({_cel_tolerates(taint, 'object')} && !({daemonset_pod}))",
+        bound_by_name,
+        f"({_cel_tolerates(taint, 'object')} && (!({daemonset_pod}) || {device_path} || "
+        f"{high_priority}))",
         f"({_cel_any_container(visible_devices)})",
         f"(has(object.spec.runtimeClassName) && object.spec.runtimeClassName in "
         f"{_cel_list(adm.nvidia_runtime_classes)})",
+        f"({annotations})",
     ])
-    toleration_added = (f"{_cel_tolerates(taint, 'object')} && "
-                        f"!{_cel_tolerates(taint, 'oldObject')}")
-    debug_container = (
-        "has(object.spec.ephemeralContainers) && object.spec.ephemeralContainers.exists(c, "
-        f"({visible_devices}) || (has(c.securityContext) && "
-        "has(c.securityContext.privileged) && c.securityContext.privileged))")
+    on_update = (f"({_cel_tolerates(taint, 'object')} && "
+                 f"!{_cel_tolerates(taint, 'oldObject')}) || ({annotations})")
     return (f"request.operation == 'CREATE' ? ({on_create}) : "
             f"(has(request.subResource) && request.subResource == 'ephemeralcontainers' ? "
-            f"({debug_container}) : ({toleration_added}))")
+            f"true : ({on_update}))")
 
 
 def _meta(settings: StackSettings, name: str, extra_labels: dict | None = None) -> dict:
@@ -395,9 +423,9 @@ def reachability_fingerprint(settings: StackSettings, ca_bundle: str) -> str:
 
 
 def webhook_configuration(settings: StackSettings, ca_bundle: Any) -> dict:
-    """The validating webhooks, in every mode: pods (created, tolerations added, ephemeral
-    containers added), DRA claims (any version of resource.k8s.io the cluster serves) and the
-    reachability probe."""
+    """The validating webhooks, in every mode: pods (created, tolerations or device annotations
+    added, ephemeral containers added), DRA claims at creation (any version of resource.k8s.io
+    the cluster serves) and the reachability probe."""
     adm = settings.admission
     pods = _webhook(
         settings, adm.webhook_name, DECISION_PATH, ca_bundle,
@@ -405,10 +433,12 @@ def webhook_configuration(settings: StackSettings, ca_bundle: Any) -> dict:
          {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
           "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"}],
         [{"name": "gpu-relevant", "expression": pod_condition(settings)}])
+    # Claims only at creation: their devices cannot change afterwards, and their finalizers and
+    # status must stay free to change (a claim being deleted has to lose its finalizer).
     claims = _webhook(
         settings, adm.claims_webhook_name, DECISION_PATH, ca_bundle,
         [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["*"],
-          "operations": ["CREATE", "UPDATE"],
+          "operations": ["CREATE"],
           "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"}], [])
     return _configuration("ValidatingWebhookConfiguration", "gpu-platform-admission",
                           [pods, claims, reachability_webhook(settings, ca_bundle)])

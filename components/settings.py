@@ -48,6 +48,23 @@ GPU_PRESENT_LABEL = ("nvidia.com/gpu.present", "true")
 # In audit mode, pods admitted against the rules carry this label (value "violation").
 AUDIT_LABEL = "gpu-platform.io/admission-audit"
 
+# Device paths: what gives a container a GPU other than the GPU resource, on a GPU node.
+# The capabilities that make the NVIDIA container toolkit (v1.20.0, as the operator chart pins it)
+# treat a container as privileged: CAP_SYS_ADMIN in its bounding set (and ALL, which holds it).
+PRIVILEGED_CAPABILITIES = ("SYS_ADMIN", "ALL")
+# Host paths that hold GPU devices, driver files or a way to them: device nodes, the driver's
+# /proc and /sys entries and libraries (host and GKE installs), the container runtimes' sockets
+# and CDI specs, the kubelet's device-plugin and pod-resources sockets. A mount of one of them,
+# of a path under one, or of a directory that holds one (/, /usr, /run) is a device path.
+DEVICE_HOST_PATHS = ("/dev", "/proc", "/sys", "/usr/lib", "/usr/lib64", "/lib", "/lib64",
+                     "/usr/local/nvidia", "/home/kubernetes/bin/nvidia", "/run/nvidia",
+                     "/var/run/nvidia", "/run/containerd", "/var/run/containerd", "/run/crio",
+                     "/var/run/crio", "/run/nri", "/var/run/nri", "/run/cdi", "/var/run/cdi",
+                     "/etc/cdi", "/var/lib/kubelet")
+# Pod annotations that make the runtime inject devices: CDI's (honoured by containerd and CRI-O
+# with CDI on, as the GPU Operator configures them) and the NVIDIA toolkit's NRI plugin's.
+DEVICE_ANNOTATION_PREFIXES = ("cdi.k8s.io/", "nvidia.cdi.k8s.io/")
+
 
 # Where an image reference without a registry host comes from.
 DEFAULT_REGISTRY = "docker.io"
@@ -873,19 +890,33 @@ class AdmissionSettings(Model):
     gpu_resource_names: list[str] = Field(
         default_factory=lambda: [NVIDIA_RESOURCES],
         min_length=1,
-        description="Resources that make a pod a GPU pod; a trailing * matches a prefix. The "
-                    "default covers everything NVIDIA's device plugins advertise: "
-                    "`nvidia.com/gpu`, `nvidia.com/gpu.shared` (time-slicing or MPS with "
-                    "renaming), `nvidia.com/mig-<profile>` (and `.shared`), vGPU types and "
-                    "passthrough devices.")
+        description="Resources that make a pod a GPU pod when it asks for more than zero of "
+                    "one; a trailing * matches a prefix. The default covers everything "
+                    "NVIDIA's device plugins advertise: `nvidia.com/gpu`, `nvidia.com/gpu.shared` "
+                    "(time-slicing or MPS with renaming), `nvidia.com/mig-<profile>` (and "
+                    "`.shared`), vGPU types and passthrough devices, and the NICs of NVIDIA's "
+                    "Network Operator: a pod that asks only for such a NIC is placed as a GPU "
+                    "pod is (the binpack scheduler, the GPU toleration), since the hardware it "
+                    "needs is on the GPU nodes. List only GPU resources to treat such pods as "
+                    "pods without GPUs.")
     nvidia_runtime_classes: list[str] = Field(
         default_factory=lambda: ["nvidia", "nvidia-cdi", "nvidia-legacy"],
         description="RuntimeClasses of the NVIDIA container runtime (the GPU Operator creates "
                     "these); a pod that names one must request a GPU.")
     exempt_namespaces: list[str] = Field(
         default_factory=list,
-        description="Namespaces whose pods are never checked (kube-system, the admission and "
-                    "GPU Operator namespaces always are).")
+        description="Namespaces whose pods are never checked: for node agents that need device "
+                    "paths on every node (privileged, host paths under /dev, /proc or /sys, "
+                    "hostPID), and for pods trusted with GPUs. kube-system and the platform's "
+                    "admission, GPU Operator and monitoring namespaces always are. Whoever may "
+                    "create pods in one is trusted with every GPU of the cluster.")
+    device_classes: list[str] = Field(
+        default_factory=list,
+        description="DeviceClasses whose ResourceClaims (Dynamic Resource Allocation) are "
+                    "admitted: classes the platform team has checked select no NVIDIA device "
+                    "(a claim's own selectors only narrow its class's devices). A claim on any "
+                    "other class is refused; NVIDIA's own classes cannot be listed (GPUs "
+                    "through DRA are not supported yet).")
     failure_policy: Literal["Fail", "Ignore"] = Field(
         default="Fail",
         description="What the API server does with a pod the policy must see when OPA cannot "
@@ -901,10 +932,12 @@ class AdmissionSettings(Model):
                     "runs unprivileged, so not below 1024.")
     max_gpu_pod_priority: int = Field(
         default=0, ge=-1_000_000_000, le=2_000_001_000,
-        description="Highest priority a GPU pod may have through the `priorityClassName` it "
-                    "names: a GPU pod above 0 would preempt other users' GPU pods that never "
-                    "opted in to preemption. Pods that name no class are not checked (a "
-                    "cluster's globalDefault class applies to them). Raise it where the cluster "
+        description="Highest priority a pod that may run on a GPU node (a GPU pod, or one "
+                    "that tolerates the GPU taint or is bound to a GPU node by name) may have "
+                    "through the `priorityClassName` it names: above 0 it would preempt other "
+                    "users' GPU pods that never opted in to preemption. Pods that name no "
+                    "class are not checked (a cluster's globalDefault class applies to them). "
+                    "Raise it where the cluster "
                     "ranks GPU workloads by priority on purpose; it may not be below "
                     "`scheduler.preemptibleClass.value`.")
     decision_logs: bool = Field(default=False,
@@ -972,6 +1005,19 @@ class AdmissionSettings(Model):
                               "a name such as nvidia.com/gpu, or a prefix ending in * such as "
                               "nvidia.com/* or nvidia.com/mig-*", at=(index,), value=name,
                               has_value=True)
+        return names
+
+    @field_validator("device_classes")
+    @classmethod
+    def device_classes_are_not_nvidias(cls, names: list[str]) -> list[str]:
+        for index, name in enumerate(names):
+            if not is_dns_subdomain(name):
+                raise Invalid("not a DeviceClass name", "DNS-1123 subdomains such as "
+                              "nic.example.com", at=(index,), value=name, has_value=True)
+            if name.endswith(NVIDIA_DEVICE_CLASS_SUFFIX):
+                raise Invalid("an NVIDIA device class hands out GPUs outside the binpack "
+                              "scheduler", "classes that select no NVIDIA device",
+                              at=(index,), value=name, has_value=True)
         return names
 
     @field_validator("exempt_namespaces")
@@ -1340,9 +1386,11 @@ class StackSettings(Model):
 
     @property
     def exempt_namespaces(self) -> list[str]:
-        """Every namespace the webhook never sees: the configured ones plus the always-exempt."""
+        """Every namespace the webhook never sees: the configured ones, kube-system, and the
+        platform's own namespaces whose pods run on every node or need GPUs (OPA's, the GPU
+        Operator's operands and validator pods, the monitoring stack's node exporter)."""
         return sorted({*ALWAYS_EXEMPT, self.admission.namespace, self.gpu_operator.namespace,
-                       *self.admission.exempt_namespaces})
+                       self.monitoring.namespace, *self.admission.exempt_namespaces})
 
 
 def to_snake(camel: str) -> str:

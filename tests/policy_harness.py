@@ -70,8 +70,9 @@ def decide(opa_bin, deployed, request_, mode="enforce", rule="review") -> dict:
 
 def review(spec=None, *, namespace="team-a", operation="CREATE", kind="Pod", group="",
            name: str | None = "train-0", generate_name: str | None = None, uid="3b9f-41d2",
-           old_spec=None, sub_resource=None, user=USER, metadata=None):
-    """An AdmissionReview of a request on an object with `spec`, as the API server sends it."""
+           old_spec=None, sub_resource=None, user=USER, metadata=None, old_metadata=None):
+    """An AdmissionReview of a request on an object with `spec`, as the API server sends it (on
+    an update, the old object has `old_metadata`, or the same metadata)."""
     meta = {"namespace": namespace, **(metadata or {})}
     if name:
         meta["name"] = name
@@ -82,7 +83,9 @@ def review(spec=None, *, namespace="team-a", operation="CREATE", kind="Pod", gro
                "userInfo": {"username": user},
                "object": None if spec is None else {"metadata": meta, "spec": spec}}
     if old_spec is not None:
-        request["oldObject"] = {"metadata": meta, "spec": old_spec}
+        old_meta = meta if old_metadata is None else {"namespace": namespace, "name": name,
+                                                      **old_metadata}
+        request["oldObject"] = {"metadata": old_meta, "spec": old_spec}
     if sub_resource:
         request["subResource"] = sub_resource
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}

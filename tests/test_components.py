@@ -306,7 +306,8 @@ def test_containers_see_only_their_gpus_unless_the_stack_turns_that_off():
     # toolkit refuses the variable from unprivileged containers and the device plugin keeps the
     # operator's CDI strategy; without CDI, devices travel as volume mounts instead.
     cdi = gpu_operator.chart_values(DEFAULT)
-    assert cdi["cdi"] == {"enabled": True}
+    # The toolkit's NRI plugin, which injects devices a pod annotation names, stays off.
+    assert cdi["cdi"] == {"enabled": True, "nriPluginEnabled": False}
     assert env_of(cdi, "toolkit") == {"ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED":
                                       "false"}
     assert env_of(cdi, "devicePlugin") == {}

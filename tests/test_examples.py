@@ -26,6 +26,7 @@ CONTROLLERS = {
     ("batch/v1", "Job"): ("job-controller", "batch/v1", "Job"),
     ("apps/v1", "Deployment"): ("replicaset-controller", "apps/v1", "ReplicaSet"),
     ("apps/v1", "StatefulSet"): ("statefulset-controller", "apps/v1", "StatefulSet"),
+    ("apps/v1", "DaemonSet"): ("daemon-set-controller", "apps/v1", "DaemonSet"),
 }
 # Built-in priority classes every cluster has.
 SYSTEM_PRIORITIES = {"system-cluster-critical": 2_000_000_000,
@@ -33,10 +34,11 @@ SYSTEM_PRIORITIES = {"system-cluster-critical": 2_000_000_000,
 # Manifests every reader is promised (docs/users/submitting-gpu-workloads.md links them).
 PROMISED = {
     "allowed": {"pod", "job", "deployment", "statefulset", "preemptible-checkpointing-job",
-                "compaction-deployment"},
+                "compaction-deployment", "node-agent-daemonset", "cpu-variant-zero-gpus"},
     "refused": {"default-scheduler", "node-name", "cpu-pod-tolerating-gpu-taint",
                 "nvidia-visible-devices", "nvidia-runtime-class-without-gpu",
-                "privileged-gpu-container", "bare-pod-preemptible", "priority-above-zero"},
+                "privileged-gpu-container", "bare-pod-preemptible", "priority-above-zero",
+                "privileged-node-agent", "sys-admin-sidecar", "host-devices", "cdi-annotation"},
 }
 
 

@@ -9,11 +9,21 @@ import subprocess
 
 import jsonpatch
 import pytest
+from test_settings import with_changes
 
 import harness
 from components import opa_admission
 from components.settings import AUDIT_LABEL
-from policy_harness import K8S, POLICY, decide, evaluate, review, sent_to_opa
+from policy_harness import (
+    K8S,
+    MODES,
+    POLICY,
+    decide,
+    deployed_policy,
+    evaluate,
+    review,
+    sent_to_opa,
+)
 
 BINPACK = "gpu-binpack-scheduler"
 
@@ -21,7 +31,8 @@ BINPACK = "gpu-binpack-scheduler"
 DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
 
 
-def container(name="main", requests=None, limits=None, env=None, privileged=None):
+def container(name="main", requests=None, limits=None, env=None, privileged=None,
+              capabilities=None):
     resources = {}
     if requests:
         resources["requests"] = requests
@@ -30,8 +41,13 @@ def container(name="main", requests=None, limits=None, env=None, privileged=None
     c = {"name": name, "image": "trainer:1", "resources": resources}
     if env:
         c["env"] = env
+    security: dict = {}
     if privileged is not None:
-        c["securityContext"] = {"privileged": privileged}
+        security["privileged"] = privileged
+    if capabilities:
+        security["capabilities"] = {"add": capabilities}
+    if security:
+        c["securityContext"] = security
     return c
 
 
@@ -42,6 +58,24 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "presen
                   "effect": "NoSchedule"}
 DAEMONSET_OWNER = {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
                                         "name": "node-exporter", "uid": "d1", "controller": True}]}
+EVERY_TAINT = [{"operator": "Exists"}]
+ZERO_GPUS = {"nvidia.com/gpu": "0"}
+NIC = {"nvidia.com/rdma_shared_device_a": "1"}
+
+
+def daemonset_pod(**spec):
+    """A DaemonSet's pod as the DaemonSet controller creates it: a node agent tolerating every
+    taint."""
+    return review({"tolerations": EVERY_TAINT, "containers": [container()], **spec},
+                  user=DAEMONSET_CONTROLLER, metadata=DAEMONSET_OWNER)
+
+
+def host_path(path: str) -> list[dict]:
+    return [{"name": "host", "hostPath": {"path": path}}]
+
+
+def annotated(spec: dict, annotations: dict, **kwargs):
+    return review(spec, metadata={"annotations": annotations}, **kwargs)
 
 
 JOB_OWNER = {"ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train",
@@ -170,16 +204,110 @@ CASES = [
      False, ['spec.runtimeClassName is "nvidia"']),
     ("nvidia runtime class with a GPU",
      review(binpack(container(limits=GPU), runtimeClassName="nvidia")), True, []),
+    # device paths: a pod that may run on a GPU node reaches GPUs only through the GPU resource
     ("privileged gpu container",
      review(binpack(container(limits=GPU, privileged=True))),
-     False, ['container "main" is privileged and would see every GPU']),
+     False, ['container "main" is privileged, and it may run on a GPU node (it requests '
+             'nvidia.com/gpu)', "a GPU is reached only through the GPU resource",
+             "run it unprivileged"]),
     ("privileged debug container on a gpu node",
      review(binpack(container(limits=GPU), nodeName="gpu-node-1", ephemeralContainers=[
          container("debugger", privileged=True)]),
          operation="UPDATE", sub_resource="ephemeralcontainers",
          old_spec=binpack(container(limits=GPU), nodeName="gpu-node-1")),
      False, ['ephemeral container "debugger" is privileged']),
+    ("privileged debug container on a cpu pod's cpu node",
+     review({"nodeName": "cpu-node-1", "containers": [container()], "ephemeralContainers": [
+         container("debugger", privileged=True)]}, operation="UPDATE",
+         sub_resource="ephemeralcontainers",
+         old_spec={"nodeName": "cpu-node-1", "containers": [container()]}), True, []),
     ("privileged cpu pod", review({"containers": [container(privileged=True)]}), True, []),
+    ("SYS_ADMIN in a gpu pod's sidecar that asks for no GPU",
+     review(binpack(container(limits=GPU), container("sidecar", capabilities=["SYS_ADMIN"]))),
+     False, ['container "sidecar" adds the capability SYS_ADMIN, which the NVIDIA container '
+             "toolkit treats as privileged", "drop it"]),
+    ("ALL capabilities in a gpu container",
+     review(binpack(container(limits=GPU, capabilities=["ALL"]))),
+     False, ["adds the capability ALL"]),
+    ("cap_sys_admin spelled in lower case with its prefix",
+     review(binpack(container(limits=GPU, capabilities=["cap_sys_admin"]))),
+     False, ["adds the capability cap_sys_admin"]),
+    ("another capability in a gpu container",
+     review(binpack(container(limits=GPU, capabilities=["NET_ADMIN", "SYS_PTRACE"]))),
+     True, []),
+    ("SYS_ADMIN in a cpu pod", review({"containers": [container(capabilities=["SYS_ADMIN"])]}),
+     True, []),
+    ("gpu pod mounting the host's /dev",
+     review(binpack(container(limits=GPU), volumes=host_path("/dev"))),
+     False, ['volume "host" mounts the host path /dev, which holds GPU devices or driver files']),
+    ("gpu pod mounting a GPU device node",
+     review(binpack(container(limits=GPU), volumes=host_path("/dev/nvidia0"))),
+     False, ["mounts the host path /dev/nvidia0"]),
+    ("gpu pod mounting the host's root",
+     review(binpack(container(limits=GPU), volumes=host_path("/"))),
+     False, ["mounts the host path /"]),
+    ("gpu pod mounting /usr, which holds the driver's libraries",
+     review(binpack(container(limits=GPU), volumes=host_path("/usr/"))),
+     False, ["mounts the host path /usr/"]),
+    ("gpu pod mounting the container runtime's socket",
+     review(binpack(container(limits=GPU), volumes=host_path("/run/containerd/containerd.sock"))),
+     False, ["mounts the host path /run/containerd/containerd.sock"]),
+    ("gpu pod mounting a host directory of its own",
+     review(binpack(container(limits=GPU), volumes=host_path("/mnt/datasets"))), True, []),
+    ("gpu pod sharing the host's processes",
+     review(binpack(container(limits=GPU), hostPID=True)),
+     False, ["spec.hostPID shares the node's processes", "leave hostPID unset"]),
+    ("gpu pod with a CDI annotation",
+     annotated(binpack(container(limits=GPU)), {"cdi.k8s.io/extra": "nvidia.com/gpu=all"}),
+     False, ["the annotation cdi.k8s.io/extra injects devices into its containers"]),
+    ("gpu pod with the NVIDIA NRI plugin's annotation",
+     annotated(binpack(container(limits=GPU)), {"nvidia.cdi.k8s.io/pod": "nvidia.com/gpu=all"}),
+     False, ["the annotation nvidia.cdi.k8s.io/pod injects devices"]),
+    ("an update adding a CDI annotation to a gpu pod",
+     annotated(binpack(container(limits=GPU)), {"cdi.k8s.io/extra": "nvidia.com/gpu=all"},
+               operation="UPDATE", old_spec=binpack(container(limits=GPU)), old_metadata={}),
+     False, ["the annotation cdi.k8s.io/extra injects devices"]),
+    ("cpu pod with a CDI annotation for another vendor's device",
+     annotated({"containers": [container()]}, {"cdi.k8s.io/fpga": "example.com/fpga=0"}),
+     True, []),
+    # node agents: a DaemonSet's pods tolerate the GPU taint, and get no device path there
+    ("daemonset pod asking for no device path", daemonset_pod(), True, []),
+    ("daemonset pod mounting /var/log", daemonset_pod(volumes=host_path("/var/log")), True, []),
+    ("privileged daemonset pod",
+     review({"tolerations": EVERY_TAINT, "containers": [container(privileged=True)]},
+            user=DAEMONSET_CONTROLLER, metadata=DAEMONSET_OWNER),
+     False, ['container "main" is privileged, and it may run on a GPU node (it tolerates the '
+             "GPU node taint nvidia.com/gpu=present:NoSchedule)", "exempt namespace"]),
+    ("daemonset pod mounting the host's /proc", daemonset_pod(volumes=host_path("/proc")),
+     False, ["mounts the host path /proc"]),
+    ("daemonset pod sharing the host's processes", daemonset_pod(hostPID=True),
+     False, ["spec.hostPID"]),
+    ("daemonset pod in a critical class",
+     daemonset_pod(priorityClassName="system-node-critical", priority=2000001000),
+     False, ['priorityClassName "system-node-critical" gives it priority 2000001000, above 0',
+             "a pod that may run on a GPU node", "node agents that must preempt belong in an "
+             "exempt namespace"]),
+    # zero quantities ask for nothing
+    ("zero GPUs on the default scheduler",
+     review({"containers": [container(limits=ZERO_GPUS)]}), True, []),
+    ("zero GPUs tolerating the gpu taint",
+     review({"tolerations": [GPU_TOLERATION], "containers": [container(limits=ZERO_GPUS)]}),
+     False, ["requests no GPU but tolerates the GPU node taint"]),
+    ("zero GPUs naming the nvidia runtime class",
+     review({"runtimeClassName": "nvidia", "containers": [container(limits=ZERO_GPUS)]}),
+     False, ['spec.runtimeClassName is "nvidia"']),
+    ("zero GPUs pinned to a gpu node",
+     review({"nodeName": "gpu-node-1", "containers": [container(limits=ZERO_GPUS)]}),
+     False, ["it is a GPU node"]),
+    ("a zero and a one: a GPU pod",
+     review({"containers": [container(limits={**ZERO_GPUS, "nvidia.com/mig-1g.10gb": "1"})]}),
+     False, ["requests nvidia.com/mig-1g.10gb but spec.schedulerName"]),
+    # another NVIDIA device: placed as a GPU pod is
+    ("NIC-only pod on the binpack scheduler with the gpu toleration",
+     review(binpack(container(limits=NIC))), True, []),
+    ("NIC-only pod on the default scheduler",
+     review({"containers": [container(limits=NIC)]}),
+     False, ["requests nvidia.com/rdma_shared_device_a but spec.schedulerName"]),
     # priority: preempting other users' GPU pods
     ("gpu pod in a class above the ceiling",
      review(binpack(container(limits=GPU), priorityClassName="system-cluster-critical",
@@ -209,8 +337,9 @@ CASES = [
     # Dynamic Resource Allocation
     ("claim on gpu.nvidia.com", claim(requests_of(
         {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}})),
-     False, ['ResourceClaim "team-a/gpus" asks for NVIDIA devices (gpu.nvidia.com)',
-             "does not support yet"]),
+     False, ['ResourceClaim "team-a/gpus" asks for devices of the device class '
+             '"gpu.nvidia.com" through Dynamic Resource Allocation',
+             "GPUs through DRA are not supported by this platform yet"]),
     ("claim template on mig.nvidia.com", claim(requests_of(
         {"name": "mig", "exactly": {"deviceClassName": "mig.nvidia.com"}}),
         kind="ResourceClaimTemplate"),
@@ -221,12 +350,26 @@ CASES = [
      False, ["gpu.nvidia.com"]),
     ("beta claim on gpu.nvidia.com", claim(requests_of(
         {"name": "gpu", "deviceClassName": "gpu.nvidia.com"})), False, ["gpu.nvidia.com"]),
-    ("claim selecting the NVIDIA driver", claim(requests_of(
-        {"name": "gpu", "exactly": {"deviceClassName": "everything.example.com", "selectors": [
-            {"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}})),
-     False, ["a selector on an NVIDIA driver"]),
-    ("claim on another device class", claim(requests_of(
-        {"name": "nic", "exactly": {"deviceClassName": "nic.example.com"}})), True, []),
+    ("claim selecting the NVIDIA driver by its name",
+     claim(requests_of({"name": "gpu", "exactly": {
+         "deviceClassName": "everything.example.com", "selectors": [
+             {"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}})),
+     False, ['the device class "everything.example.com"', "admission.deviceClasses"]),
+    ("claim reaching the NVIDIA driver without naming it",
+     claim(requests_of({"name": "gpu", "exactly": {
+         "deviceClassName": "everything.example.com", "selectors": [
+             {"cel": {"expression": "device.driver.startsWith('gpu.') && "
+                                    "device.driver.endsWith('.com')"}}]}})),
+     False, ['the device class "everything.example.com"']),
+    ("claim on a device class the stack does not list", claim(requests_of(
+        {"name": "nic", "exactly": {"deviceClassName": "nic.example.com"}})),
+     False, ['the device class "nic.example.com"', "admission.deviceClasses"]),
+    ("update of a claim (its finalizer removed while it is deleted)",
+     review({"devices": {"requests": [{"name": "gpu", "exactly": {
+         "deviceClassName": "gpu.nvidia.com"}}]}}, kind="ResourceClaim",
+         group="resource.k8s.io", name="gpus", operation="UPDATE",
+         old_spec={"devices": {"requests": [{"name": "gpu", "exactly": {
+             "deviceClassName": "gpu.nvidia.com"}}]}}), True, []),
     # what is not the policy's business
     ("cpu-only pod", review({"containers": [container(requests=CPU, limits=CPU)]}), True, []),
     ("pod without resources", review({"containers": [{"name": "c", "image": "x"}]}), True, []),
@@ -308,14 +451,21 @@ def test_mutate_fixes_gpu_pods_so_the_validating_policy_admits_them(opa_bin, dep
     review(binpack(container(limits=GPU)), namespace="team-b"),
     review({"containers": [container(requests=CPU)]}),
     review({"containers": [container(limits=GPU)]}, namespace="kube-system"),
-], ids=["already right", "cpu pod", "exempt namespace"])
+    review({"containers": [container(limits=ZERO_GPUS)]}),
+], ids=["already right", "cpu pod", "exempt namespace",
+        "a chart's CPU variant that keeps nvidia.com/gpu: 0"])
 def test_mutate_leaves_alone_what_needs_no_fix(opa_bin, deployed, request_):
     assert mutated(opa_bin, deployed, request_, "mutate")[1] == []
 
 
 @pytest.mark.parametrize("case", ["gpu pod naming its node", "cpu pod tolerating the gpu taint",
                                   "NVIDIA_VISIBLE_DEVICES=all without a GPU",
-                                  "privileged gpu container", "claim on gpu.nvidia.com"])
+                                  "privileged gpu container", "claim on gpu.nvidia.com",
+                                  "SYS_ADMIN in a gpu pod's sidecar that asks for no GPU",
+                                  "privileged daemonset pod", "gpu pod mounting the host's /dev",
+                                  "gpu pod with a CDI annotation",
+                                  "daemonset pod in a critical class",
+                                  "zero GPUs tolerating the gpu taint"])
 def test_mutate_still_refuses_what_it_cannot_fix(opa_bin, deployed, case):
     request_ = next(c[1] for c in CASES if c[0] == case)
     fixed, _ = mutated(opa_bin, deployed, request_, "mutate")
@@ -414,7 +564,8 @@ def test_every_pod_the_policy_refuses_or_warns_about_is_sent_to_opa(opa_bin, dep
     "cpu-only pod", "pod without resources", "unguarded extended resource",
     "daemonset pod from the daemonset controller", "cpu pod naming a cpu node",
     "privileged cpu pod", "update of a pod that already tolerated", "pod UPDATE",
-    "cpu pod tolerating the gpu key for NoExecute only"])
+    "cpu pod tolerating the gpu key for NoExecute only",
+    "daemonset pod asking for no device path", "SYS_ADMIN in a cpu pod"])
 def test_pods_that_cannot_break_a_rule_never_wait_for_opa(deployed, case):
     request_ = next(c[1] for c in CASES if c[0] == case)
     assert not sent_to_opa(deployed["webhooks"][0], request_)
@@ -461,3 +612,83 @@ def test_opa_api_is_locked_down(opa_bin, example_run, deployed, tmp_path):
     assert allowed("POST", ["v1", "data", "gpuplatform", "admission", "params"]) is False
     assert allowed("PUT", ["v1", "policies", "x"], identity="any-token") is False
     assert allowed("GET", ["v1", "policies"], identity="any-token") is False
+
+
+# --- node pools, and other stacks --------------------------------------------------------------
+
+def deployed_for(tmp_path_factory, **changes) -> dict:
+    """The admission policy as a stack with `changes` deploys it."""
+    config = harness.stack_file_config(with_changes(**changes))
+    return deployed_policy(harness.run_program(config), harness.settings_of(config),
+                           tmp_path_factory.mktemp)
+
+
+@pytest.fixture(scope="module")
+def deployed_pools(tmp_path_factory):
+    """Node pools taint their own GPU nodes: the policy knows no GPU node's name."""
+    return deployed_for(tmp_path_factory, gpuNodes={"taintedBy": "nodePool", "names": []})
+
+
+DEBUG_ON = {"nodeName": "node-7", "containers": [container()]}
+
+# (case, AdmissionReview, allowed where the program names the GPU nodes, allowed with node
+# pools, fragments the node pools' refusal must contain)
+NAMED_OR_NOT = [
+    ("pod bound by name, asking for no device path",
+     review({"nodeName": "node-7", "containers": [container()]}), True, True, []),
+    ("pod bound by name, sharing the host's processes",
+     review({"nodeName": "node-7", "hostPID": True, "containers": [container()]}), True, False,
+     ['spec.hostPID', 'spec.nodeName "node-7" may be a GPU node (GPU nodes are not named in '
+      "this stack)"]),
+    ("privileged debug container added to a running pod",
+     review({**DEBUG_ON, "ephemeralContainers": [container("debugger", privileged=True)]},
+            operation="UPDATE", sub_resource="ephemeralcontainers", old_spec=DEBUG_ON),
+     True, False, ['ephemeral container "debugger" is privileged', 'spec.nodeName "node-7"']),
+    ("SYS_ADMIN debug container added to a running pod",
+     review({**DEBUG_ON, "ephemeralContainers": [container("debugger",
+                                                           capabilities=["SYS_ADMIN"])]},
+            operation="UPDATE", sub_resource="ephemeralcontainers", old_spec=DEBUG_ON),
+     True, False, ["adds the capability SYS_ADMIN"]),
+    ("pod bound by name in a critical class",
+     review({"nodeName": "node-7", "priorityClassName": "system-node-critical",
+             "priority": 2000001000, "containers": [container()]}), True, False,
+     ["above 0, the highest a pod that may run on a GPU node may have"]),
+    ("gpu pod naming its node",
+     review(binpack(container(limits=GPU), nodeName="node-7")), False, False,
+     ['spec.nodeName "node-7" skips the scheduler']),
+    ("cpu pod tolerating the gpu taint",
+     review({"tolerations": [GPU_TOLERATION], "containers": [container()]}), False, False,
+     ["tolerates the GPU node taint"]),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("request_, named, pools, fragments", [c[1:] for c in NAMED_OR_NOT],
+                         ids=[c[0] for c in NAMED_OR_NOT])
+def test_every_way_onto_a_gpu_node_counts_where_gpu_nodes_are_named_and_where_not(
+        opa_bin, deployed, deployed_pools, mode, request_, named, pools, fragments):
+    for policy, allowed in ((deployed, named), (deployed_pools, pools)):
+        response = decide(opa_bin, policy, request_, mode)
+        if mode == "audit":      # admitted, with the refusal as a warning
+            assert response["allowed"] is True
+            assert bool(response.get("warnings")) is not allowed
+        else:                    # nothing here is a fix the mutate mode could make
+            assert response["allowed"] is allowed, (policy is deployed, response)
+            if not allowed and policy is deployed_pools:
+                for fragment in fragments:
+                    assert fragment in response["status"]["message"]
+        if not allowed:
+            assert sent_to_opa(policy["webhooks"][0], request_)
+
+
+def test_claims_on_a_listed_device_class_are_admitted(opa_bin, tmp_path_factory):
+    listed = deployed_for(tmp_path_factory, admission={"deviceClasses": ["nic.example.com"]})
+    nic = claim(requests_of({"name": "nic", "exactly": {"deviceClassName": "nic.example.com"}}))
+    assert decide(opa_bin, listed, nic)["allowed"] is True
+    # A selector narrows the class; the listed class's claim stays admitted whatever it selects.
+    narrowed = claim(requests_of({"name": "nic", "exactly": {
+        "deviceClassName": "nic.example.com",
+        "selectors": [{"cel": {"expression": "device.attributes['nic.example.com'].rdma"}}]}}))
+    assert decide(opa_bin, listed, narrowed)["allowed"] is True
+    gpu = claim(requests_of({"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}))
+    assert decide(opa_bin, listed, gpu)["allowed"] is False

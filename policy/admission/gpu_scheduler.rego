@@ -1,5 +1,10 @@
 # Admission policy: no pod gets a GPU, or a place on a GPU node, unless the binpack scheduler
-# decides where it runs.
+# decides where it runs. The principle: on a GPU node, a GPU is reached only through the GPU
+# resource, as the binpack scheduler places it. Every way a pod may get onto a GPU node counts
+# (asking for GPUs, tolerating the GPU taint, being bound to a node by name), and a pod that may
+# get there is given no other way to a GPU (device paths: privilege, the capabilities the NVIDIA
+# container toolkit treats as privilege, host devices and driver files, the host's processes,
+# device-injecting annotations). docs/concepts/admission.md has the threat model.
 #
 # The webhooks send only the requests a rule can be about (their matchConditions); the policy
 # checks again so that it is correct on its own. Its parameters are OPA data at
@@ -176,11 +181,24 @@ pod_containers contains ["ephemeral container", c] if {
 	not c.name in {old.name | some old in array_at(old_spec, "ephemeralContainers")}
 }
 
-# The guarded resources a container names in its requests or limits.
+# The guarded resources a container asks for: named in its requests or limits with a quantity
+# above zero (a chart's CPU variant may keep `nvidia.com/gpu: 0`, which asks for nothing).
 gpu_resources(container) := {name |
 	some section in ["requests", "limits"]
-	some name, _ in container.resources[section]
+	some name, quantity in container.resources[section]
 	guarded(name)
+	positive(quantity)
+}
+
+positive(quantity) if {
+	is_number(quantity)
+	quantity > 0
+}
+
+# A quantity that does not parse counts as asking: the API server refuses it anyway.
+positive(quantity) if {
+	is_string(quantity)
+	not units.parse(quantity) == 0
 }
 
 guarded(name) if {
@@ -202,7 +220,117 @@ gpu_pod if {
 	count(gpu_resources(c)) > 0
 }
 
-on_gpu_node if pod_spec.nodeName in params.gpuNodeNames
+bound_by_name if {
+	is_string(pod_spec.nodeName)
+	pod_spec.nodeName != ""
+}
+
+named_gpu_node if pod_spec.nodeName in params.gpuNodeNames
+
+# --- where a pod may run ------------------------------------------------------------------------
+
+# Every way onto a GPU node, each with the reason a refusal gives: asking for GPUs (the binpack
+# scheduler puts the pod there), tolerating the GPU taint (by key or by wildcard; then any
+# scheduler may), or being bound to a node by name, which skips every scheduler: to a GPU node's
+# name, or to any node where node pools taint their own GPU nodes and their names are unknown.
+gpu_node_ways contains sprintf("it requests %s", [concat(", ", sort(requested_gpu_resources))]) if gpu_pod
+
+gpu_node_ways contains sprintf("it tolerates the GPU node taint %s", [taint_text(params.gpuTaints[0])]) if tolerates_gpu_nodes(pod_spec)
+
+gpu_node_ways contains sprintf("spec.nodeName %q is a GPU node", [pod_spec.nodeName]) if named_gpu_node
+
+gpu_node_ways contains sprintf("spec.nodeName %q may be a GPU node (GPU nodes are not named in this stack)", [pod_spec.nodeName]) if {
+	not params.gpuNodeNamesKnown
+	bound_by_name
+}
+
+requested_gpu_resources contains name if {
+	some field, _ in container_fields
+	some c in array_at(pod_spec, field)
+	is_object(c)
+	some name in gpu_resources(c)
+}
+
+may_run_on_gpu_node if count(gpu_node_ways) > 0
+
+# The first reason, for messages.
+gpu_node_way := sort(gpu_node_ways)[0]
+
+# --- device paths: ways to a GPU other than the GPU resource ------------------------------------
+
+# Each as [what, the fix]: on a GPU node, each reaches GPUs the pod was not given.
+device_paths contains [sprintf("%s %q is privileged", [label, object.get(c, "name", "")]), "run it unprivileged"] if {
+	some [label, c] in pod_containers
+	c.securityContext.privileged == true
+}
+
+# The NVIDIA container toolkit treats a container with CAP_SYS_ADMIN in its bounding set as
+# privileged: it then honours NVIDIA_VISIBLE_DEVICES and sees every GPU of the node.
+device_paths contains [sprintf("%s %q adds the capability %s, which the NVIDIA container toolkit treats as privileged", [label, object.get(c, "name", ""), capability]), "drop it"] if {
+	some [label, c] in pod_containers
+	some capability in c.securityContext.capabilities.add
+	is_string(capability)
+	trim_prefix(upper(capability), "CAP_") in params.privilegedCapabilities
+}
+
+device_paths contains [sprintf("volume %q mounts the host path %s, which holds GPU devices or driver files", [object.get(v, "name", ""), v.hostPath.path]), "mount no host devices or driver files"] if {
+	is_create
+	some v in array_at(pod_spec, "volumes")
+	device_host_path(v.hostPath.path)
+}
+
+device_paths contains ["spec.hostPID shares the node's processes, and with them their GPU device files", "leave hostPID unset"] if {
+	is_create
+	pod_spec.hostPID == true
+}
+
+device_paths contains [sprintf("the annotation %s injects devices into its containers", [key]), "remove the annotation"] if {
+	some key in annotations_set
+	some prefix in params.deviceAnnotationPrefixes
+	startswith(key, prefix)
+}
+
+# A host path holds GPU devices or driver files when it is one of the guarded paths, lies under
+# one, or contains one (a mount of / or /usr holds them all).
+device_host_path(path) if {
+	clean := trim_suffix(path, "/")
+	some guarded_path in params.deviceHostPaths
+	path_within(clean, guarded_path)
+}
+
+device_host_path(path) if {
+	clean := trim_suffix(path, "/")
+	some guarded_path in params.deviceHostPaths
+	path_within(guarded_path, clean)
+}
+
+device_host_path("/")
+
+path_within(path, directory) if path == directory
+
+path_within(path, directory) if startswith(path, concat("", [directory, "/"]))
+
+# The annotations a request sets: all of them at creation; on an update, those it adds or changes.
+annotations_set contains key if {
+	is_create
+	some key, _ in object.get(input.request.object.metadata, "annotations", {})
+}
+
+annotations_set contains key if {
+	is_pod
+	input.request.operation == "UPDATE"
+	not input.request.subResource
+	some key, value in object.get(input.request.object.metadata, "annotations", {})
+	object.get(object.get(object.get(input.request, "oldObject", {}), "metadata", {}), "annotations", {})[key] != value
+}
+
+annotations_set contains key if {
+	is_pod
+	input.request.operation == "UPDATE"
+	not input.request.subResource
+	some key, _ in object.get(input.request.object.metadata, "annotations", {})
+	not object.get(object.get(object.get(input.request, "oldObject", {}), "metadata", {}), "annotations", {})[key]
+}
 
 # kube-scheduler's toleration semantics: an empty key with Exists tolerates every taint; an
 # empty effect tolerates every effect.
@@ -286,7 +414,7 @@ node_name_reasons contains sprintf("GPU pods are placed by %s: remove spec.nodeN
 
 node_name_reasons contains "it is a GPU node, which only GPU pods placed by the binpack scheduler may use" if {
 	not gpu_pod
-	on_gpu_node
+	named_gpu_node
 }
 
 violations contains {
@@ -331,44 +459,47 @@ violations contains {
 	pod_spec.runtimeClassName in params.gpuRuntimeClasses
 }
 
+# Device paths: a pod that may run on a GPU node reaches GPUs only through the GPU resource.
+# Node agents that need any of these belong in an exempt namespace.
 violations contains {
-	"rule": "privileged",
+	"rule": "device-path",
 	"fixable": false,
 	"message": sprintf(
-		"pod %q: %s %q is privileged and would see every GPU of its node; GPU pods run unprivileged (privileged GPU workloads belong in an exempt namespace)",
-		[pod_name, label, object.get(c, "name", "")],
+		"pod %q: %s, and it may run on a GPU node (%s), where a GPU is reached only through the GPU resource placed by %s: %s (node agents that need it belong in an exempt namespace)",
+		[pod_name, what, gpu_node_way, params.schedulerName, fix],
 	),
 } if {
-	some [label, c] in pod_containers
-	c.securityContext.privileged == true
-	gpu_or_gpu_node
+	may_run_on_gpu_node
+	some [what, fix] in device_paths
 }
 
-gpu_or_gpu_node if gpu_pod
-
-gpu_or_gpu_node if on_gpu_node
-
 # Priority: kube-scheduler preempts lower-priority pods to place a pod that does not fit, so a
-# GPU pod of a high class would evict other users' GPU pods that never opted in. spec.priority is
-# already resolved from priorityClassName here (the Priority admission plugin runs before
-# webhooks); a pod naming no class gets the cluster's default and is not this rule's business.
+# pod of a high class that may run on a GPU node would evict other users' GPU pods that never
+# opted in. spec.priority is already resolved from priorityClassName here (the Priority
+# admission plugin runs before webhooks); a pod naming no class gets the cluster's default and
+# is not this rule's business.
 violations contains {
 	"rule": "priority",
 	"fixable": false,
 	"message": sprintf(
-		"pod %q: priorityClassName %q gives it priority %d, above %d, the highest a GPU pod may have: it would preempt other users' GPU pods; %s",
-		[pod_name, pod_spec.priorityClassName, pod_spec.priority, params.maxGpuPodPriority, priority_remedy],
+		"pod %q: priorityClassName %q gives it priority %d, above %d, the highest a pod that may run on a GPU node may have (%s): it would preempt other users' GPU pods; %s",
+		[pod_name, pod_spec.priorityClassName, pod_spec.priority, params.maxGpuPodPriority, gpu_node_way, priority_remedy],
 	),
 } if {
 	is_create
-	gpu_pod
+	may_run_on_gpu_node
 	is_string(pod_spec.priorityClassName)
 	pod_spec.priorityClassName != ""
 	is_number(pod_spec.priority)
 	pod_spec.priority > params.maxGpuPodPriority
 }
 
-priority_remedy := sprintf("name no priority class, %s (preemptible), or a class of priority %d or less", [params.preemptibleClass, params.maxGpuPodPriority]) if params.preemptibleClass != ""
+priority_remedy := sprintf("name no priority class, %s (preemptible), or a class of priority %d or less", [params.preemptibleClass, params.maxGpuPodPriority]) if {
+	gpu_pod
+	params.preemptibleClass != ""
+}
+
+else := sprintf("name no priority class, or a class of priority %d or less (node agents that must preempt belong in an exempt namespace)", [params.maxGpuPodPriority]) if not gpu_pod
 
 else := sprintf("name no priority class, or a class of priority %d or less", [params.maxGpuPodPriority])
 
@@ -393,22 +524,36 @@ controller_owned if {
 	owner.controller == true
 }
 
-# Dynamic Resource Allocation: a claim on an NVIDIA device class would hand out GPUs that the
-# binpack scheduler does not score and the dashboard does not count.
+# Dynamic Resource Allocation: GPUs through a claim would bypass the binpack scheduler's scoring
+# and the dashboard. A claim's own selectors only narrow the devices of its class, so the policy
+# decides by class: a claim is admitted only on classes the stack lists as selecting no NVIDIA
+# device (admission.deviceClasses; NVIDIA's own never are). Only creation is decided: a claim's
+# devices cannot change afterwards, and its finalizers and status must stay free to change.
 violations contains {
 	"rule": "dra",
 	"fixable": false,
 	"message": sprintf(
-		"%s %q asks for NVIDIA devices (%s) through Dynamic Resource Allocation, which this platform does not support yet; request nvidia.com/gpu in a container's resources.limits instead",
-		[input.request.kind.kind, claim_name, concat(", ", sort(nvidia_device_requests))],
+		"%s %q asks for devices of %s through Dynamic Resource Allocation; %s",
+		[input.request.kind.kind, claim_name, concat(", ", sort(unlisted_device_classes)), dra_remedy],
 	),
 } if {
 	input.request.kind.group == "resource.k8s.io"
 	input.request.kind.kind in {"ResourceClaim", "ResourceClaimTemplate"}
-	input.request.operation in {"CREATE", "UPDATE"}
+	input.request.operation == "CREATE"
 	not exempt
-	count(nvidia_device_requests) > 0
+	count(unlisted_device_classes) > 0
 }
+
+unlisted_device_classes contains sprintf("the device class %q", [r.deviceClassName]) if {
+	some r in device_requests
+	is_string(r.deviceClassName)
+	not r.deviceClassName in params.allowedDeviceClasses
+}
+
+dra_remedy := "GPUs through DRA are not supported by this platform yet: request nvidia.com/gpu in a container's resources.limits instead" if {
+	some r in device_requests
+	nvidia_class(r.deviceClassName)
+} else := "only the device classes the platform team has checked select no GPU may be claimed (admission.deviceClasses)"
 
 claim_name := sprintf("%s/%s", [input.request.namespace, object.get(input.request.object.metadata, "name", "")])
 
@@ -426,17 +571,6 @@ device_requests contains r if {
 device_requests contains r if {
 	some request in claim_spec.devices.requests
 	some r in request.firstAvailable
-}
-
-nvidia_device_requests contains r.deviceClassName if {
-	some r in device_requests
-	nvidia_class(r.deviceClassName)
-}
-
-nvidia_device_requests contains "a selector on an NVIDIA driver" if {
-	some r in device_requests
-	some s in r.selectors
-	contains(s.cel.expression, "nvidia.com")
 }
 
 nvidia_class(name) if {

@@ -292,7 +292,7 @@ class ControllerManager:
     unreachable and evict their pods."""
 
     CONTROLLERS = ("deployment-controller", "replicaset-controller", "statefulset-controller",
-                   "job-controller", "garbage-collector-controller",
+                   "job-controller", "daemonset-controller", "garbage-collector-controller",
                    # PodDisruptionBudget status, which the eviction API decides by.
                    "disruption-controller",
                    # A Service's ready endpoints, which webhooks are called at.
@@ -302,7 +302,10 @@ class ControllerManager:
 
     def __init__(self, cp: ControlPlane):
         self.port = free_port()
-        kubeconfig = cp.kubeconfig("kube-controller-manager")
+        # Its own name, as on a cluster, so that admission sees the pods its controllers create
+        # as theirs (the DaemonSet controller's among them).
+        kubeconfig = cp.kubeconfig("kube-controller-manager", cert=cp.superuser_cert(
+            "system:kube-controller-manager"))
         serving = cp.ca.issue("kube-controller-manager", server=True, ip_addresses=("127.0.0.1",))
         self.process = cp.start_process("kube-controller-manager", [
             str(tools.kube_controller_manager()), f"--kubeconfig={kubeconfig}",

@@ -435,10 +435,12 @@ class ControlPlane:
             what=f"token for ServiceAccount {namespace}/{name}")
         return review["status"]["token"]
 
-    def kubeconfig(self, name: str, *, token: str | None = None) -> Path:
-        """A kubeconfig file for the admin user, or for a bearer token."""
+    def kubeconfig(self, name: str, *, token: str | None = None,
+                   cert: tuple[Path, Path] | None = None) -> Path:
+        """A kubeconfig file for the admin user, a bearer token or a client certificate."""
+        certificate, key = cert or self.admin_cert
         user = {"token": token} if token else {
-            "client-certificate": str(self.admin_cert[0]), "client-key": str(self.admin_cert[1])}
+            "client-certificate": str(certificate), "client-key": str(key)}
         config = {
             "apiVersion": "v1", "kind": "Config", "current-context": "test",
             "clusters": [{"name": "test", "cluster": {
@@ -447,6 +449,13 @@ class ControlPlane:
             "contexts": [{"name": "test", "context": {"cluster": "test", "user": name}}],
         }
         return self.write(f"kubeconfig/{name}.yaml", yaml.safe_dump(config))
+
+    def superuser_cert(self, user: str) -> tuple[Path, Path]:
+        """A client certificate of `user`, a member of system:masters: a component that keeps
+        its own name (admission sees it) and needs no RBAC set up for it."""
+        issued = self.ca.issue(user, organizations=("system:masters",))
+        return (self.write(f"pki/{user}.crt", issued.cert_pem),
+                self.write(f"pki/{user}.key", issued.key_pem))
 
     def client(self, token: str) -> Kube:
         return Kube(self.server, self.ca_file, token=token)

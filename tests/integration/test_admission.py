@@ -334,8 +334,70 @@ def test_privileged_gpu_pod_is_refused(admission, example_settings):
     obj = pod("privileged-train", USER_NAMESPACE, gpus=1, settings=example_settings,
               scheduler=example_settings.scheduler.name)
     obj["spec"]["containers"][0]["securityContext"] = {"privileged": True}
-    assert "is privileged and would see every GPU of its node" in refusal(admission.cp.admin,
-                                                                          obj)
+    assert 'container "main" is privileged, and it may run on a GPU node' in refusal(
+        admission.cp.admin, obj)
+
+
+def test_a_sidecar_that_the_toolkit_would_treat_as_privileged_is_refused(admission,
+                                                                         example_settings):
+    """A container that asks for no GPU but adds CAP_SYS_ADMIN, in a GPU pod: the NVIDIA
+    container toolkit would treat it as privileged and show it every GPU of the node."""
+    obj = pod("sidecar-sees-all", USER_NAMESPACE, gpus=1, settings=example_settings,
+              scheduler=example_settings.scheduler.name)
+    obj["spec"]["containers"].append({"name": "sidecar", "image": "busybox:1",
+                                      "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}})
+    message = refusal(admission.cp.admin, obj)
+    assert 'container "sidecar" adds the capability SYS_ADMIN' in message
+
+
+def test_a_chart_that_keeps_zero_gpus_is_a_pod_without_gpus(admission):
+    """`nvidia.com/gpu: 0` asks for nothing: such a pod goes where pods without GPUs go."""
+    kube = admission.cp.admin
+    obj = gpu_resource_pod("cpu-variant", "nvidia.com/gpu")
+    obj["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "0"}
+    kube.create(obj)
+    assert placement(kube, USER_NAMESPACE, "cpu-variant") == "cpu-node-1"
+    obj["metadata"]["name"] = "cpu-variant-on-gpu-nodes"
+    obj["spec"]["tolerations"] = [{"operator": "Exists"}]
+    assert "requests no GPU but tolerates the GPU node taint" in refusal(kube, obj)
+
+
+def daemonset(name: str, container: dict, **spec) -> dict:
+    """A node agent as users write them: tolerating every taint, so on every node."""
+    labels = {"app": name}
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": name, "namespace": USER_NAMESPACE},
+            "spec": {"selector": {"matchLabels": labels}, "template": {
+                "metadata": {"labels": labels},
+                "spec": {"tolerations": [{"operator": "Exists"}], "containers": [container],
+                         "terminationGracePeriodSeconds": 0, **spec}}}}
+
+
+def test_a_users_daemonset_runs_on_gpu_nodes_only_without_device_paths(admission):
+    """The real DaemonSet controller creates the pods: a log agent reading /var/log runs on the
+    GPU node too; a privileged agent is refused there, and the controller's events say why."""
+    kube = admission.cp.admin
+    kube.create(daemonset("log-agent", {"name": "agent", "image": "busybox:1",
+                                        "volumeMounts": [{"name": "logs",
+                                                          "mountPath": "/var/log"}]},
+                          volumes=[{"name": "logs", "hostPath": {"path": "/var/log"}}]))
+    wait_until(lambda: {p["spec"].get("nodeName") for p in kube.list(
+        "v1", "Pod", USER_NAMESPACE, labelSelector="app=log-agent")} >= {"gpu-node-1",
+                                                                         "cpu-node-1"},
+        "the log agent on every node", timeout=30)
+    kube.create(daemonset("node-debugger", {"name": "debugger", "image": "busybox:1",
+                                            "securityContext": {"privileged": True}}))
+
+    def refused_events() -> list[str]:
+        return [e["message"] for e in kube.list("v1", "Event", USER_NAMESPACE)
+                if e["involvedObject"].get("name") == "node-debugger"
+                and e.get("reason") == "FailedCreate"]
+    messages = wait_until(refused_events, "the DaemonSet controller to report the refusal",
+                          timeout=30)
+    print("\nDaemonSet refused:", messages[0])
+    assert 'container "debugger" is privileged, and it may run on a GPU node (it tolerates ' \
+           "the GPU node taint" in messages[0]
+    assert kube.list("v1", "Pod", USER_NAMESPACE, labelSelector="app=node-debugger") == []
 
 
 def test_gpu_pods_cannot_outrank_others_into_preempting_them(admission, example_settings):
@@ -375,11 +437,47 @@ def test_gpu_claims_through_dynamic_resource_allocation_are_refused(admission):
              "spec": {"devices": {"requests": [
                  {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}
     message = refusal(kube, claim)
-    assert "asks for NVIDIA devices (gpu.nvidia.com) through Dynamic Resource Allocation" \
-        in message
-    claim["metadata"]["name"] = "one-nic"
-    claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "nic.example.com"
-    kube.create(claim)
+    assert 'asks for devices of the device class "gpu.nvidia.com" through Dynamic Resource ' \
+           "Allocation" in message
+    # A generic class whose selector reaches the driver without naming it: refused by its class.
+    claim["metadata"]["name"] = "reaches-the-driver"
+    claim["spec"]["devices"]["requests"][0]["exactly"] = {
+        "deviceClassName": "everything.example.com",
+        "selectors": [{"cel": {"expression": "device.driver.endsWith('.com')"}}]}
+    assert 'the device class "everything.example.com"' in refusal(kube, claim)
+
+
+def test_a_gpu_claim_made_before_the_platform_can_still_lose_its_finalizer(admission,
+                                                                           declared):
+    """A claim the policy would refuse, made while no webhook was registered: deleting it must
+    finish, so the update that removes its finalizer is not the policy's business."""
+    kube = admission.cp.admin
+    if not kube.serves("resource.k8s.io/v1", "ResourceClaim"):
+        pytest.skip("this API server serves no resource.k8s.io/v1")
+    webhook = find(declared.objects, "ValidatingWebhookConfiguration", "gpu-platform-admission")
+    kube.delete("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration",
+                webhook["metadata"]["name"])
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": "before-the-platform", "namespace": USER_NAMESPACE,
+                          "finalizers": ["example.com/cleanup"]},
+             "spec": {"devices": {"requests": [
+                 {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}
+    try:
+        kube.create(claim)
+    finally:
+        kube.apply(webhook, TEST_MANAGER)
+    wait_until(lambda: not gpu_pod_admitted_on(kube, admission.settings, scheduler=None),
+               "the webhook to take effect again", timeout=15)
+    assert "gpu.nvidia.com" in refusal(kube, {**claim, "metadata": {
+        "name": "after-the-platform", "namespace": USER_NAMESPACE}})
+    kube.delete("resource.k8s.io/v1", "ResourceClaim", "before-the-platform", USER_NAMESPACE)
+    kube.merge_patch("resource.k8s.io/v1", "ResourceClaim", "before-the-platform",
+                     {"metadata": {"finalizers": None}}, USER_NAMESPACE,
+                     what="remove the claim's finalizer")
+    wait_until(lambda: not [c for c in kube.list("resource.k8s.io/v1", "ResourceClaim",
+                                                  USER_NAMESPACE)
+                            if c["metadata"]["name"] == "before-the-platform"],
+               "the claim to be gone", timeout=15)
 
 
 def test_binpack_scheduler_cannot_touch_the_cluster_schedulers_lease(admission,
@@ -408,12 +506,17 @@ ROLLOUT_SECONDS = 60
 
 
 def switch_mode(admission: Admission, settings: StackSettings, mode: str) -> StackSettings:
-    """Roll the stack to another admission mode as `pulumi up` would: the policy ConfigMap,
-    then the OPA Deployment (whose pods roll, each new one loading the new parameters), then,
-    once the rollout is done, both webhook configurations, built from the changed settings."""
+    """Roll the stack to another admission mode (see roll_out)."""
     adm = settings.admission.model_copy(update={
         "mode": mode, "failure_policy": "Ignore" if mode == "audit" else "Fail"})
-    changed = settings.model_copy(update={"admission": adm})
+    return roll_out(admission, settings.model_copy(update={"admission": adm}), f"mode {mode}")
+
+
+def roll_out(admission: Admission, changed: StackSettings, what: str) -> StackSettings:
+    """Roll the stack onto changed settings as `pulumi up` would: the policy ConfigMap, then
+    the OPA Deployment (whose pods roll, each new one loading the new parameters), then, once
+    the rollout is done, both webhook configurations, built from the changed settings."""
+    adm = changed.admission
     cp, started = admission.cp, time.monotonic()
     before = {running.uid for running in admission.opa_pods()}
     policy = next(o for o in opa_admission.policy_config_maps(changed)
@@ -422,9 +525,9 @@ def switch_mode(admission: Admission, settings: StackSettings, mode: str) -> Sta
     cp.admin.apply(opa_admission.deployment(changed), TEST_MANAGER)
     wait_until(lambda: admission.serving(adm.replicas) and not before & {
         running.uid for running in admission.opa_pods()},
-        f"every OPA pod to be replaced by one of mode {mode}", timeout=ROLLOUT_SECONDS,
+        f"every OPA pod to be replaced by one of {what}", timeout=ROLLOUT_SECONDS,
         explain=lambda: kubelet_state(admission))
-    print(f"\npolicy change to mode {mode}: every OPA pod replaced and ready after "
+    print(f"\npolicy change to {what}: every OPA pod replaced and ready after "
           f"{time.monotonic() - started:.1f} s")
     cp.admin.apply(opa_admission.webhook_configuration(changed, admission.ca_bundle),
                    TEST_MANAGER)
@@ -484,6 +587,34 @@ def test_audit_admits_with_the_warning_kubectl_shows_and_labels_the_pod(admissio
     finally:
         switch_mode(admission, example_settings, "enforce")
     assert "spec.schedulerName" in refusal(kube, bare_gpu_pod("after-audit"))
+
+
+def test_where_node_pools_taint_the_gpu_nodes_a_debug_container_gets_no_device_path(
+        admission, example_settings):
+    """In a node-pool stack the policy knows no GPU node's name, so a pod bound to any node may
+    be on one: a privileged debug container added to it is refused, while an unprivileged one
+    is added."""
+    kube = admission.cp.admin
+    kube.create(pod("web-to-debug", USER_NAMESPACE))
+    assert placement(kube, USER_NAMESPACE, "web-to-debug") == "cpu-node-1"
+    nodes = example_settings.gpu_nodes.model_copy(update={"tainted_by": "nodePool",
+                                                          "names": []})
+    roll_out(admission, example_settings.model_copy(update={"gpu_nodes": nodes}), "node pools")
+    try:
+        def add_debugger(name: str, security: dict) -> None:
+            kube.request("PATCH", kube.path("v1", "Pod", USER_NAMESPACE, "web-to-debug",
+                                            "ephemeralcontainers"),
+                         body={"spec": {"ephemeralContainers": [
+                             {"name": name, "image": "busybox:1", "securityContext": security}]}},
+                         content_type="application/strategic-merge-patch+json")
+        with pytest.raises(ApiError) as refused:
+            add_debugger("root-shell", {"privileged": True})
+        assert refused.value.status == 403
+        assert ('spec.nodeName "cpu-node-1" may be a GPU node (GPU nodes are not named in this '
+                "stack)") in refused.value.message
+        add_debugger("shell", {})
+    finally:
+        roll_out(admission, example_settings, "named GPU nodes")
 
 
 def probe_of_a_later_run(declared, run: str) -> dict:
