@@ -10,7 +10,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from . import kube
-from .settings import ReleaseProtection, SettingsError
+from .settings import ReleaseProtection
+from .validation import SettingsError
 
 
 def _leaf_paths(values: Mapping[str, Any], prefix: tuple = ()) -> list[tuple]:

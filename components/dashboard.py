@@ -17,6 +17,7 @@ from grafana_foundation_sdk.builders import dashboard as board
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as model
 
+from .facts import AUDIT_LABEL
 from .gpu_rules import (
     DCGM_JOB,
     NAMESPACE_ALLOCATED,
@@ -27,7 +28,7 @@ from .gpu_rules import (
     STRANDED,
     WHOLE_FREE_NODES,
 )
-from .settings import AUDIT_LABEL, StackSettings
+from .settings import StackSettings
 
 UID = "gpu-platform-gpus"
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")

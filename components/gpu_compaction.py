@@ -16,7 +16,8 @@ import pulumi
 
 from . import compaction_plan, kube
 from .binpack_scheduler import scoring_strategy
-from .settings import GPU_RESOURCE, StackSettings
+from .facts import GPU_RESOURCE
+from .settings import StackSettings
 
 COMPONENT = "compaction"
 POLICY_DIR = "/policy-dir"

@@ -10,7 +10,8 @@ import pulumi
 import yaml
 
 from . import charts, kube
-from .settings import GPU_RESOURCE, StackSettings, to_snake
+from .facts import GPU_RESOURCE
+from .settings import StackSettings, to_snake
 
 CHART = "gpu-operator"
 COMPONENT = "gpu-operator"

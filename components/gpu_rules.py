@@ -19,7 +19,8 @@ import datetime
 import re
 
 from . import kube
-from .settings import GPU_RESOURCE, StackSettings
+from .facts import GPU_RESOURCE
+from .settings import StackSettings
 
 COMPONENT = "monitoring"
 RULE_NAME = "gpu-platform"

@@ -10,8 +10,9 @@ import pulumi
 import pulumi_random as random
 
 from . import binpack_scheduler, charts, dashboard, gpu_rules, kube, opa_admission
+from .facts import AUDIT_LABEL
 from .gpu_operator import DCGM_METRICS_PORT, DCGM_SERVICE_LABELS
-from .settings import AUDIT_LABEL, Receiver, StackSettings
+from .settings import Receiver, StackSettings
 
 CHART = "kube-prometheus-stack"
 COMPONENT = "monitoring"

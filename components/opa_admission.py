@@ -22,16 +22,15 @@ import pulumi
 import pulumi_tls as tls
 
 from . import kube
-from .settings import (
+from .facts import (
     AUDIT_LABEL,
     DAEMONSET_CONTROLLERS,
     DEVICE_ANNOTATION_PREFIXES,
     DEVICE_HOST_PATHS,
     NVIDIA_DEVICE_CLASS_SUFFIX,
     PRIVILEGED_CAPABILITIES,
-    StackSettings,
-    Taint,
 )
+from .settings import StackSettings, Taint
 
 COMPONENT = "admission"
 POLICY_DIR = Path(__file__).resolve().parent.parent / "policy"

@@ -16,13 +16,8 @@ from .gpu_nodes import GpuNodes
 from .gpu_operator import GpuOperator
 from .monitoring import Monitoring
 from .opa_admission import OpaAdmission
-from .settings import (
-    CONFIG_NAMESPACE,
-    SettingsError,
-    StackSettings,
-    load_settings,
-    retired_settings,
-)
+from .settings import CONFIG_NAMESPACE, StackSettings, load_settings, retired_settings
+from .validation import SettingsError
 
 # The config keys whose settings may hold secrets (free-form chart values, the Grafana password),
 # with the inputs that then carry them: those Helm releases' values, marked secret as a whole.

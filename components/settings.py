@@ -1,10 +1,10 @@
-"""Stack settings: the single home of every fact the platform is built from.
+"""Stack settings: the schema of the stack file, the single home of every setting.
 
 Settings are read from the stack's config under the `gpu-platform:` namespace, one config key per
 section (`gpu-platform:gpuNodes`, `gpu-platform:scheduler`, ...). Keys inside a section are named as
 the upstream chart or API names them. Everything is validated here, before any resource is
 declared; a bad value raises `SettingsError` naming `gpu-platform:<key>`, the value and what is
-allowed.
+allowed. Each section is also what its component takes as its own input (the components' args).
 """
 
 from __future__ import annotations
@@ -25,207 +25,45 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
-from pydantic_core import ErrorDetails
+
+from .facts import (
+    ALWAYS_EXEMPT,
+    BINPACK_SCORE_WEIGHTS,
+    DEFAULT_SCORE_WEIGHTS,
+    GPU_PRESENT_LABEL,
+    GPU_RESOURCE,
+    MIN_KUBERNETES,
+    NVIDIA_DEVICE_CLASS_SUFFIX,
+    NVIDIA_RESOURCES,
+    RESERVED_NAMESPACES,
+    mig_resource,
+    resource_matches,
+    split_registry,
+)
+from .validation import (
+    CRON_FIELD,
+    REGISTRY_MIRROR,
+    VERSION,
+    Invalid,
+    SettingsError,
+    chart_path_field,
+    check_chart_path,
+    check_dns_label,
+    check_duration,
+    check_go_duration,
+    check_image_tag,
+    check_label_value,
+    check_qualified_name,
+    check_repository,
+    describe,
+    go_duration_seconds,
+    is_dns_label,
+    is_dns_subdomain,
+    is_label_value,
+    is_qualified_name,
+)
 
 CONFIG_NAMESPACE = "gpu-platform"
-
-# The extended resource the NVIDIA device plugin advertises for a whole GPU.
-GPU_RESOURCE = "nvidia.com/gpu"
-# MIG slices are advertised as nvidia.com/mig-<profile> (mixed strategy).
-MIG_RESOURCE_PATTERN = "nvidia.com/mig-*"
-# Everything NVIDIA's device plugins advertise: whole GPUs, shared GPUs renamed to
-# nvidia.com/gpu.shared, MIG slices (shared or not), vGPU types and passthrough devices.
-NVIDIA_RESOURCES = "nvidia.com/*"
-# Device classes of NVIDIA's Dynamic Resource Allocation driver (gpu.nvidia.com,
-# mig.nvidia.com, compute-domain-*.nvidia.com) end in this.
-NVIDIA_DEVICE_CLASS_SUFFIX = "nvidia.com"
-# Who creates a DaemonSet's pods: the controller-manager's DaemonSet controller, with its own
-# ServiceAccount (--use-service-account-credentials) or with the controller-manager's identity.
-DAEMONSET_CONTROLLERS = ("system:serviceaccount:kube-system:daemon-set-controller",
-                         "system:kube-controller-manager")
-# GPU Feature Discovery (deployed by the GPU Operator) labels every node with a GPU so.
-GPU_PRESENT_LABEL = ("nvidia.com/gpu.present", "true")
-# In audit mode, pods admitted against the rules carry this label (value "violation").
-AUDIT_LABEL = "gpu-platform.io/admission-audit"
-
-# Device paths: what gives a container a GPU other than the GPU resource, on a GPU node.
-# The capabilities that make the NVIDIA container toolkit (v1.20.0, as the operator chart pins it)
-# treat a container as privileged: CAP_SYS_ADMIN in its bounding set (and ALL, which holds it).
-PRIVILEGED_CAPABILITIES = ("SYS_ADMIN", "ALL")
-# Host paths that hold GPU devices, driver files or a way to them: device nodes, the driver's
-# /proc and /sys entries and libraries (host and GKE installs), the container runtimes' sockets
-# and CDI specs, the kubelet's device-plugin and pod-resources sockets. A mount of one of them,
-# of a path under one, or of a directory that holds one (/, /usr, /run) is a device path.
-DEVICE_HOST_PATHS = ("/dev", "/proc", "/sys", "/usr/lib", "/usr/lib64", "/lib", "/lib64",
-                     "/usr/local/nvidia", "/home/kubernetes/bin/nvidia", "/run/nvidia",
-                     "/var/run/nvidia", "/run/containerd", "/var/run/containerd", "/run/crio",
-                     "/var/run/crio", "/run/nri", "/var/run/nri", "/run/cdi", "/var/run/cdi",
-                     "/etc/cdi", "/var/lib/kubelet")
-# Pod annotations that make the runtime inject devices: CDI's (honoured by containerd and CRI-O
-# with CDI on, as the GPU Operator configures them) and the NVIDIA toolkit's NRI plugin's.
-DEVICE_ANNOTATION_PREFIXES = ("cdi.k8s.io/", "nvidia.cdi.k8s.io/")
-
-
-# Where an image reference without a registry host comes from.
-DEFAULT_REGISTRY = "docker.io"
-_REGISTRY_MIRROR = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9._-]+)*$")
-
-
-def split_registry(repository: str) -> tuple[str, str]:
-    """(registry host, path) of an image repository, as container runtimes read it: the first
-    component is a host when it has a dot or a port or is localhost, else it is Docker Hub's."""
-    first, _, rest = repository.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        return first, rest
-    return DEFAULT_REGISTRY, repository if "/" in repository else f"library/{repository}"
-
-
-def resource_matches(name: str, pattern: str) -> bool:
-    """Whether a resource name matches a guarded name or prefix pattern (trailing *)."""
-    return name.startswith(pattern[:-1]) if pattern.endswith("*") else name == pattern
-
-
-def mig_resource(profile: str) -> str:
-    return MIG_RESOURCE_PATTERN.replace("*", profile)
-
-# Oldest Kubernetes minor the program supports: matchConditions on admission webhooks are GA
-# from 1.30, and the scheduler configuration API is kubescheduler.config.k8s.io/v1.
-MIN_KUBERNETES = (1, 30)
-
-# Namespaces that always bypass the admission webhook: the control plane's own, OPA's own (a
-# webhook that guards the pods that serve it can deadlock), and the GPU Operator's (its validator
-# pods request nvidia.com/gpu and are scheduled by the default scheduler).
-ALWAYS_EXEMPT = ("kube-system",)
-
-# Namespaces the program must never create or delete.
-RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_QUALIFIED_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
-_VERSION = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
-_GO_DURATION = re.compile(r"^([0-9]+(ms|s|m|h))+$")
-_CRON_FIELD = re.compile(r"^(\*|[0-9]+(-[0-9]+)?)(/[0-9]+)?(,(\*|[0-9]+(-[0-9]+)?)(/[0-9]+)?)*$")
-_IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-
-
-class Invalid(ValueError):
-    """A validation failure that knows which nested setting it is about and what is allowed."""
-
-    def __init__(self, problem: str, allowed: str, *, at: tuple = (), value: Any = None,
-                 has_value: bool = False):
-        super().__init__(f"{problem}; allowed: {allowed}")
-        self.problem = problem
-        self.allowed = allowed
-        self.at = at
-        self.value = value
-        self.has_value = has_value
-
-
-class SettingsError(Exception):
-    """Raised for invalid stack settings; the message lists every problem, one per line."""
-
-    def __init__(self, problems: list[str]):
-        self.problems = problems
-        super().__init__(
-            "invalid stack settings (nothing was deployed):\n"
-            + "\n".join(f"  - {p}" for p in problems)
-        )
-
-
-def is_dns_label(value: str) -> bool:
-    return len(value) <= 63 and bool(_DNS_LABEL.match(value))
-
-
-def is_dns_subdomain(value: str) -> bool:
-    return 0 < len(value) <= 253 and all(is_dns_label(part) for part in value.split("."))
-
-
-def is_qualified_name(value: str) -> bool:
-    """A label key, annotation key, taint key or extended resource name: [prefix/]name."""
-    prefix, _, name = value.rpartition("/")
-    if "/" in value and not is_dns_subdomain(prefix):
-        return False
-    return len(name) <= 63 and bool(_QUALIFIED_NAME_PART.match(name))
-
-
-def is_label_value(value: str) -> bool:
-    return len(value) <= 63 and bool(_LABEL_VALUE.match(value))
-
-
-_QUALIFIED_NAME_RULE = ("[DNS-subdomain prefix/]name, the name at most 63 characters of "
-                        "[A-Za-z0-9-_.], alphanumeric at both ends")
-_LABEL_VALUE_RULE = "at most 63 characters of [A-Za-z0-9-_.], alphanumeric at both ends, or empty"
-
-
-def _qualified_name(name: str, what: str, at: tuple = ()) -> str:
-    if not is_qualified_name(name):
-        raise Invalid(f"not a valid {what}", _QUALIFIED_NAME_RULE, at=at, value=name,
-                      has_value=True)
-    return name
-
-
-def _label_value(text: str, what: str, at: tuple = ()) -> str:
-    if not is_label_value(text):
-        raise Invalid(f"not a valid {what}", _LABEL_VALUE_RULE, at=at, value=text,
-                      has_value=True)
-    return text
-
-
-def _dns_label(value: str) -> str:
-    if not is_dns_label(value):
-        raise Invalid("not a valid name",
-                      "a DNS-1123 label: at most 63 characters, lowercase a-z, 0-9 and '-', "
-                      "starting and ending with a letter or digit")
-    return value
-
-
-def _go_duration(value: str) -> str:
-    if not _GO_DURATION.match(value):
-        raise Invalid("not a duration", "a Go duration such as 15s, 30m, 2h or 1h30m (no days)")
-    return value
-
-
-def go_duration_seconds(duration: str) -> float:
-    """A Go duration (as _go_duration accepts it) in seconds."""
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-    return sum(int(n) * units[unit] for n, unit in re.findall(r"([0-9]+)(ms|s|m|h)", duration))
-
-
-def _duration(value: str) -> str:
-    if not _DURATION.match(value):
-        raise Invalid("not a duration", "a Prometheus duration such as 15s, 1m, 1h30m or 15d")
-    return value
-
-
-def chart_path_field():
-    return Field(default=None,
-                 description="Install from this local chart (a directory from `helm pull "
-                             "--untar`, or a .tgz) instead of the repository; its version must "
-                             "be chartVersion.")
-
-
-def _chart_path(value: str | None) -> str | None:
-    if value is not None and not Path(value).expanduser().exists():
-        raise Invalid("no such chart on this machine", "a chart directory or .tgz that exists "
-                      "where pulumi runs, or unset to install from the repository")
-    return value
-
-
-def _repository(value: str) -> str:
-    if not re.match(r"^(https?|oci)://[^\s/]+", value):
-        raise Invalid("not a chart repository", "an https:// Helm repository or an oci:// "
-                      "registry reference")
-    return value
-
-
-def _image_tag(value: str) -> str:
-    if not _IMAGE_TAG.match(value) or value == "latest":
-        raise Invalid("not a pinned image tag",
-                      "an explicit release tag such as 1.22.2 (never 'latest')")
-    return value
-
 
 class Model(BaseModel):
     """Settings objects: camelCase keys as written in the stack file, unknown keys refused."""
@@ -266,9 +104,9 @@ class Taint(Model):
         return {"key": key, "value": value, "effect": effect}
 
     _check_key = field_validator("key")(
-        classmethod(lambda cls, v: _qualified_name(v, "taint key")))
+        classmethod(lambda cls, v: check_qualified_name(v, "taint key")))
     _check_value = field_validator("value")(
-        classmethod(lambda cls, v: _label_value(v, "taint value")))
+        classmethod(lambda cls, v: check_label_value(v, "taint value")))
 
     def __str__(self) -> str:
         return f"{self.key}={self.value}:{self.effect}" if self.value \
@@ -333,8 +171,8 @@ class GpuNodesSettings(Model):
     @classmethod
     def labels_are_valid(cls, labels: dict[str, str]) -> dict[str, str]:
         for key, value in labels.items():
-            _qualified_name(key, "label key", at=(key,))
-            _label_value(value, "label value", at=(key,))
+            check_qualified_name(key, "label key", at=(key,))
+            check_label_value(value, "label value", at=(key,))
         return labels
 
     @model_validator(mode="after")
@@ -490,10 +328,11 @@ class GpuOperatorSettings(Model):
                     "docs/operators/managed-clusters.md#gke.")
 
     _check_namespace = field_validator("namespace", "release_name")(
-        classmethod(lambda cls, v: _dns_label(v)))
-    _check_chart_path = field_validator("chart_path")(classmethod(lambda cls, v: _chart_path(v)))
+        classmethod(lambda cls, v: check_dns_label(v)))
+    _check_chart_path = field_validator("chart_path")(
+        classmethod(lambda cls, v: check_chart_path(v)))
     _check_repository = field_validator("repository")(
-        classmethod(lambda cls, v: _repository(v)))
+        classmethod(lambda cls, v: check_repository(v)))
 
     @model_validator(mode="after")
     def sandbox_operands_need_sandbox_workloads(self) -> GpuOperatorSettings:
@@ -580,19 +419,6 @@ class ContainerResources(Model):
                                    description="CPU and memory limits (Kubernetes quantities).")
 
 
-# Score plugins of kube-scheduler's default profile and their weights there
-# (pkg/scheduler/apis/config/v1/default_plugins.go of k8s.io/kubernetes, 1.30 to 1.36).
-DEFAULT_SCORE_WEIGHTS = {"TaintToleration": 3, "NodeAffinity": 2, "NodeResourcesFit": 1,
-                         "PodTopologySpread": 2, "InterPodAffinity": 2,
-                         "NodeResourcesBalancedAllocation": 1, "ImageLocality": 1}
-# What the binpack profile changes (0: the plugin does not score). BalancedAllocation favours
-# nodes whose CPU and memory are equally used, which is unrelated to where GPUs are free;
-# ImageLocality favours nodes that already hold the image, which an idle node often does.
-# Either can outweigh one GPU's worth of NodeResourcesFit, so both are off
-# (docs/concepts/binpack-scheduler.md).
-BINPACK_SCORE_WEIGHTS = {"NodeResourcesBalancedAllocation": 0, "ImageLocality": 0}
-
-
 class PreemptibleClassSettings(Model):
     enabled: bool = Field(
         default=True,
@@ -613,7 +439,7 @@ class PreemptibleClassSettings(Model):
     @field_validator("name")
     @classmethod
     def class_name(cls, value: str) -> str:
-        _dns_label(value)
+        check_dns_label(value)
         if value.startswith("system-"):
             raise Invalid("the API server reserves names starting with system- for its own "
                           "classes", "a DNS-1123 label such as gpu-preemptible")
@@ -657,7 +483,7 @@ class LeaderElectionSettings(Model):
         description="How often the leader renews and a standby tries to take over.")
 
     _check_durations = field_validator("lease_duration", "renew_deadline", "retry_period")(
-        classmethod(lambda cls, v: _go_duration(v)))
+        classmethod(lambda cls, v: check_go_duration(v)))
 
     @model_validator(mode="after")
     def deadlines_in_order(self) -> LeaderElectionSettings:
@@ -719,7 +545,8 @@ class SchedulerSettings(Model):
         default_factory=LeaderElectionSettings,
         description="How the replicas elect the one that schedules (with more than one).")
 
-    _check_names = field_validator("name", "namespace")(classmethod(lambda cls, v: _dns_label(v)))
+    _check_names = field_validator("name", "namespace")(
+        classmethod(lambda cls, v: check_dns_label(v)))
 
     @field_validator("score_plugin_weights", mode="before")
     @classmethod
@@ -747,7 +574,7 @@ class ImageSettings(Model):
     repository: str
     tag: str
 
-    _check_tag = field_validator("tag")(classmethod(lambda cls, v: _image_tag(v)))
+    _check_tag = field_validator("tag")(classmethod(lambda cls, v: check_image_tag(v)))
 
 
 class CompactionSettings(Model):
@@ -813,21 +640,22 @@ class CompactionSettings(Model):
             requests={"cpu": "50m", "memory": "128Mi"}, limits={"memory": "512Mi"}),
         description="Descheduler container requests and limits.")
 
-    _check_names = field_validator("name", "namespace")(classmethod(lambda cls, v: _dns_label(v)))
+    _check_names = field_validator("name", "namespace")(
+        classmethod(lambda cls, v: check_dns_label(v)))
     _check_label = field_validator("opt_in_label")(
-        classmethod(lambda cls, v: _qualified_name(v, "label key")))
+        classmethod(lambda cls, v: check_qualified_name(v, "label key")))
 
     @field_validator("schedule")
     @classmethod
     def schedule_is_cron(cls, value: str) -> str:
         fields = value.split()
-        if len(fields) != 5 or not all(_CRON_FIELD.match(f) for f in fields):
+        if len(fields) != 5 or not all(CRON_FIELD.match(f) for f in fields):
             raise Invalid("not a cron schedule",
                           "five fields: minute hour day-of-month month day-of-week, e.g. "
                           "\"*/15 * * * *\"")
         return value
 
-    _check_age = field_validator("min_pod_age")(classmethod(lambda cls, v: _go_duration(v)))
+    _check_age = field_validator("min_pod_age")(classmethod(lambda cls, v: check_go_duration(v)))
 
     @field_validator("node_selector")
     @classmethod
@@ -945,7 +773,7 @@ class AdmissionSettings(Model):
     certificate: CertificateSettings = Field(default_factory=CertificateSettings,
                                              description="Webhook TLS.")
 
-    _check_namespace = field_validator("namespace")(classmethod(lambda cls, v: _dns_label(v)))
+    _check_namespace = field_validator("namespace")(classmethod(lambda cls, v: check_dns_label(v)))
 
     @model_validator(mode="before")
     @classmethod
@@ -1082,7 +910,7 @@ class AlertSettings(Model):
     _check_durations = field_validator("gpu_temperature_for", "idle_for", "pending_for",
                                        "exporter_down_for", "unavailable_for",
                                        "pending_growth_for")(
-        classmethod(lambda cls, v: _duration(v)))
+        classmethod(lambda cls, v: check_duration(v)))
 
 
 class StorageSettings(Model):
@@ -1123,7 +951,7 @@ class Receiver(Model):
     pagerduty_routing_key: str | None = Field(
         default=None, description="PagerDuty Events v2 routing key (a secret).")
 
-    _check_name = field_validator("name")(classmethod(lambda cls, v: _dns_label(v)))
+    _check_name = field_validator("name")(classmethod(lambda cls, v: check_dns_label(v)))
 
     @field_validator("webhook_url", "slack_api_url")
     @classmethod
@@ -1158,7 +986,7 @@ class AlertmanagerSettings(Model):
     repeat_interval: str = Field(default="4h", description="Resend a firing alert this often.")
 
     _check_durations = field_validator("group_wait", "repeat_interval")(
-        classmethod(lambda cls, v: _duration(v)))
+        classmethod(lambda cls, v: check_duration(v)))
 
     @field_validator("receivers")
     @classmethod
@@ -1203,12 +1031,13 @@ class MonitoringSettings(Model):
                     "settings own are refused.")
 
     _check_names = field_validator("namespace", "release_name")(
-        classmethod(lambda cls, v: _dns_label(v)))
-    _check_chart_path = field_validator("chart_path")(classmethod(lambda cls, v: _chart_path(v)))
+        classmethod(lambda cls, v: check_dns_label(v)))
+    _check_chart_path = field_validator("chart_path")(
+        classmethod(lambda cls, v: check_chart_path(v)))
     _check_repository = field_validator("repository")(
-        classmethod(lambda cls, v: _repository(v)))
+        classmethod(lambda cls, v: check_repository(v)))
     _check_durations = field_validator("scrape_interval", "retention")(
-        classmethod(lambda cls, v: _duration(v)))
+        classmethod(lambda cls, v: check_duration(v)))
 
 
 class ClusterSettings(Model):
@@ -1278,7 +1107,7 @@ class StackSettings(Model):
     @field_validator("kubernetes_version")
     @classmethod
     def supported_version(cls, value: str) -> str:
-        match = _VERSION.match(value)
+        match = VERSION.match(value)
         if not match:
             raise Invalid("not a Kubernetes release",
                           "MAJOR.MINOR.PATCH without a leading v, e.g. 1.35.10 (quote it in "
@@ -1365,7 +1194,7 @@ class StackSettings(Model):
     @field_validator("image_registry_mirror")
     @classmethod
     def mirror_is_a_registry(cls, value: str | None) -> str | None:
-        if value is not None and not _REGISTRY_MIRROR.match(value):
+        if value is not None and not REGISTRY_MIRROR.match(value):
             raise Invalid("not a registry", "host[:port][/path] without a scheme, e.g. "
                           "registry.example.com:5000/mirror")
         return value
@@ -1395,47 +1224,6 @@ class StackSettings(Model):
 
 def to_snake(camel: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
-
-
-def _setting_path(loc: tuple) -> str:
-    path = f"{CONFIG_NAMESPACE}:{loc[0]}" if loc else CONFIG_NAMESPACE
-    for part in loc[1:]:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return path
-
-
-def _known_keys(loc: tuple) -> list[str]:
-    """The setting keys a model accepts at `loc`, to suggest when an unknown key was given."""
-    model: Any = StackSettings
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        field = next((f for f in model.model_fields.values() if f.alias == part), None)
-        annotation = getattr(field, "annotation", None)
-        inner = getattr(annotation, "__args__", (annotation,))[0]
-        model = inner if isinstance(inner, type) and issubclass(inner, BaseModel) else annotation
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return []
-    # Every field has an alias (the camelCase name); a field without one goes by its own name.
-    return [field.alias or name for name, field in model.model_fields.items()]
-
-
-def _describe(error: ErrorDetails) -> str:
-    # pydantic reports the location with aliases (camelCase) since the input used them.
-    loc = tuple(part for part in error["loc"] if part not in ("function-before", "function-after"))
-    cause = (error.get("ctx") or {}).get("error")
-    if isinstance(cause, Invalid):
-        value = cause.value if cause.has_value else error.get("input")
-        return (f"{_setting_path(loc + cause.at)} = {json.dumps(value)}: {cause.problem}; "
-                f"allowed: {cause.allowed}")
-    kind = error["type"]
-    if kind == "missing":
-        return f"{_setting_path(loc)}: required setting is missing"
-    if kind == "extra_forbidden":
-        known = ", ".join(_known_keys(loc[:-1])) or "none"
-        return f"{_setting_path(loc)}: unknown setting; allowed keys here: {known}"
-    value = json.dumps(error.get("input"), default=str)
-    return f"{_setting_path(loc)} = {value}: {error['msg']}"
 
 
 def parse_config_value(raw: str) -> Any:
@@ -1482,8 +1270,9 @@ def load_settings(config: Mapping[str, Any]) -> StackSettings:
         # A required key written without a value is reported once, as empty.
         missing = {f"{CONFIG_NAMESPACE}:{key}: required setting is missing"
                    for key, value in config.items() if value == ""}
-        raise SettingsError(empty + [problem for problem in map(_describe, error.errors())
-                                     if problem not in missing]) from None
+        raise SettingsError(empty + [problem for problem in (
+            describe(e, StackSettings, f"{CONFIG_NAMESPACE}:") for e in error.errors())
+            if problem not in missing]) from None
     if empty:
         raise SettingsError(empty)
     return settings

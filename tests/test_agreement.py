@@ -13,7 +13,8 @@ from test_settings import raw, with_changes
 import harness
 import tools
 from components import binpack_scheduler, dashboard, gpu_operator, monitoring, opa_admission
-from components.settings import GPU_RESOURCE, load_settings, resource_matches
+from components.facts import GPU_RESOURCE, resource_matches
+from components.settings import load_settings
 
 K8S = "kubernetes:"
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -14,7 +14,8 @@ from components import (
     monitoring,
     opa_admission,
 )
-from components.settings import SettingsError, load_settings
+from components.settings import load_settings
+from components.validation import SettingsError
 
 
 def settings_of(**changes):

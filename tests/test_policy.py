@@ -13,7 +13,7 @@ from test_settings import with_changes
 
 import harness
 from components import opa_admission
-from components.settings import AUDIT_LABEL
+from components.facts import AUDIT_LABEL
 from policy_harness import (
     K8S,
     MODES,

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import harness
-from components.settings import CONFIG_NAMESPACE, SettingsError
+from components.settings import CONFIG_NAMESPACE
+from components.validation import SettingsError
 
 PLATFORM = "gpu-platform:index:GpuPlatform"
 KUBERNETES = "kubernetes:"

@@ -7,12 +7,8 @@ from pathlib import Path
 import pytest
 
 import harness
-from components.settings import (
-    SettingsError,
-    load_settings,
-    parse_config_value,
-    retired_settings,
-)
+from components.settings import load_settings, parse_config_value, retired_settings
+from components.validation import SettingsError
 
 MINIMAL = {"cluster": {"context": "gpu-cluster"}, "kubernetesVersion": "1.35.10",
            "gpuNodes": {"names": ["gpu-node-1"]}}

@@ -26,8 +26,9 @@ import yaml
 import harness
 import tools
 from components import binpack_scheduler, gpu_compaction, gpu_operator, opa_admission
+from components.facts import GPU_PRESENT_LABEL
 from components.kube import base64_text
-from components.settings import GPU_PRESENT_LABEL, StackSettings
+from components.settings import StackSettings
 from controlplane import ApiError, CertificateAuthority, ControlPlane, Kube, free_port, wait_until
 
 GPU = "nvidia.com/gpu"

@@ -36,7 +36,8 @@ from cluster import (
     workloads_running,
 )
 from components import opa_admission
-from components.settings import AUDIT_LABEL, StackSettings
+from components.facts import AUDIT_LABEL
+from components.settings import StackSettings
 from controlplane import ControlPlane, wait_until
 
 USER_NAMESPACE = "team-a"

@@ -1,0 +1,199 @@
+"""Validation of settings and component inputs: the rules values must follow (names, durations,
+image tags), the error that names a setting, its value and what is allowed, and the formatting of
+pydantic's errors into such messages."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, Field, ValidationError
+from pydantic_core import ErrorDetails
+
+REGISTRY_MIRROR = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9._-]+)*$")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+QUALIFIED_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+VERSION = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
+GO_DURATION = re.compile(r"^([0-9]+(ms|s|m|h))+$")
+CRON_FIELD = re.compile(r"^(\*|[0-9]+(-[0-9]+)?)(/[0-9]+)?(,(\*|[0-9]+(-[0-9]+)?)(/[0-9]+)?)*$")
+IMAGE_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+class Invalid(ValueError):
+    """A validation failure that knows which nested setting it is about and what is allowed."""
+
+    def __init__(self, problem: str, allowed: str, *, at: tuple = (), value: Any = None,
+                 has_value: bool = False):
+        super().__init__(f"{problem}; allowed: {allowed}")
+        self.problem = problem
+        self.allowed = allowed
+        self.at = at
+        self.value = value
+        self.has_value = has_value
+
+
+class SettingsError(Exception):
+    """Raised for invalid stack settings or component inputs (`subject`); the message lists every
+    problem, one per line."""
+
+    def __init__(self, problems: list[str], subject: str = "stack settings"):
+        self.problems = problems
+        super().__init__(
+            f"invalid {subject} (nothing was deployed):\n"
+            + "\n".join(f"  - {p}" for p in problems)
+        )
+
+
+def is_dns_label(value: str) -> bool:
+    return len(value) <= 63 and bool(DNS_LABEL.match(value))
+
+
+def is_dns_subdomain(value: str) -> bool:
+    return 0 < len(value) <= 253 and all(is_dns_label(part) for part in value.split("."))
+
+
+def is_qualified_name(value: str) -> bool:
+    """A label key, annotation key, taint key or extended resource name: [prefix/]name."""
+    prefix, _, name = value.rpartition("/")
+    if "/" in value and not is_dns_subdomain(prefix):
+        return False
+    return len(name) <= 63 and bool(QUALIFIED_NAME_PART.match(name))
+
+
+def is_label_value(value: str) -> bool:
+    return len(value) <= 63 and bool(LABEL_VALUE.match(value))
+
+
+QUALIFIED_NAME_RULE = ("[DNS-subdomain prefix/]name, the name at most 63 characters of "
+                        "[A-Za-z0-9-_.], alphanumeric at both ends")
+LABEL_VALUE_RULE = "at most 63 characters of [A-Za-z0-9-_.], alphanumeric at both ends, or empty"
+
+
+def check_qualified_name(name: str, what: str, at: tuple = ()) -> str:
+    if not is_qualified_name(name):
+        raise Invalid(f"not a valid {what}", QUALIFIED_NAME_RULE, at=at, value=name,
+                      has_value=True)
+    return name
+
+
+def check_label_value(text: str, what: str, at: tuple = ()) -> str:
+    if not is_label_value(text):
+        raise Invalid(f"not a valid {what}", LABEL_VALUE_RULE, at=at, value=text,
+                      has_value=True)
+    return text
+
+
+def check_dns_label(value: str) -> str:
+    if not is_dns_label(value):
+        raise Invalid("not a valid name",
+                      "a DNS-1123 label: at most 63 characters, lowercase a-z, 0-9 and '-', "
+                      "starting and ending with a letter or digit")
+    return value
+
+
+def check_go_duration(value: str) -> str:
+    if not GO_DURATION.match(value):
+        raise Invalid("not a duration", "a Go duration such as 15s, 30m, 2h or 1h30m (no days)")
+    return value
+
+
+def go_duration_seconds(duration: str) -> float:
+    """A Go duration (as check_go_duration accepts it) in seconds."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    return sum(int(n) * units[unit] for n, unit in re.findall(r"([0-9]+)(ms|s|m|h)", duration))
+
+
+def check_duration(value: str) -> str:
+    if not DURATION.match(value):
+        raise Invalid("not a duration", "a Prometheus duration such as 15s, 1m, 1h30m or 15d")
+    return value
+
+
+def chart_path_field():
+    return Field(default=None,
+                 description="Install from this local chart (a directory from `helm pull "
+                             "--untar`, or a .tgz) instead of the repository; its version must "
+                             "be chartVersion.")
+
+
+def check_chart_path(value: str | None) -> str | None:
+    if value is not None and not Path(value).expanduser().exists():
+        raise Invalid("no such chart on this machine", "a chart directory or .tgz that exists "
+                      "where pulumi runs, or unset to install from the repository")
+    return value
+
+
+def check_repository(value: str) -> str:
+    if not re.match(r"^(https?|oci)://[^\s/]+", value):
+        raise Invalid("not a chart repository", "an https:// Helm repository or an oci:// "
+                      "registry reference")
+    return value
+
+
+def check_image_tag(value: str) -> str:
+    if not IMAGE_TAG.match(value) or value == "latest":
+        raise Invalid("not a pinned image tag",
+                      "an explicit release tag such as 1.22.2 (never 'latest')")
+    return value
+
+
+def setting_path(root: str, loc: tuple) -> str:
+    """A setting's path as a reader writes it: `gpu-platform:scheduler.replicas` for a stack's
+    config (root `gpu-platform:`), `BinpackScheduler args.scheduler.replicas` for a component's
+    inputs (root `BinpackScheduler args.`)."""
+    path = root.rstrip(".") if not loc else f"{root}{loc[0]}"
+    for part in loc[1:]:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def _known_keys(model: Any, loc: tuple) -> list[str]:
+    """The keys a model accepts at `loc`, to suggest when an unknown key was given."""
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = next((f for name, f in model.model_fields.items() if part in (f.alias, name)),
+                     None)
+        annotation = getattr(field, "annotation", None)
+        inner = getattr(annotation, "__args__", (annotation,))[0]
+        model = inner if isinstance(inner, type) and issubclass(inner, BaseModel) else annotation
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return []
+    # Every field has an alias (the camelCase name); a field without one goes by its own name.
+    return [field.alias or name for name, field in model.model_fields.items()]
+
+
+def describe(error: ErrorDetails, model: type[BaseModel], root: str) -> str:
+    """One problem of a validation of `model`, naming the setting from `root`, its value and
+    what is allowed."""
+    # pydantic reports the location with the keys the input used (camelCase in a stack file).
+    loc = tuple(part for part in error["loc"] if part not in ("function-before", "function-after"))
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, Invalid):
+        value = cause.value if cause.has_value else error.get("input")
+        return (f"{setting_path(root, loc + cause.at)} = {json.dumps(value)}: {cause.problem}; "
+                f"allowed: {cause.allowed}")
+    kind = error["type"]
+    if kind == "missing":
+        return f"{setting_path(root, loc)}: required setting is missing"
+    if kind == "extra_forbidden":
+        known = ", ".join(_known_keys(model, loc[:-1])) or "none"
+        return f"{setting_path(root, loc)}: unknown setting; allowed keys here: {known}"
+    value = json.dumps(error.get("input"), default=str)
+    return f"{setting_path(root, loc)} = {value}: {error['msg']}"
+
+
+Validated = TypeVar("Validated", bound=BaseModel)
+
+
+def validated(model: type[Validated], data: Any, subject: str, root: str) -> Validated:
+    """`data` validated as `model`, or SettingsError listing every problem."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise SettingsError([describe(e, model, root) for e in error.errors()],
+                            subject) from None
