@@ -1,14 +1,15 @@
 """The binpack scheduler: a second kube-scheduler whose scoring prefers nodes that are already
 busy, so that GPU pods fill nodes up instead of leaving a few free GPUs stranded on every node."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import pulumi
 
 from . import kube
-from .settings import StackSettings
+from .args import BinpackSchedulerArgs
+from .inputs import BinpackSchedulerInputs
+from .settings import ResourceWeight, ScoringStrategy
+from .validation import args_subject, validated
 
 COMPONENT = "scheduler"
 CONFIG_DIR = "/etc/kubernetes/gpu-binpack-scheduler"
@@ -20,14 +21,14 @@ METRICS_PORT_NAME = "https-metrics"
 CONFIG_HASH_ANNOTATION = "gpu-platform.io/scheduler-config-sha256"
 
 
-def leader_elect(settings: StackSettings) -> bool:
-    return settings.scheduler.replicas > 1
+def leader_elect(inputs: BinpackSchedulerInputs) -> bool:
+    return inputs.scheduler.replicas > 1
 
 
-def score_plugins(settings: StackSettings) -> dict:
+def score_plugins(inputs: BinpackSchedulerInputs) -> dict:
     """The profile's `plugins.score`: the configured weights over kube-scheduler's defaults (a
     plugin listed here overrides the default profile's multiPoint entry at the score point)."""
-    weights = settings.scheduler.score_plugin_weights
+    weights = inputs.scheduler.score_plugin_weights
     plugins = {}
     if enabled := [{"name": n, "weight": w} for n, w in weights.items() if w]:
         plugins["enabled"] = enabled
@@ -36,37 +37,37 @@ def score_plugins(settings: StackSettings) -> dict:
     return plugins
 
 
-def scoring_strategy(settings: StackSettings) -> dict:
-    """NodeResourcesFit's scoring strategy: how full a node is, weighted by resource (compaction
-    predicts placements with it too)."""
+def scoring_strategy(strategy: ScoringStrategy, scored: list[ResourceWeight]) -> dict:
+    """NodeResourcesFit's scoring strategy: how full a node is, weighted by resource, for the
+    `scored` resources (compaction predicts placements with it too)."""
     return {
         "type": "RequestedToCapacityRatio",
-        "resources": [{"name": r.name, "weight": r.weight} for r in settings.scored_resources],
+        "resources": [{"name": r.name, "weight": r.weight} for r in scored],
         "requestedToCapacityRatio": {
             "shape": [{"utilization": p.utilization, "score": p.score}
-                      for p in settings.scheduler.scoring_strategy.requested_to_capacity_ratio
-                      .shape],
+                      for p in strategy.requested_to_capacity_ratio.shape],
         },
     }
 
 
-def plugin_config(settings: StackSettings) -> list[dict]:
-    sched = settings.scheduler
+def plugin_config(inputs: BinpackSchedulerInputs) -> list[dict]:
+    sched = inputs.scheduler
     config = [{"name": "NodeResourcesFit",
-               "args": {"scoringStrategy": scoring_strategy(settings)}}]
+               "args": {"scoringStrategy": scoring_strategy(sched.scoring_strategy,
+                                                            inputs.scored_resources)}}]
     if not sched.system_default_spread:
         # `List` with no constraints of its own: only what a pod declares is spread.
         config.append({"name": "PodTopologySpread", "args": {"defaultingType": "List"}})
     return config
 
 
-def scheduler_configuration(settings: StackSettings) -> dict:
+def scheduler_configuration(inputs: BinpackSchedulerInputs) -> dict:
     """KubeSchedulerConfiguration (v1) with one profile: the binpack scheduler."""
-    sched = settings.scheduler
+    sched = inputs.scheduler
     profile: dict[str, Any] = {"schedulerName": sched.name}
-    if plugins := score_plugins(settings):
+    if plugins := score_plugins(inputs):
         profile["plugins"] = {"score": plugins}
-    profile["pluginConfig"] = plugin_config(settings)
+    profile["pluginConfig"] = plugin_config(inputs)
     election = sched.leader_election
     return {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -74,7 +75,7 @@ def scheduler_configuration(settings: StackSettings) -> dict:
         "clientConnection": {"qps": sched.client_connection.qps,
                              "burst": sched.client_connection.burst},
         "leaderElection": {
-            "leaderElect": leader_elect(settings),
+            "leaderElect": leader_elect(inputs),
             "leaseDuration": election.lease_duration,
             "renewDeadline": election.renew_deadline,
             "retryPeriod": election.retry_period,
@@ -117,8 +118,8 @@ def scheduler_rules() -> list[dict]:
     ]
 
 
-def rbac_objects(settings: StackSettings) -> list[dict]:
-    sched = settings.scheduler
+def rbac_objects(inputs: BinpackSchedulerInputs) -> list[dict]:
+    sched = inputs.scheduler
     account = {"kind": "ServiceAccount", "name": sched.name, "namespace": sched.namespace}
     meta_labels = kube.labels(sched.name, COMPONENT)
 
@@ -140,7 +141,7 @@ def rbac_objects(settings: StackSettings) -> list[dict]:
         binding("RoleBinding", f"{sched.name}:extension-apiserver-authentication-reader",
                 "Role", "extension-apiserver-authentication-reader", "kube-system"),
     ]
-    if leader_elect(settings):
+    if leader_elect(inputs):
         # Its own lease only, never the cluster scheduler's (kube-system/kube-scheduler).
         role_name = f"{sched.name}:leader-election"
         objects += [
@@ -157,14 +158,14 @@ def rbac_objects(settings: StackSettings) -> list[dict]:
     return objects
 
 
-def config_map(settings: StackSettings) -> dict:
-    sched = settings.scheduler
+def config_map(inputs: BinpackSchedulerInputs) -> dict:
+    sched = inputs.scheduler
     return kube.yaml_config_map(f"{sched.name}-config", sched.namespace, COMPONENT, sched.name,
-                                CONFIG_FILE, scheduler_configuration(settings))
+                                CONFIG_FILE, scheduler_configuration(inputs))
 
 
-def deployment(settings: StackSettings) -> dict:
-    sched = settings.scheduler
+def deployment(inputs: BinpackSchedulerInputs) -> dict:
+    sched = inputs.scheduler
     probe = {"httpGet": {"path": "/healthz", "port": SECURE_PORT, "scheme": "HTTPS"},
              "periodSeconds": 10, "failureThreshold": 3}
     mount, volume = kube.config_map_mount("config", CONFIG_DIR, f"{sched.name}-config")
@@ -180,7 +181,7 @@ def deployment(settings: StackSettings) -> dict:
                 "metadata": {
                     "labels": kube.labels(sched.name, COMPONENT),
                     "annotations": {CONFIG_HASH_ANNOTATION:
-                                    kube.content_hash(scheduler_configuration(settings))},
+                                    kube.content_hash(scheduler_configuration(inputs))},
                 },
                 "spec": {
                     # In-cluster credentials of this ServiceAccount; no kubeconfig from the host.
@@ -190,7 +191,7 @@ def deployment(settings: StackSettings) -> dict:
                     "affinity": kube.spread_by_node(sched.name, COMPONENT),
                     "containers": [{
                         "name": "kube-scheduler",
-                        "image": settings.scheduler_image,
+                        "image": inputs.scheduler_image,
                         "command": [
                             "kube-scheduler",
                             f"--config={CONFIG_DIR}/{CONFIG_FILE}",
@@ -212,10 +213,10 @@ def deployment(settings: StackSettings) -> dict:
     }
 
 
-def metrics_service(settings: StackSettings) -> dict:
+def metrics_service(inputs: BinpackSchedulerInputs) -> dict:
     """A headless Service of the scheduler pods' secure port, for Prometheus to find them by
     (Monitoring's ServiceMonitor): the scheduler's own metrics count its preemptions."""
-    sched = settings.scheduler
+    sched = inputs.scheduler
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -230,16 +231,16 @@ def metrics_service(settings: StackSettings) -> dict:
     }
 
 
-def preemptible_priority_class(settings: StackSettings) -> dict:
+def preemptible_priority_class(inputs: BinpackSchedulerInputs) -> dict:
     """The class GPU pods opt in to preemption with. Its priority is below that of pods naming no
     class, so a GPU pod that does not fit preempts only such pods (kube-scheduler's
     DefaultPreemption, on the node where the fewest have to go), and they never preempt."""
-    preemptible = settings.scheduler.preemptible_class
+    preemptible = inputs.scheduler.preemptible_class
     return {
         "apiVersion": "scheduling.k8s.io/v1",
         "kind": "PriorityClass",
         "metadata": {"name": preemptible.name,
-                     "labels": kube.labels(settings.scheduler.name, COMPONENT)},
+                     "labels": kube.labels(inputs.scheduler.name, COMPONENT)},
         "value": preemptible.value,
         "globalDefault": False,
         "preemptionPolicy": "Never",
@@ -249,35 +250,46 @@ def preemptible_priority_class(settings: StackSettings) -> dict:
     }
 
 
-def scheduler_objects(settings: StackSettings) -> list[dict]:
+def scheduler_objects(inputs: BinpackSchedulerInputs) -> list[dict]:
     """Everything the binpack scheduler needs, namespace first."""
-    sched = settings.scheduler
+    sched = inputs.scheduler
     objects = [kube.namespace(sched.namespace, "restricted", COMPONENT),
                kube.critical_pods_quota(sched.namespace, COMPONENT,
                                         kube.replicas_quota(sched.replicas)),
-               *rbac_objects(settings), config_map(settings), deployment(settings),
-               metrics_service(settings)]
+               *rbac_objects(inputs), config_map(inputs), deployment(inputs),
+               metrics_service(inputs)]
     if sched.replicas > 1:
         objects.append(kube.pod_disruption_budget(sched.name, sched.namespace, COMPONENT))
     if sched.preemptible_class.enabled:
-        objects.append(preemptible_priority_class(settings))
+        objects.append(preemptible_priority_class(inputs))
     return objects
 
 
 class BinpackScheduler(kube.Component):
-    def __init__(self, name: str, settings: StackSettings,
-                 prefix: str = "",
+    """The binpack scheduler: a second kube-scheduler whose scoring packs GPU pods onto busy
+    nodes, its RBAC, configuration and Deployment, and the PriorityClass of preemptible GPU
+    pods."""
+
+    scheduler_name: str
+    "The schedulerName GPU pods name to be placed by it."
+    namespace: str
+    "Its namespace."
+    preemptible_class: str | None
+    "The PriorityClass of preemptible GPU pods, when one is declared."
+
+    def __init__(self, name: str, args: BinpackSchedulerArgs,
                  opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpu-platform:index:BinpackScheduler", name, None, opts)
-        self.child_prefix = prefix
-        objects = scheduler_objects(settings)
+        inputs = validated(BinpackSchedulerInputs, args, args_subject("BinpackScheduler"))
+        super().__init__(name, opts)
+        objects = scheduler_objects(inputs)
         namespace = kube.declare(objects[0], self)
         # The quota first: where critical-priority pods need one, they are refused without it.
         quota = kube.declare(objects[1], self, depends_on=[namespace])
         self.resources = kube.declare_all(objects[2:], self, depends_on=[namespace, quota])
-        self.scheduler_name = settings.scheduler.name
-        preemptible = settings.scheduler.preemptible_class
-        self.preemptible_class = preemptible.name if preemptible.enabled else None
-        self.register_outputs({"schedulerName": self.scheduler_name,
-                               "namespace": settings.scheduler.namespace,
+        sched = inputs.scheduler
+        self.scheduler_name = sched.name
+        self.namespace = sched.namespace
+        self.preemptible_class = (sched.preemptible_class.name
+                                  if sched.preemptible_class.enabled else None)
+        self.register_outputs({"schedulerName": self.scheduler_name, "namespace": self.namespace,
                                "preemptibleClass": self.preemptible_class})

@@ -11,7 +11,7 @@ import pulumi_kubernetes as k8s
 
 from . import kube
 from .settings import ReleaseProtection
-from .validation import SettingsError
+from .validation import SettingsError, Subject, setting_path
 
 
 def _leaf_paths(values: Mapping[str, Any], prefix: tuple = ()) -> list[tuple]:
@@ -35,8 +35,9 @@ def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict:
 
 
 def merge_values(generated: Mapping[str, Any], extra: Mapping[str, Any], setting: str,
+                 subject: Subject,
                  unsupported: Mapping[tuple[str, ...], str] | None = None) -> dict:
-    """Merge `extra` (the stack's `<setting>` value) over `generated`.
+    """Merge `extra` (the `<setting>` value of `subject`) over `generated`.
 
     A value the program generates is derived from other settings (a taint, a namespace, a
     switch); overriding it through extra values would let the copies disagree, so that is
@@ -48,18 +49,25 @@ def merge_values(generated: Mapping[str, Any], extra: Mapping[str, Any], setting
     for path in _leaf_paths(extra):
         reason = next((why for key, why in (unsupported or {}).items()
                        if path[:len(key)] == key), None)
+        where = setting_path(subject.root, (*setting.split("."), *path))
         if reason is not None:
-            problems.append(f"gpu-platform:{setting}.{'.'.join(path)}: {reason}")
+            problems.append(f"{where}: {reason}")
             continue
         clash = next((p for p in owned if p[:len(path)] == path or path[:len(p)] == p), None)
         if clash is not None:
             problems.append(
-                f"gpu-platform:{setting}.{'.'.join(path)}: this chart value is generated from "
+                f"{where}: this chart value is generated from "
                 f"other settings ({'.'.join(clash)}); allowed: keys the program does not set, "
                 f"see docs/operators/settings.md for the setting that controls it")
     if problems:
-        raise SettingsError(problems)
+        raise SettingsError(problems, subject)
     return deep_merge(generated, extra)
+
+
+def values_input(values: dict, secret: bool) -> Any:
+    """A release's values as its input: secret as a whole when they hold a secret (Helm values
+    are one input; there is no marking part of it)."""
+    return pulumi.Output.secret(values) if secret else values
 
 
 def chart_source(chart: str, repository: str,
@@ -88,7 +96,7 @@ def release(name: str, *, chart: str, version: str, repository: str, namespace: 
     to delete or replace it, and whether deleting it from the stack leaves it installed."""
     source, repo = chart_source(chart, repository, chart_path)
     return k8s.helm.v3.Release(
-        kube.child_name(parent, name),
+        parent.child_name(name),
         name=name,
         chart=source,
         version=version,

@@ -28,7 +28,7 @@ from .gpu_rules import (
     STRANDED,
     WHOLE_FREE_NODES,
 )
-from .settings import StackSettings
+from .inputs import MonitoringInputs
 
 UID = "gpu-platform-gpus"
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -85,12 +85,12 @@ def _variable(name: str, label: str, query: str):
             .current(model.VariableOption(selected=True, text="All", value="$__all")))
 
 
-def _rows(settings: StackSettings) -> list[tuple[str, list]]:
-    alerts = settings.monitoring.alerts
-    largest = settings.monitoring.largest_common_request
+def _rows(inputs: MonitoringInputs) -> list[tuple[str, list]]:
+    alerts = inputs.monitoring.alerts
+    largest = inputs.monitoring.largest_common_request
     node = 'node=~"$node"'
     # The ServiceMonitor's job label is the scheduler's Service name.
-    scheduler = f'job="{settings.scheduler.name}"'
+    scheduler = f'job="{inputs.scheduler.name}"'
     return [
         ("Capacity: where GPUs are free", [
             _stat("GPUs allocated / allocatable",
@@ -173,7 +173,7 @@ def _rows(settings: StackSettings) -> list[tuple[str, list]]:
                         "hour (the API server's own count; enforce and mutate modes).",
                         [_query(f"sum by (operation) (increase("
                                 f"apiserver_admission_webhook_rejection_count{{name=~"
-                                f'"{"|".join(admission_webhooks(settings))}", '
+                                f'"{"|".join(admission_webhooks(inputs))}", '
                                 f'error_type="no_error"}}[1h]))', "{{operation}}")]),
             _timeseries("Pods admitted against the rules (audit mode)",
                         f"Pods carrying the {AUDIT_LABEL} label, by namespace: the ones "
@@ -203,9 +203,9 @@ def _rows(settings: StackSettings) -> list[tuple[str, list]]:
     ]
 
 
-def admission_webhooks(settings: StackSettings) -> list[str]:
+def admission_webhooks(inputs: MonitoringInputs) -> list[str]:
     """The webhooks that refuse: every validating webhook the admission component registers."""
-    adm = settings.admission
+    adm = inputs.admission
     return [adm.webhook_name, adm.claims_webhook_name]
 
 
@@ -214,7 +214,7 @@ def audit_label_series() -> str:
     return "label_" + "".join(c if c.isalnum() else "_" for c in AUDIT_LABEL)
 
 
-def dashboard(settings: StackSettings) -> dict:
+def dashboard(inputs: MonitoringInputs) -> dict:
     """The dashboard model as Grafana stores it."""
     builder = (board.Dashboard("GPU platform: allocation, usage and free capacity")
                .uid(UID).tags(["gpu", "gpu-platform"]).timezone("browser").refresh("30s")
@@ -228,7 +228,7 @@ def dashboard(settings: StackSettings) -> dict:
                .with_variable(_variable("model", "GPU model",
                                         "label_values(DCGM_FI_DEV_GPU_UTIL, modelName)")))
     panel_id = 0
-    for title, panels in _rows(settings):
+    for title, panels in _rows(inputs):
         panel_id += 1
         builder = builder.with_row(board.Row(title).id(panel_id))
         for panel in panels:

@@ -7,17 +7,17 @@ unavailable the run stays pending and evicts nothing, so no pod is ever evicted 
 that cannot place it again. Evictions go through the eviction API, so PodDisruptionBudgets hold.
 """
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 
 import pulumi
 
 from . import compaction_plan, kube
+from .args import GpuCompactionArgs
 from .binpack_scheduler import scoring_strategy
 from .facts import GPU_RESOURCE
-from .settings import StackSettings
+from .inputs import GpuCompactionInputs
+from .validation import args_subject, validated
 
 COMPONENT = "compaction"
 POLICY_DIR = "/policy-dir"
@@ -33,16 +33,16 @@ RUN_DEADLINE_SECONDS = 600
 POLICY_HASH_ANNOTATION = "gpu-platform.io/compaction-policy-sha256"
 
 
-def thresholds(settings: StackSettings) -> dict[str, int]:
+def thresholds(inputs: GpuCompactionInputs) -> dict[str, int]:
     """The HighNodeUtilization thresholds: a node at or below them in every listed resource is
     emptied. Whole GPUs and each MIG resource in use count alike."""
-    share = settings.compaction.underused_percent
-    return {name: share for name in (GPU_RESOURCE, *settings.gpu_operator.mig.resources)}
+    share = inputs.compaction.underused_percent
+    return {name: share for name in (GPU_RESOURCE, *inputs.mig_resources)}
 
 
-def descheduler_policy(settings: StackSettings) -> dict:
+def descheduler_policy(inputs: GpuCompactionInputs) -> dict:
     """DeschedulerPolicy (descheduler/v1alpha2) of one profile."""
-    compaction = settings.compaction
+    compaction = inputs.compaction
     return {
         "apiVersion": "descheduler/v1alpha2",
         "kind": "DeschedulerPolicy",
@@ -65,7 +65,7 @@ def descheduler_policy(settings: StackSettings) -> dict:
                     "nodeSelector": compaction.node_selector,
                 }},
                 {"name": "HighNodeUtilization", "args": {
-                    "thresholds": thresholds(settings),
+                    "thresholds": thresholds(inputs),
                     # Only pods that request a GPU resource: moving a CPU pod frees no GPU.
                     "evictionModes": ["OnlyThresholdingResources"],
                 }},
@@ -87,8 +87,8 @@ def compaction_rules() -> list[dict]:
     ]
 
 
-def rbac_objects(settings: StackSettings) -> list[dict]:
-    compaction = settings.compaction
+def rbac_objects(inputs: GpuCompactionInputs) -> list[dict]:
+    compaction = inputs.compaction
     meta_labels = kube.labels(compaction.name, COMPONENT)
     account = {"kind": "ServiceAccount", "name": compaction.name,
                "namespace": compaction.namespace}
@@ -104,12 +104,13 @@ def rbac_objects(settings: StackSettings) -> list[dict]:
     ]
 
 
-def config_map(settings: StackSettings) -> dict:
+def config_map(inputs: GpuCompactionInputs) -> dict:
     """The policy; with planning, also the plan and the scheduler's scoring it predicts with."""
-    compaction = settings.compaction
-    files = {POLICY_FILE: json.dumps(descheduler_policy(settings), indent=1)}
+    compaction = inputs.compaction
+    files = {POLICY_FILE: json.dumps(descheduler_policy(inputs), indent=1)}
     if compaction.plan_threshold:
-        files |= {SCORING_FILE: json.dumps(scoring_strategy(settings), indent=1),
+        files |= {SCORING_FILE: json.dumps(scoring_strategy(inputs.scoring_strategy,
+                                                            inputs.scored_resources), indent=1),
                   PLAN_SCRIPT: Path(compaction_plan.__file__).read_text()}
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": f"{compaction.name}-policy", "namespace": compaction.namespace,
@@ -117,31 +118,31 @@ def config_map(settings: StackSettings) -> dict:
             "data": files}
 
 
-def plan_container(settings: StackSettings, policy_mount: dict, run_mount: dict) -> dict:
+def plan_container(inputs: GpuCompactionInputs, policy_mount: dict, run_mount: dict) -> dict:
     """The init container that writes this run's policy: the nodes to empty now, as thresholds
     and a node selector (see compaction_plan.py). It reads nodes and pods, which the
     ClusterRole allows."""
     return {
         "name": "plan",
-        "image": settings.image(settings.compaction.plan_image),
+        "image": inputs.image(inputs.compaction.plan_image),
         "command": ["python3", f"{POLICY_DIR}/{PLAN_SCRIPT}",
                     f"--policy={POLICY_DIR}/{POLICY_FILE}",
                     f"--scoring={POLICY_DIR}/{SCORING_FILE}",
                     f"--out={RUN_POLICY_DIR}/{POLICY_FILE}"],
         "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
-        "resources": kube.container_resources(settings.compaction.resources),
+        "resources": kube.container_resources(inputs.compaction.resources),
         "securityContext": kube.RESTRICTED_CONTAINER_SECURITY,
         "volumeMounts": [policy_mount, run_mount],
     }
 
 
-def cron_job(settings: StackSettings) -> dict:
-    compaction = settings.compaction
+def cron_job(inputs: GpuCompactionInputs) -> dict:
+    compaction = inputs.compaction
     mount, volume = kube.config_map_mount("policy", POLICY_DIR, f"{compaction.name}-policy")
     run_mount = {"name": RUN_POLICY_VOLUME, "mountPath": RUN_POLICY_DIR}
     planned = compaction.plan_threshold
     policy_file = f"{RUN_POLICY_DIR if planned else POLICY_DIR}/{POLICY_FILE}"
-    init = {"initContainers": [plan_container(settings, mount, run_mount)]} if planned else {}
+    init = {"initContainers": [plan_container(inputs, mount, run_mount)]} if planned else {}
     volumes = [volume, {"name": RUN_POLICY_VOLUME, "emptyDir": {"sizeLimit": "1Mi"}}] \
         if planned else [volume]
     return {
@@ -163,19 +164,19 @@ def cron_job(settings: StackSettings) -> dict:
                     "metadata": {
                         "labels": kube.labels(compaction.name, COMPONENT),
                         "annotations": {POLICY_HASH_ANNOTATION:
-                                        kube.content_hash(config_map(settings)["data"])},
+                                        kube.content_hash(config_map(inputs)["data"])},
                     },
                     "spec": {
                         # The gate: the binpack scheduler places the run, so a run never starts
                         # while it is unavailable, and evicted pods always have it to return to.
-                        "schedulerName": settings.scheduler.name,
+                        "schedulerName": inputs.scheduler_name,
                         "serviceAccountName": compaction.name,
                         "restartPolicy": "Never",
                         "securityContext": kube.RESTRICTED_POD_SECURITY,
                         **init,
                         "containers": [{
                             "name": "descheduler",
-                            "image": settings.image(compaction.image),
+                            "image": inputs.image(compaction.image),
                             "command": ["/bin/descheduler"],
                             "args": [f"--policy-config-file={policy_file}",
                                      # One run per pod; nothing stays up to be scraped.
@@ -192,22 +193,28 @@ def cron_job(settings: StackSettings) -> dict:
     }
 
 
-def compaction_objects(settings: StackSettings) -> list[dict]:
+def compaction_objects(inputs: GpuCompactionInputs) -> list[dict]:
     """Everything compaction needs, namespace first."""
-    return [kube.namespace(settings.compaction.namespace, "restricted", COMPONENT),
-            *rbac_objects(settings), config_map(settings), cron_job(settings)]
+    return [kube.namespace(inputs.compaction.namespace, "restricted", COMPONENT),
+            *rbac_objects(inputs), config_map(inputs), cron_job(inputs)]
 
 
 class GpuCompaction(kube.Component):
-    def __init__(self, name: str, settings: StackSettings,
-                 after: list[pulumi.Resource] | None = None,
-                 prefix: str = "",
+    """Compaction: a CronJob that runs the descheduler's HighNodeUtilization on GPU nodes, placed
+    by the binpack scheduler, with its RBAC and policy."""
+
+    namespace: str
+    "The CronJob's namespace."
+    schedule: str
+    "When a run starts (cron)."
+
+    def __init__(self, name: str, args: GpuCompactionArgs,
                  opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpu-platform:index:GpuCompaction", name, None, opts)
-        self.child_prefix = prefix
-        objects = compaction_objects(settings)
-        namespace = kube.declare(objects[0], self, depends_on=after)
+        inputs = validated(GpuCompactionInputs, args, args_subject("GpuCompaction"))
+        super().__init__(name, opts)
+        objects = compaction_objects(inputs)
+        namespace = kube.declare(objects[0], self)
         self.resources = kube.declare_all(objects[1:], self, depends_on=[namespace])
-        self.schedule = settings.compaction.schedule
-        self.register_outputs({"namespace": settings.compaction.namespace,
-                               "schedule": self.schedule})
+        self.namespace = inputs.compaction.namespace
+        self.schedule = inputs.compaction.schedule
+        self.register_outputs({"namespace": self.namespace, "schedule": self.schedule})

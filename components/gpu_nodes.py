@@ -8,20 +8,20 @@ a conflict instead of silently deleting that manager's taints. `forceTaintOwners
 over, for nodes whose existing taints have been copied into `extraTaints`.
 """
 
-from __future__ import annotations
-
 import pulumi
 
 from . import kube
-from .settings import StackSettings
+from .args import GpuNodesArgs
+from .inputs import GpuNodesInputs
+from .validation import args_subject, validated
 
 # Field manager of the node patches, so `kubectl get node -o yaml --show-managed-fields` shows
 # which fields the platform owns.
 FIELD_MANAGER = "gpu-platform"
 
 
-def node_patch(settings: StackSettings, node_name: str) -> dict:
-    nodes = settings.gpu_nodes
+def node_patch(inputs: GpuNodesInputs, node_name: str) -> dict:
+    nodes = inputs.gpu_nodes
     annotations = {"pulumi.com/patchFieldManager": FIELD_MANAGER}
     if nodes.force_taint_ownership:
         annotations["pulumi.com/patchForce"] = "true"
@@ -37,15 +37,21 @@ def node_patch(settings: StackSettings, node_name: str) -> dict:
 
 
 class GpuNodes(kube.Component):
-    """One NodePatch per GPU node with the GPU taint (and any extra taints) and labels."""
+    """The GPU nodes' taints and labels: one NodePatch per named GPU node (none when node pools
+    set the taint)."""
 
-    def __init__(self, name: str, settings: StackSettings,
-                 prefix: str = "",
+    node_names: list[str]
+    "The GPU nodes' names (empty when node pools set the taint)."
+    taints: list[str]
+    ("The taints every GPU node carries, as kubectl writes them (`key=value:Effect`), the GPU "
+     "taint first.")
+
+    def __init__(self, name: str, args: GpuNodesArgs,
                  opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpu-platform:index:GpuNodes", name, None, opts)
-        self.child_prefix = prefix
-        self.patches = [kube.declare(node_patch(settings, node), self)
-                        for node in settings.gpu_nodes.names]
-        self.node_names = settings.gpu_nodes.names
-        self.register_outputs({"nodeNames": self.node_names,
-                               "taint": str(settings.gpu_nodes.taint)})
+        inputs = validated(GpuNodesInputs, args, args_subject("GpuNodes"))
+        super().__init__(name, opts)
+        nodes = inputs.gpu_nodes
+        self.patches = [kube.declare(node_patch(inputs, node), self) for node in nodes.names]
+        self.node_names = list(nodes.names)
+        self.taints = [str(taint) for taint in nodes.taints]
+        self.register_outputs({"nodeNames": self.node_names, "taints": self.taints})

@@ -1,17 +1,16 @@
 """NVIDIA GPU Operator: its namespace and the pinned Helm release."""
 
-from __future__ import annotations
-
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pulumi
 import yaml
 
 from . import charts, kube
+from .args import GpuOperatorArgs
 from .facts import GPU_RESOURCE
-from .settings import StackSettings, to_snake
+from .inputs import GpuOperatorInputs
+from .settings import STACK, to_snake
+from .validation import Subject, args_subject, validated
 
 CHART = "gpu-operator"
 COMPONENT = "gpu-operator"
@@ -52,10 +51,10 @@ class ChartImage:
     tag: str | None
     switch: str | None
 
-    def ref(self, settings: StackSettings) -> str:
-        tag = self.tag or settings.gpu_operator.chart_version
+    def ref(self, inputs: GpuOperatorInputs) -> str:
+        tag = self.tag or inputs.gpu_operator.chart_version
         name = f"{self.repository}/{self.image}" if self.image else self.repository
-        return f"{settings.mirrored(name)}:{tag}"
+        return f"{inputs.mirrored(name)}:{tag}"
 
 
 # Facts of the pinned chart (deployments/gpu-operator/values.yaml and the vendored
@@ -86,14 +85,14 @@ CHART_IMAGES = (
 )
 
 
-def chart_images(settings: StackSettings) -> list[ChartImage]:
+def chart_images(inputs: GpuOperatorInputs) -> list[ChartImage]:
     """The chart's images this stack's switches deploy."""
-    op = settings.gpu_operator
+    op = inputs.gpu_operator
     return [image for image in CHART_IMAGES
             if image.switch is None or getattr(op, to_snake(image.switch)).enabled]
 
 
-def mirror_values(settings: StackSettings) -> dict:
+def mirror_values(inputs: GpuOperatorInputs) -> dict:
     """Every image repository of the chart pointed at the mirror (all of them, so that an
     operand switched on later is pulled from it too)."""
     values: dict = {}
@@ -101,7 +100,7 @@ def mirror_values(settings: StackSettings) -> dict:
         node = values
         for key in image.path:
             node = node.setdefault(key, {})
-        node["repository"] = settings.mirrored(image.repository)
+        node["repository"] = inputs.mirrored(image.repository)
     return values
 
 # Chart keys that would hand GPUs out through Dynamic Resource Allocation (gpuCluster.deployCR
@@ -132,9 +131,9 @@ LEGACY_TOOLKIT_HARDENING = [
 LEGACY_DEVICE_PLUGIN_HARDENING = [{"name": "DEVICE_LIST_STRATEGY", "value": "volume-mounts"}]
 
 
-def gpu_node_tolerations(settings: StackSettings) -> list[dict]:
-    """Tolerations for every taint the program puts on GPU nodes."""
-    return [taint.toleration() for taint in settings.gpu_nodes.taints]
+def gpu_node_tolerations(inputs: GpuOperatorInputs) -> list[dict]:
+    """Tolerations for every taint the GPU nodes carry."""
+    return [taint.toleration() for taint in inputs.gpu_taints]
 
 
 def time_slicing_config(replicas: int) -> str:
@@ -145,10 +144,10 @@ def time_slicing_config(replicas: int) -> str:
     }, sort_keys=False)
 
 
-def operator_values(settings: StackSettings) -> dict:
+def operator_values(inputs: GpuOperatorInputs) -> dict:
     """Chart values generated from the settings (before the stack's extra values)."""
-    op = settings.gpu_operator
-    tolerations = gpu_node_tolerations(settings)
+    op = inputs.gpu_operator
+    tolerations = gpu_node_tolerations(inputs)
     device_plugin: dict = {"enabled": op.device_plugin.enabled}
     toolkit: dict = {"enabled": op.toolkit.enabled}
     if op.restrict_visible_devices:
@@ -187,63 +186,70 @@ def operator_values(settings: StackSettings) -> dict:
     }
 
 
-def chart_values(settings: StackSettings) -> dict:
+def chart_values(inputs: GpuOperatorInputs, subject: Subject = STACK) -> dict:
     """The values the release is installed with: generated values plus the stack's extras."""
-    generated = operator_values(settings)
-    if settings.image_registry_mirror:
-        generated = charts.deep_merge(generated, mirror_values(settings))
-    return charts.merge_values(generated, settings.gpu_operator.extra_values,
-                               "gpuOperator.extraValues",
+    generated = operator_values(inputs)
+    if inputs.image_registry_mirror:
+        generated = charts.deep_merge(generated, mirror_values(inputs))
+    return charts.merge_values(generated, inputs.gpu_operator.extra_values,
+                               "gpuOperator.extraValues", subject,
                                unsupported=UNSUPPORTED_VALUES)
 
 
-def critical_pods(settings: StackSettings) -> int:
+def critical_pods(inputs: GpuOperatorInputs) -> int:
     """The operator namespace's pods of the critical priority classes, at most: each operand
     on each GPU node, an NFD worker on each node, the Deployments; and as many again of each
     DaemonSet and Deployment as a rolling update replaces at a time (one pod each), since a
     pod still terminating counts."""
-    op = settings.gpu_operator
+    op = inputs.gpu_operator
     operands = ALWAYS_ON_OPERANDS + sum(count for switch, count in OPERANDS_PER_SWITCH.items()
                                         if getattr(op, to_snake(switch)).enabled)
-    gpu_nodes = (len(settings.gpu_nodes.names) if settings.gpu_nodes.tainted_by == "program"
-                 else op.max_cluster_nodes)
+    names = inputs.gpu_node_names
+    gpu_nodes = len(names) if names is not None else op.max_cluster_nodes
+    nodes = max(op.max_cluster_nodes, gpu_nodes)
     nfd = op.nfd.enabled
     per_node_kinds = operands + (NFD_PER_NODE if nfd else 0)
     deployments = OPERATOR_REPLICAS + (NFD_DEPLOYMENTS if nfd else 0)
-    running = (operands * gpu_nodes + (NFD_PER_NODE * op.max_cluster_nodes if nfd else 0)
-               + deployments)
+    running = operands * gpu_nodes + (NFD_PER_NODE * nodes if nfd else 0) + deployments
     return running + per_node_kinds + deployments
 
 
-def critical_pods_quota(settings: StackSettings) -> dict:
-    return kube.critical_pods_quota(settings.gpu_operator.namespace, COMPONENT,
-                                    critical_pods(settings),
+def critical_pods_quota(inputs: GpuOperatorInputs) -> dict:
+    return kube.critical_pods_quota(inputs.gpu_operator.namespace, COMPONENT,
+                                    critical_pods(inputs),
                                     (kube.NODE_CRITICAL_PRIORITY, kube.CRITICAL_PRIORITY))
 
 
-def operator_namespace(settings: StackSettings) -> dict:
+def operator_namespace(inputs: GpuOperatorInputs) -> dict:
     # The operands (driver, toolkit, device plugin, DCGM exporter) run privileged on the nodes.
-    return kube.namespace(settings.gpu_operator.namespace, "privileged", COMPONENT)
+    return kube.namespace(inputs.gpu_operator.namespace, "privileged", COMPONENT)
 
 
 class GpuOperator(kube.Component):
-    """Namespace and pinned `gpu-operator` release (with `values` from `chart_values`);
-    installed after the GPU nodes are tainted."""
+    """NVIDIA's GPU Operator: its namespace, the namespace's quota of critical pods, and the
+    pinned Helm release."""
 
-    def __init__(self, name: str, settings: StackSettings, values: Any,
-                 after: Sequence[pulumi.Resource] | None = None,
-                 prefix: str = "",
+    namespace: str
+    "The operator's namespace, where the DCGM exporter Service is."
+    mig_resources: list[str]
+    ("The MIG resources GPU nodes advertise (`nvidia.com/mig-<profile>`, with the mixed "
+     "strategy): the binpack scheduler packs them as GPUs.")
+
+    def __init__(self, name: str, args: GpuOperatorArgs,
                  opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpu-platform:index:GpuOperator", name, None, opts)
-        self.child_prefix = prefix
-        op = settings.gpu_operator
-        self.namespace = kube.declare(operator_namespace(settings), self)
+        subject = args_subject("GpuOperator")
+        inputs = validated(GpuOperatorInputs, args, subject)
+        values = chart_values(inputs, subject)
+        super().__init__(name, opts)
+        op = inputs.gpu_operator
+        namespace = kube.declare(operator_namespace(inputs), self)
         # The quota first: where critical-priority pods need one, they are refused without it.
-        self.quota = kube.declare(critical_pods_quota(settings), self, [self.namespace])
+        quota = kube.declare(critical_pods_quota(inputs), self, [namespace])
         self.release = charts.release(
             op.release_name, chart=CHART, version=op.chart_version, repository=op.repository,
-            namespace=op.namespace, values=values, parent=self, protection=op.protection,
-            chart_path=op.chart_path,
-            depends_on=[self.namespace, self.quota, *(after or [])])
-        self.register_outputs({"namespace": op.namespace, "chartVersion": op.chart_version,
-                               "releaseStatus": self.release.status})
+            namespace=op.namespace, values=charts.values_input(values, inputs.secret_values),
+            parent=self, protection=op.protection, chart_path=op.chart_path,
+            depends_on=[namespace, quota])
+        self.namespace = op.namespace
+        self.mig_resources = op.mig.resources
+        self.register_outputs({"namespace": self.namespace, "migResources": self.mig_resources})

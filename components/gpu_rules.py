@@ -20,7 +20,7 @@ import re
 
 from . import kube
 from .facts import GPU_RESOURCE
-from .settings import StackSettings
+from .inputs import MonitoringInputs
 
 COMPONENT = "monitoring"
 RULE_NAME = "gpu-platform"
@@ -50,8 +50,8 @@ WHOLE_FREE_NODES = "gpu_platform:gpu_nodes_whole_free:count"
 CERTIFICATE_CRITICAL_DAYS = 7
 
 
-def recording_rules(settings: StackSettings) -> list[dict]:
-    largest = settings.monitoring.largest_common_request
+def recording_rules(inputs: MonitoringInputs) -> list[dict]:
+    largest = inputs.monitoring.largest_common_request
     return [
         # GPUs held by pods: bound to a node and not finished (a bound pod that is still
         # pulling its image already holds its GPUs).
@@ -96,12 +96,12 @@ def unix_time(rfc3339: str) -> int:
     return int(datetime.datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp())
 
 
-def certificate_alerts(settings: StackSettings, not_after: int) -> list[dict]:
+def certificate_alerts(inputs: MonitoringInputs, not_after: int) -> list[dict]:
     """The webhook's serving certificate is renewed only by `pulumi up`: warn once it is inside
     the early-renewal window (a run would renew it), page a week before it expires (then every
     pod the policy must see is refused, or admitted unchecked)."""
-    adm = settings.admission
-    renew_at = not_after - adm.certificate.early_renewal_hours * 3600
+    adm = inputs.admission
+    renew_at = not_after - adm.certificate_renewal_hours * 3600
     critical_at = not_after - CERTIFICATE_CRITICAL_DAYS * 86400
     expires = datetime.datetime.fromtimestamp(not_after, datetime.UTC).isoformat()
     what = (f"The admission webhook's serving certificate (OPA in {adm.namespace}) expires at "
@@ -110,7 +110,7 @@ def certificate_alerts(settings: StackSettings, not_after: int) -> list[dict]:
         _alert("GpuAdmissionCertificateRenewalDue", f"vector(time()) > {renew_at}", "0s", "warning",
                "The admission webhook's certificate is due for renewal",
                f"{what} Run `pulumi up` on the stack: it renews the certificate "
-               f"({adm.certificate.early_renewal_hours} h early) and OPA reloads it."),
+               f"({adm.certificate_renewal_hours} h early) and OPA reloads it."),
         _alert("GpuAdmissionCertificateExpiring", f"vector(time()) > {critical_at}", "0s",
                "critical",
                "The admission webhook's certificate expires within a week",
@@ -119,14 +119,14 @@ def certificate_alerts(settings: StackSettings, not_after: int) -> list[dict]:
     ]
 
 
-def alert_rules(settings: StackSettings, certificate_not_after: int | None = None
+def alert_rules(inputs: MonitoringInputs, certificate_not_after: int | None = None
                 ) -> list[dict]:
-    alerts = settings.monitoring.alerts
+    alerts = inputs.monitoring.alerts
     fatal_xid = " or ".join(f"DCGM_FI_DEV_XID_ERRORS == {code}"
                             for code in alerts.fatal_xid_codes)
     gpu = ("GPU {{ $labels.gpu }} ({{ $labels.modelName }}, UUID {{ $labels.UUID }}) on node "
            "{{ $labels.node }}")
-    sched, adm = settings.scheduler, settings.admission
+    sched, adm = inputs.scheduler, inputs.admission
 
     def unavailable(namespace: str, deployment: str) -> str:
         return (f'kube_deployment_status_replicas_available{{namespace="{namespace}", '
@@ -138,13 +138,13 @@ def alert_rules(settings: StackSettings, certificate_not_after: int | None = Non
                       if adm.failure_policy == "Fail" else
                       "pods the policy must see are admitted unchecked (failure policy Ignore)")
     opa_deployment = f'namespace="{adm.namespace}", deployment="opa"'
-    quota_namespaces = "|".join((settings.gpu_operator.namespace, sched.namespace,
+    quota_namespaces = "|".join((inputs.gpu_operator_namespace, sched.namespace,
                                  adm.namespace))
 
     def quota(kind: str) -> str:
         return (f'kube_resourcequota{{namespace=~"{quota_namespaces}", '
                 f'resourcequota="{kube.CRITICAL_PODS_QUOTA}", resource="pods", type="{kind}"}}')
-    certificate = (certificate_alerts(settings, certificate_not_after)
+    certificate = (certificate_alerts(inputs, certificate_not_after)
                    if certificate_not_after is not None else [])
     return certificate + [
         # An XID is an event the driver reports: fire at once.
@@ -233,7 +233,7 @@ def alert_rules(settings: StackSettings, certificate_not_after: int | None = Non
                "Namespace {{ $labels.namespace }} holds {{ $value | humanizePercentage }} of "
                f"the pods its {kube.CRITICAL_PODS_QUOTA} quota allows at a critical priority. "
                "Where that priority needs a quota (GKE), pods past it are refused: in "
-               f"{settings.gpu_operator.namespace} new nodes would get no GPU operands "
+               f"{inputs.gpu_operator_namespace} new nodes would get no GPU operands "
                "(raise gpuOperator.maxClusterNodes); in the scheduler's and OPA's namespaces "
                "the quota is sized from their replicas, so look for other critical pods there."),
         _alert("GpuPodsPendingGrowing",
@@ -246,13 +246,13 @@ def alert_rules(settings: StackSettings, certificate_not_after: int | None = Non
     ]
 
 
-def compaction_alerts(settings: StackSettings) -> list[dict]:
+def compaction_alerts(inputs: MonitoringInputs) -> list[dict]:
     """With compaction on: a compaction that has stopped running (its pod never placed, because
     the binpack scheduler is down, or its runs failing)."""
-    compaction = settings.compaction
-    if not compaction.enabled:
+    compaction = inputs.compaction
+    if compaction is None:
         return []
-    hours = settings.monitoring.alerts.compaction_stale_hours
+    hours = inputs.monitoring.alerts.compaction_stale_hours
     cron_job = f'namespace="{compaction.namespace}", cronjob="{compaction.name}"'
     return [
         _alert("GpuCompactionNotRunning",
@@ -266,9 +266,9 @@ def compaction_alerts(settings: StackSettings) -> list[dict]:
     ]
 
 
-def prometheus_rule(settings: StackSettings, certificate_not_after: int | None = None
+def prometheus_rule(inputs: MonitoringInputs, certificate_not_after: int | None = None
                     ) -> dict:
-    mon = settings.monitoring
+    mon = inputs.monitoring
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
@@ -281,7 +281,7 @@ def prometheus_rule(settings: StackSettings, certificate_not_after: int | None =
         # evaluation (separate groups run independently, a step apart in either order).
         "spec": {"groups": [
             {"name": "gpu-platform",
-             "rules": recording_rules(settings) + alert_rules(settings, certificate_not_after)
-                      + compaction_alerts(settings)},
+             "rules": recording_rules(inputs) + alert_rules(inputs, certificate_not_after)
+                      + compaction_alerts(inputs)},
         ]},
     }

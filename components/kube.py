@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import inspect
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -206,18 +207,34 @@ def logical_name(obj: dict) -> str:
     return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
 
 
+# The package the components are served as (components/package.py): a component's type token
+# is `gpu-platform:index:<its class name>`.
+PACKAGE = "gpu-platform"
+
+
 class Component(pulumi.ComponentResource):
-    """A component of the platform, the parent of the resources `declare` creates."""
+    """A component of the platform, the parent of the resources `declare` creates.
 
-    # Set by each component's constructor; see `child_name`.
-    child_prefix: str
+    Its children's logical names start with a prefix, so that two of them in one program cannot
+    collide: a component of a platform takes its platform's (GpuPlatform names its own), one
+    declared alone its own name (`<name>-`)."""
 
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        # The schema takes a component's docstring as its description, indentation and all.
+        cls.__doc__ = inspect.cleandoc(cls.__doc__ or "")
 
-def child_name(parent: Component, name: str) -> str:
-    """The logical name of a child of a platform component: prefixed with the platform's own
-    prefix, so that two platforms in one program (two clusters) cannot collide. The platform
-    of the default name has no prefix, so existing stacks keep their URNs."""
-    return parent.child_prefix + name
+    def __init__(self, name: str, opts: pulumi.ResourceOptions | None,
+                 child_prefix: str | None = None):
+        super().__init__(f"{PACKAGE}:index:{type(self).__name__}", name, None, opts)
+        parent = opts.parent if opts else None
+        if child_prefix is None:
+            child_prefix = parent._child_prefix if isinstance(parent, Component) else f"{name}-"
+        self._child_prefix = child_prefix
+
+    def child_name(self, name: str) -> str:
+        """The logical name of a child of this component."""
+        return self._child_prefix + name
 
 
 def declare(obj: dict[str, Any], parent: Component,
@@ -232,9 +249,9 @@ def declare(obj: dict[str, Any], parent: Component,
     resource_class = _KINDS.get((obj["apiVersion"], obj["kind"]))
     if resource_class is None:
         return k8s.apiextensions.CustomResource(
-            child_name(parent, logical_name(obj)), api_version=obj["apiVersion"],
+            parent.child_name(logical_name(obj)), api_version=obj["apiVersion"],
             kind=obj["kind"], opts=opts, **fields)
-    return resource_class(child_name(parent, logical_name(obj)), opts=opts, **fields)
+    return resource_class(parent.child_name(logical_name(obj)), opts=opts, **fields)
 
 
 def declare_all(objs: Sequence[dict], parent: Component,

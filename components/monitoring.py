@@ -1,18 +1,18 @@
 """Monitoring: kube-prometheus-stack, the DCGM exporter's ServiceMonitor and the GPU dashboard."""
 
-from __future__ import annotations
-
 import json
-from collections.abc import Sequence
 from typing import Any
 
 import pulumi
 import pulumi_random as random
 
 from . import binpack_scheduler, charts, dashboard, gpu_rules, kube, opa_admission
+from .args import MonitoringArgs
 from .facts import AUDIT_LABEL
 from .gpu_operator import DCGM_METRICS_PORT, DCGM_SERVICE_LABELS
-from .settings import Receiver, StackSettings
+from .inputs import MonitoringInputs
+from .settings import STACK, Receiver
+from .validation import Subject, args_subject, validated
 
 CHART = "kube-prometheus-stack"
 COMPONENT = "monitoring"
@@ -47,21 +47,21 @@ CHART_IMAGES = (
 )
 
 
-def chart_images(settings: StackSettings) -> list[str]:
+def chart_images(inputs: MonitoringInputs) -> list[str]:
     """The chart's images as the nodes pull them (from the mirror, when set)."""
-    return [f"{settings.mirrored(f'{registry}/{repository}')}:"
-            f"{tag or 'v' + settings.kubernetes_version}"
+    return [f"{inputs.mirrored(f'{registry}/{repository}')}:"
+            f"{tag or 'v' + inputs.kubernetes_version}"
             for registry, repository, tag in CHART_IMAGES]
 
 
-def grafana_service(settings: StackSettings) -> str:
+def grafana_service(inputs: MonitoringInputs) -> str:
     """The Grafana Service the chart creates: <release>-grafana."""
-    return f"{settings.monitoring.release_name}-grafana"
+    return f"{inputs.monitoring.release_name}-grafana"
 
 
-def stack_values(settings: StackSettings) -> dict:
+def stack_values(inputs: MonitoringInputs) -> dict:
     """Chart values generated from the settings (before the stack's extra values)."""
-    mon = settings.monitoring
+    mon = inputs.monitoring
     # Selectors opened: ServiceMonitors, PodMonitors and rules of every namespace are used,
     # not only those labelled with this release.
     selectors_everywhere = {f"{kind}SelectorNilUsesHelmValues": False
@@ -69,12 +69,12 @@ def stack_values(settings: StackSettings) -> dict:
     prometheus_spec: dict = {**selectors_everywhere, "retention": mon.retention}
     alertmanager_spec: dict = {}
     if mon.storage.enabled:
-        prometheus_spec["storageSpec"] = volume_claim(settings, mon.storage.prometheus_size_gib)
+        prometheus_spec["storageSpec"] = volume_claim(inputs, mon.storage.prometheus_size_gib)
         # Prometheus deletes the oldest blocks before the volume fills up.
         prometheus_spec["retentionSize"] = f"{int(mon.storage.prometheus_size_gib * 0.9)}GiB"
-        alertmanager_spec["storage"] = volume_claim(settings, mon.storage.alertmanager_size_gib)
-    mirror = {"global": {"imageRegistry": settings.image_registry_mirror}} \
-        if settings.image_registry_mirror else {}
+        alertmanager_spec["storage"] = volume_claim(inputs, mon.storage.alertmanager_size_gib)
+    mirror = {"global": {"imageRegistry": inputs.image_registry_mirror}} \
+        if inputs.image_registry_mirror else {}
     return {
         **mirror,
         # Helm installs CRDs but never upgrades them: the chart's pre-install/pre-upgrade Job
@@ -82,10 +82,10 @@ def stack_values(settings: StackSettings) -> dict:
         # images get fixed tags, so a mirror can hold them.
         "crds": {"upgradeJob": {"enabled": True, "image": {
             "busybox": {"tag": CRD_UPGRADE_BUSYBOX_TAG},
-            "kubectl": {"tag": f"v{settings.kubernetes_version}"}}}},
+            "kubectl": {"tag": f"v{inputs.kubernetes_version}"}}}},
         "prometheus": {"prometheusSpec": prometheus_spec},
         "alertmanager": {"alertmanagerSpec": alertmanager_spec,
-                         "config": alertmanager_config(settings)},
+                         "config": alertmanager_config(inputs)},
         # kube_pod_labels carries only allowlisted labels: the audit mode's, for the dashboard.
         "kube-state-metrics": {"metricLabelsAllowlist": [f"pods=[{AUDIT_LABEL}]"]},
         "grafana": {
@@ -97,12 +97,12 @@ def stack_values(settings: StackSettings) -> dict:
     }
 
 
-def volume_claim(settings: StackSettings, size_gib: int) -> dict:
+def volume_claim(inputs: MonitoringInputs, size_gib: int) -> dict:
     """A storage spec as the Prometheus operator takes it: one ReadWriteOnce claim per pod."""
     spec: dict = {"accessModes": ["ReadWriteOnce"],
                   "resources": {"requests": {"storage": f"{size_gib}Gi"}}}
-    if settings.monitoring.storage.storage_class_name:
-        spec["storageClassName"] = settings.monitoring.storage.storage_class_name
+    if inputs.monitoring.storage.storage_class_name:
+        spec["storageClassName"] = inputs.monitoring.storage.storage_class_name
     return {"volumeClaimTemplate": {"spec": spec}}
 
 
@@ -119,10 +119,10 @@ def receiver_config(receiver: Receiver) -> dict:
     return config
 
 
-def alertmanager_config(settings: StackSettings) -> dict:
+def alertmanager_config(inputs: MonitoringInputs) -> dict:
     """Alertmanager's configuration: each receiver gets the alerts of its severities (the rules
     label every alert with one), everything else goes nowhere but the Alertmanager UI."""
-    am = settings.monitoring.alertmanager
+    am = inputs.monitoring.alertmanager
     return {
         "route": {
             "receiver": "null",
@@ -137,12 +137,12 @@ def alertmanager_config(settings: StackSettings) -> dict:
     }
 
 
-def chart_values(settings: StackSettings) -> dict:
-    return charts.merge_values(stack_values(settings), settings.monitoring.extra_values,
-                               "monitoring.extraValues")
+def chart_values(inputs: MonitoringInputs, subject: Subject = STACK) -> dict:
+    return charts.merge_values(stack_values(inputs), inputs.monitoring.extra_values,
+                               "monitoring.extraValues", subject)
 
 
-def scrape_monitor(settings: StackSettings, kind: str, name: str, target_namespace: str,
+def scrape_monitor(inputs: MonitoringInputs, kind: str, name: str, target_namespace: str,
                    selector: dict, endpoint: dict) -> dict:
     """A ServiceMonitor or PodMonitor in the monitoring namespace for one endpoint of the
     Services or pods `selector` picks in `target_namespace`."""
@@ -150,7 +150,7 @@ def scrape_monitor(settings: StackSettings, kind: str, name: str, target_namespa
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": kind,
-        "metadata": {"name": name, "namespace": settings.monitoring.namespace,
+        "metadata": {"name": name, "namespace": inputs.monitoring.namespace,
                      "labels": kube.labels(name, COMPONENT)},
         "spec": {
             "namespaceSelector": {"matchNames": [target_namespace]},
@@ -160,12 +160,12 @@ def scrape_monitor(settings: StackSettings, kind: str, name: str, target_namespa
     }
 
 
-def dcgm_service_monitor(settings: StackSettings) -> dict:
+def dcgm_service_monitor(inputs: MonitoringInputs) -> dict:
     """Scrapes the DCGM exporter Service that the GPU Operator creates."""
-    return scrape_monitor(settings, "ServiceMonitor", "nvidia-dcgm-exporter",
-                          settings.gpu_operator.namespace, dict(DCGM_SERVICE_LABELS), {
+    return scrape_monitor(inputs, "ServiceMonitor", "nvidia-dcgm-exporter",
+                          inputs.gpu_operator_namespace, dict(DCGM_SERVICE_LABELS), {
         "port": DCGM_METRICS_PORT,
-        "interval": settings.monitoring.scrape_interval,
+        "interval": inputs.monitoring.scrape_interval,
         # The exporter labels a GPU's series with the namespace, pod and container the GPU is
         # allocated to: those must win over the exporter pod's own.
         "honorLabels": True,
@@ -179,95 +179,100 @@ def dcgm_service_monitor(settings: StackSettings) -> dict:
     })
 
 
-def opa_pod_monitor(settings: StackSettings) -> dict:
+def opa_pod_monitor(inputs: MonitoringInputs) -> dict:
     """Scrapes OPA's diagnostic port: its request metrics show decisions that failed."""
-    return scrape_monitor(settings, "PodMonitor", "gpu-admission-opa",
-                          settings.admission.namespace,
+    return scrape_monitor(inputs, "PodMonitor", "gpu-admission-opa",
+                          inputs.admission.namespace,
                           kube.selector_labels(opa_admission.SERVICE, opa_admission.COMPONENT),
                           {"port": opa_admission.DIAGNOSTIC_PORT_NAME})
 
 
-def scheduler_service_monitor(settings: StackSettings) -> dict:
+def scheduler_service_monitor(inputs: MonitoringInputs) -> dict:
     """Scrapes the binpack scheduler's secure port, as the chart scrapes the cluster's own
     kube-scheduler: with Prometheus' ServiceAccount token, which the scheduler checks through
     the API server (the chart's Prometheus role may get /metrics), and without verifying the
     certificate the scheduler makes itself at start."""
-    sched = settings.scheduler
-    return scrape_monitor(settings, "ServiceMonitor", sched.name, sched.namespace,
+    sched = inputs.scheduler
+    return scrape_monitor(inputs, "ServiceMonitor", sched.name, sched.namespace,
                           kube.selector_labels(sched.name, binpack_scheduler.COMPONENT), {
         "port": binpack_scheduler.METRICS_PORT_NAME,
         "scheme": "https",
-        "interval": settings.monitoring.scrape_interval,
+        "interval": inputs.monitoring.scrape_interval,
         "bearerTokenFile": SERVICE_ACCOUNT_TOKEN,
         "tlsConfig": {"insecureSkipVerify": True},
     })
 
 
-def dashboard_config_map(settings: StackSettings) -> dict:
+def dashboard_config_map(inputs: MonitoringInputs) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": "gpu-platform-dashboard", "namespace": settings.monitoring.namespace,
+        "metadata": {"name": "gpu-platform-dashboard", "namespace": inputs.monitoring.namespace,
                      "labels": {**kube.labels("gpu-platform-dashboard", COMPONENT),
                                 DASHBOARD_LABEL[0]: DASHBOARD_LABEL[1]}},
-        "data": {"gpu-platform.json": json.dumps(dashboard.dashboard(settings), indent=1)},
+        "data": {"gpu-platform.json": json.dumps(dashboard.dashboard(inputs), indent=1)},
     }
 
 
-def grafana_admin_secret(settings: StackSettings, password: Any) -> dict:
+def grafana_admin_secret(inputs: MonitoringInputs, password: Any) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": GRAFANA_ADMIN_SECRET, "namespace": settings.monitoring.namespace,
+        "metadata": {"name": GRAFANA_ADMIN_SECRET, "namespace": inputs.monitoring.namespace,
                      "labels": kube.labels("grafana", COMPONENT)},
         "type": "Opaque",
-        "stringData": {GRAFANA_USER_KEY: settings.monitoring.grafana.admin_user,
+        "stringData": {GRAFANA_USER_KEY: inputs.monitoring.grafana.admin_user,
                        GRAFANA_PASSWORD_KEY: password},
     }
 
 
 class Monitoring(kube.Component):
-    """kube-prometheus-stack (with `values` from `chart_values`) first; the ServiceMonitor and
-    dashboard after it (their CRDs and the Grafana sidecar come from the chart) and after the
-    resources in `after` (the GPU Operator, which creates the DCGM exporter Service)."""
+    """kube-prometheus-stack first; then, as its CRDs and Grafana's sidecar come from the chart,
+    the scrape configuration of the DCGM exporter, OPA and the binpack scheduler, the GPU
+    dashboard, and the GPU recording rules and alerts."""
 
-    def __init__(self, name: str, settings: StackSettings, values: Any,
-                 after: Sequence[pulumi.Resource] | None = None,
-                 certificate_not_after: pulumi.Output | None = None,
-                 prefix: str = "",
+    grafana_url: str
+    "Grafana's address inside the cluster."
+    grafana_port_forward: str
+    "The kubectl command that opens Grafana on localhost:3000."
+    grafana_admin_password: pulumi.Output[str]
+    "Grafana's admin password (a secret)."
+
+    def __init__(self, name: str, args: MonitoringArgs,
                  opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpu-platform:index:Monitoring", name, None, opts)
-        self.child_prefix = prefix
-        mon = settings.monitoring
+        subject = args_subject("Monitoring")
+        inputs = validated(MonitoringInputs, args, subject)
+        values = chart_values(inputs, subject)
+        super().__init__(name, opts)
+        mon = inputs.monitoring
         namespace = kube.declare(kube.namespace(mon.namespace, "privileged", COMPONENT), self)
         if mon.grafana.admin_password:
             password = pulumi.Output.secret(mon.grafana.admin_password)
         else:
             password = random.RandomPassword(
-                kube.child_name(self, "grafana-admin"), length=32, special=False,
+                self.child_name("grafana-admin"), length=32, special=False,
                 opts=pulumi.ResourceOptions(parent=self)).result
-        admin = kube.declare(grafana_admin_secret(settings, password), self, [namespace])
+        admin = kube.declare(grafana_admin_secret(inputs, password), self, [namespace])
         self.release = charts.release(
             mon.release_name, chart=CHART, version=mon.chart_version, repository=mon.repository,
-            namespace=mon.namespace, values=values, parent=self, protection=mon.protection,
-            chart_path=mon.chart_path,
+            namespace=mon.namespace, values=charts.values_input(values, inputs.secret_values),
+            parent=self, protection=mon.protection, chart_path=mon.chart_path,
             depends_on=[namespace, admin])
-        self.service_monitor = kube.declare(dcgm_service_monitor(settings), self,
-                                            [self.release, *(after or [])])
-        self.dashboard = kube.declare(dashboard_config_map(settings), self, [self.release])
-        rule = gpu_rules.prometheus_rule(settings)
-        if certificate_not_after is not None:
+        self.service_monitor = kube.declare(dcgm_service_monitor(inputs), self, [self.release])
+        self.dashboard = kube.declare(dashboard_config_map(inputs), self, [self.release])
+        rule = gpu_rules.prometheus_rule(inputs)
+        if inputs.admission.certificate_not_after is not None:
             # The certificate alerts need its expiry, known once the certificate exists.
-            rule["spec"] = certificate_not_after.apply(lambda end: gpu_rules.prometheus_rule(
-                settings, gpu_rules.unix_time(end))["spec"])
+            rule["spec"] = pulumi.Output.from_input(inputs.admission.certificate_not_after).apply(
+                lambda end: gpu_rules.prometheus_rule(inputs, gpu_rules.unix_time(end))["spec"])
         self.rules = kube.declare(rule, self, [self.release])
-        self.opa_monitor = kube.declare(opa_pod_monitor(settings), self, [self.release])
-        self.scheduler_monitor = kube.declare(scheduler_service_monitor(settings), self,
+        self.opa_monitor = kube.declare(opa_pod_monitor(inputs), self, [self.release])
+        self.scheduler_monitor = kube.declare(scheduler_service_monitor(inputs), self,
                                               [self.release])
 
-        self.grafana_url = f"http://{grafana_service(settings)}.{mon.namespace}.svc:{GRAFANA_PORT}"
+        self.grafana_url = f"http://{grafana_service(inputs)}.{mon.namespace}.svc:{GRAFANA_PORT}"
         self.grafana_port_forward = (f"kubectl -n {mon.namespace} port-forward "
-                                     f"svc/{grafana_service(settings)} 3000:{GRAFANA_PORT}")
+                                     f"svc/{grafana_service(inputs)} 3000:{GRAFANA_PORT}")
         self.grafana_admin_password = password
         self.register_outputs({"grafanaUrl": self.grafana_url,
                                "grafanaPortForward": self.grafana_port_forward,

@@ -11,8 +11,6 @@ is locked by `policy/opa/authz.rego`: callers reach only the admission decisions
 metrics.
 """
 
-from __future__ import annotations
-
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +20,7 @@ import pulumi
 import pulumi_tls as tls
 
 from . import kube
+from .args import OpaAdmissionArgs
 from .facts import (
     AUDIT_LABEL,
     DAEMONSET_CONTROLLERS,
@@ -30,7 +29,9 @@ from .facts import (
     NVIDIA_DEVICE_CLASS_SUFFIX,
     PRIVILEGED_CAPABILITIES,
 )
-from .settings import StackSettings, Taint
+from .inputs import OpaAdmissionInputs
+from .settings import Taint
+from .validation import args_subject, validated
 
 COMPONENT = "admission"
 POLICY_DIR = Path(__file__).resolve().parent.parent / "policy"
@@ -76,21 +77,21 @@ def rego_files(subdir: str) -> dict[str, str]:
             if not path.name.endswith("_test.rego")}
 
 
-def policy_params(settings: StackSettings) -> dict:
+def policy_params(inputs: OpaAdmissionInputs) -> dict:
     """The admission policy's parameters, as the policy reads them (data ... params.json)."""
-    adm = settings.admission
+    adm = inputs.admission
     return {
         "mode": adm.mode,
-        "schedulerName": settings.scheduler.name,
+        "schedulerName": inputs.scheduler_name,
         "gpuResourceNames": list(adm.gpu_resource_names),
-        "exemptNamespaces": settings.exempt_namespaces,
-        "gpuNodeNames": list(settings.gpu_nodes.names),
+        "exemptNamespaces": inputs.exempt_namespaces,
+        "gpuNodeNames": list(inputs.gpu_node_names or []),
         # With node pools the program knows no GPU node's name: any pod bound by name may be on
         # one.
-        "gpuNodeNamesKnown": settings.gpu_nodes.tainted_by == "program",
+        "gpuNodeNamesKnown": inputs.gpu_node_names is not None,
         # The first taint keeps other pods off GPU nodes; GPU pods need to tolerate them all.
         "gpuTaints": [{**taint.as_manifest(), "value": taint.value, "text": str(taint),
-                       "toleration": taint.toleration()} for taint in settings.gpu_nodes.taints],
+                       "toleration": taint.toleration()} for taint in inputs.gpu_taints],
         "gpuRuntimeClasses": list(adm.nvidia_runtime_classes),
         "daemonSetControllers": list(DAEMONSET_CONTROLLERS),
         "auditLabel": AUDIT_LABEL,
@@ -101,8 +102,7 @@ def policy_params(settings: StackSettings) -> dict:
         "deviceAnnotationPrefixes": list(DEVICE_ANNOTATION_PREFIXES),
         "maxGpuPodPriority": adm.max_gpu_pod_priority,
         # "" when the class is not declared: then no pod can name it.
-        "preemptibleClass": (settings.scheduler.preemptible_class.name
-                             if settings.scheduler.preemptible_class.enabled else ""),
+        "preemptibleClass": inputs.preemptible_class or "",
     }
 
 
@@ -111,10 +111,10 @@ def server_data() -> str:
     return json.dumps({"admission_decision_paths": [list(DECISION_PATH), list(MUTATION_PATH)]})
 
 
-def service_dns_names(settings: StackSettings) -> list[str]:
+def service_dns_names(inputs: OpaAdmissionInputs) -> list[str]:
     """The names the API server may use for the OPA Service; the serving certificate covers
     them all."""
-    ns = settings.admission.namespace
+    ns = inputs.admission.namespace
     return [SERVICE, f"{SERVICE}.{ns}", f"{SERVICE}.{ns}.svc"]
 
 
@@ -146,17 +146,17 @@ def _cel_tolerates(taint: Taint, pod: str) -> str:
             f"{pod}.spec.tolerations.exists(t, {effect} && ({match})))")
 
 
-def gpu_request_condition(settings: StackSettings) -> str:
+def gpu_request_condition(inputs: OpaAdmissionInputs) -> str:
     """CEL: true when any container, init container or ephemeral container names a guarded GPU
     resource in its requests or limits."""
-    match = _cel_matches(settings.admission.gpu_resource_names)
+    match = _cel_matches(inputs.admission.gpu_resource_names)
     return _cel_any_container(
         "has(c.resources) && ("
         f"(has(c.resources.requests) && c.resources.requests.exists(r, {match})) || "
         f"(has(c.resources.limits) && c.resources.limits.exists(r, {match})))")
 
 
-def pod_condition(settings: StackSettings) -> str:
+def pod_condition(inputs: OpaAdmissionInputs) -> str:
     """CEL for the pod webhooks' matchConditions: true for every request a rule of the policy
     can be about (and some it turns out not to be), so that pods which cannot break a rule never
     wait for OPA, and OPA being down cannot block them.
@@ -167,16 +167,16 @@ def pod_condition(settings: StackSettings) -> str:
     NVIDIA_VISIBLE_DEVICES, name an NVIDIA RuntimeClass or carry a device-injecting annotation.
     UPDATE: a toleration of the GPU taint or a device-injecting annotation added. Every
     ephemeral container added (the node is not known to the condition)."""
-    adm = settings.admission
-    taint = settings.gpu_nodes.taint
+    adm = inputs.admission
+    taint = inputs.gpu_taints[0]
     visible_devices = f"has(c.env) && c.env.exists(e, e.name == '{VISIBLE_DEVICES_ENV}')"
     daemonset_pod = (
         f"request.userInfo.username in {_cel_list(DAEMONSET_CONTROLLERS)} && "
         "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
         "o.kind == 'DaemonSet' && has(o.controller) && o.controller)")
     bound_by_name = ("(has(object.spec.nodeName) && object.spec.nodeName in "
-                     f"{_cel_list(settings.gpu_nodes.names)})"
-                     if settings.gpu_nodes.tainted_by == "program" else
+                     f"{_cel_list(inputs.gpu_node_names)})"
+                     if inputs.gpu_node_names is not None else
                      "(has(object.spec.nodeName) && object.spec.nodeName != '')")
     annotations = (
         "has(object.metadata.annotations) && object.metadata.annotations.exists(k, "
@@ -194,7 +194,7 @@ def pod_condition(settings: StackSettings) -> str:
     high_priority = (f"(has(object.spec.priority) && "
                      f"object.spec.priority > {adm.max_gpu_pod_priority})")
     on_create = " || ".join([
-        f"({gpu_request_condition(settings)})",
+        f"({gpu_request_condition(inputs)})",
         bound_by_name,
         f"({_cel_tolerates(taint, 'object')} && (!({daemonset_pod}) || {device_path} || "
         f"{high_priority}))",
@@ -210,33 +210,33 @@ def pod_condition(settings: StackSettings) -> str:
             f"true : ({on_update}))")
 
 
-def _meta(settings: StackSettings, name: str, extra_labels: dict | None = None) -> dict:
-    return {"name": name, "namespace": settings.admission.namespace,
+def _meta(inputs: OpaAdmissionInputs, name: str, extra_labels: dict | None = None) -> dict:
+    return {"name": name, "namespace": inputs.admission.namespace,
             "labels": {**kube.labels(SERVICE, COMPONENT), **(extra_labels or {})}}
 
 
-def service_account(settings: StackSettings) -> dict:
+def service_account(inputs: OpaAdmissionInputs) -> dict:
     """OPA's own identity: it reads nothing from the API server, so it is granted nothing and
     its pods mount no token."""
-    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(settings, SERVICE),
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(inputs, SERVICE),
             "automountServiceAccountToken": False}
 
 
-def policy_config_maps(settings: StackSettings) -> list[dict]:
+def policy_config_maps(inputs: OpaAdmissionInputs) -> list[dict]:
     """What OPA loads at start: the admission policy with its parameters, and OPA's own server
     policy with its data."""
     return [
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(settings, POLICY_CONFIGMAP),
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(inputs, POLICY_CONFIGMAP),
          "data": {**rego_files("admission"),
-                  PARAMS_KEY: json.dumps(policy_params(settings), indent=2)}},
+                  PARAMS_KEY: json.dumps(policy_params(inputs), indent=2)}},
         {"apiVersion": "v1", "kind": "ConfigMap",
-         "metadata": _meta(settings, SERVER_POLICY_CONFIGMAP),
+         "metadata": _meta(inputs, SERVER_POLICY_CONFIGMAP),
          "data": {**rego_files("opa"), SERVER_DATA_KEY: server_data()}},
     ]
 
 
-def tls_secret(settings: StackSettings, *, tls_cert: Any, tls_key: Any, ca_cert: Any) -> dict:
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": _meta(settings, TLS_SECRET),
+def tls_secret(inputs: OpaAdmissionInputs, *, tls_cert: Any, tls_key: Any, ca_cert: Any) -> dict:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": _meta(inputs, TLS_SECRET),
             "type": "kubernetes.io/tls",
             "stringData": {"tls.crt": tls_cert, "tls.key": tls_key, "ca.crt": ca_cert}}
 
@@ -250,10 +250,10 @@ def policy_files() -> list[str]:
             f"{PARAMS_ROOT}:{POLICY_MOUNT}/{PARAMS_KEY}"]
 
 
-def opa_args(settings: StackSettings) -> list[str]:
+def opa_args(inputs: OpaAdmissionInputs) -> list[str]:
     return [
         "run", "--server",
-        f"--addr=https://0.0.0.0:{settings.admission.webhook_port}",
+        f"--addr=https://0.0.0.0:{inputs.admission.webhook_port}",
         # Plain HTTP for the kubelet's probes: without a scheme, OPA serves this address over
         # TLS too once it has a certificate.
         f"--diagnostic-addr=http://0.0.0.0:{DIAGNOSTIC_PORT}",
@@ -265,18 +265,18 @@ def opa_args(settings: StackSettings) -> list[str]:
         "--authentication=token",
         "--authorization=basic",
         "--log-format=json",
-        f"--set=decision_logs.console={str(settings.admission.decision_logs).lower()}",
+        f"--set=decision_logs.console={str(inputs.admission.decision_logs).lower()}",
         *policy_files(),
     ]
 
 
-def deployment(settings: StackSettings) -> dict:
-    adm = settings.admission
+def deployment(inputs: OpaAdmissionInputs) -> dict:
+    adm = inputs.admission
     probe_port = {"port": DIAGNOSTIC_PORT, "scheme": "HTTP"}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(settings, SERVICE),
+        "metadata": _meta(inputs, SERVICE),
         "spec": {
             "replicas": adm.replicas,
             "selector": {"matchLabels": kube.selector_labels(SERVICE, COMPONENT)},
@@ -288,8 +288,8 @@ def deployment(settings: StackSettings) -> dict:
                     "labels": kube.labels(SERVICE, COMPONENT),
                     # OPA loads its policies only at start: a change rolls the pods.
                     "annotations": {POLICY_DIGEST_ANNOTATION: kube.content_hash(
-                        [config_map["data"] for config_map in policy_config_maps(settings)],
-                        opa_args(settings))},
+                        [config_map["data"] for config_map in policy_config_maps(inputs)],
+                        opa_args(inputs))},
                 },
                 "spec": {
                     "serviceAccountName": SERVICE,
@@ -300,8 +300,8 @@ def deployment(settings: StackSettings) -> dict:
                     "containers": [
                         {
                             "name": "opa",
-                            "image": settings.image(adm.opa),
-                            "args": opa_args(settings),
+                            "image": inputs.image(adm.opa),
+                            "args": opa_args(inputs),
                             "ports": [{"name": "https", "containerPort": adm.webhook_port},
                                       {"name": DIAGNOSTIC_PORT_NAME,
                                        "containerPort": DIAGNOSTIC_PORT}],
@@ -333,11 +333,11 @@ def deployment(settings: StackSettings) -> dict:
     }
 
 
-def service(settings: StackSettings) -> dict:
+def service(inputs: OpaAdmissionInputs) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(settings, SERVICE),
+        "metadata": _meta(inputs, SERVICE),
         "spec": {
             "selector": kube.selector_labels(SERVICE, COMPONENT),
             "ports": [{"name": "https", "port": SERVICE_PORT, "targetPort": "https",
@@ -346,9 +346,9 @@ def service(settings: StackSettings) -> dict:
     }
 
 
-def _webhook(settings: StackSettings, name: str, path: Sequence[str], ca_bundle: Any,
+def _webhook(inputs: OpaAdmissionInputs, name: str, path: Sequence[str], ca_bundle: Any,
              rules: list[dict], match_conditions: list[dict]) -> dict:
-    adm = settings.admission
+    adm = inputs.admission
     webhook = {
         "name": name,
         "admissionReviewVersions": ["v1"],
@@ -364,7 +364,7 @@ def _webhook(settings: StackSettings, name: str, path: Sequence[str], ca_bundle:
         "rules": rules,
         "namespaceSelector": {"matchExpressions": [{
             "key": "kubernetes.io/metadata.name", "operator": "NotIn",
-            "values": settings.exempt_namespaces}]},
+            "values": inputs.exempt_namespaces}]},
     }
     if match_conditions:
         webhook["matchConditions"] = match_conditions
@@ -382,14 +382,14 @@ def _pod_rules(*operations: str) -> dict:
             "resources": ["pods"], "scope": "Namespaced"}
 
 
-def reachability_webhook(settings: StackSettings, ca_bundle: Any) -> dict:
+def reachability_webhook(inputs: OpaAdmissionInputs, ca_bundle: Any) -> dict:
     """The pod webhook's way to OPA (Service, port, CA, decision) for one object only: the
     reachability probe ConfigMap. It fails closed in every mode, so when the API server cannot
     reach OPA, or OPA has no policy loaded, applying the probe is refused with the webhook's name
     and the network or TLS error, and `pulumi up` stops there instead of ending green with a
     webhook that refuses or waves through every GPU pod. Nothing else matches it."""
-    adm = settings.admission
-    webhook = _webhook(settings, adm.reachability_webhook_name, DECISION_PATH, ca_bundle,
+    adm = inputs.admission
+    webhook = _webhook(inputs, adm.reachability_webhook_name, DECISION_PATH, ca_bundle,
                        [{"apiGroups": [""], "apiVersions": ["v1"],
                          "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"],
                          "scope": "Namespaced"}], [])
@@ -400,128 +400,139 @@ def reachability_webhook(settings: StackSettings, ca_bundle: Any) -> dict:
     }
 
 
-def reachability_probe(settings: StackSettings, fingerprint: Any) -> dict:
+def reachability_probe(inputs: OpaAdmissionInputs, fingerprint: Any) -> dict:
     """The probe: applied after the webhooks are registered, and again whenever `fingerprint`
     (a digest of everything on the way from the API server to OPA's decision) changes, so a run
     that changes that way checks it again. Server-side apply makes a preview's dry run ask OPA
     too, once the webhook exists."""
     return {
         "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {**_meta(settings, REACHABILITY_PROBE, dict([PROBE_LABEL])), "annotations": {
+        "metadata": {**_meta(inputs, REACHABILITY_PROBE, dict([PROBE_LABEL])), "annotations": {
             "gpu-platform.io/purpose":
-                f"Sent to OPA through the webhook {settings.admission.reachability_webhook_name} "
+                f"Sent to OPA through the webhook {inputs.admission.reachability_webhook_name} "
                 f"when applied: if that fails, the API server cannot reach OPA "
                 f"(docs/concepts/admission.md#reachability-probe)."}},
         "data": {"fingerprint": fingerprint},
     }
 
 
-def reachability_fingerprint(settings: StackSettings, ca_bundle: str) -> str:
-    return kube.content_hash(reachability_webhook(settings, ca_bundle), service(settings),
-                             deployment(settings))
+def reachability_fingerprint(inputs: OpaAdmissionInputs, ca_bundle: str) -> str:
+    return kube.content_hash(reachability_webhook(inputs, ca_bundle), service(inputs),
+                             deployment(inputs))
 
 
-def webhook_configuration(settings: StackSettings, ca_bundle: Any) -> dict:
+def webhook_configuration(inputs: OpaAdmissionInputs, ca_bundle: Any) -> dict:
     """The validating webhooks, in every mode: pods (created, tolerations or device annotations
     added, ephemeral containers added), DRA claims at creation (any version of resource.k8s.io
     the cluster serves) and the reachability probe."""
-    adm = settings.admission
+    adm = inputs.admission
     pods = _webhook(
-        settings, adm.webhook_name, DECISION_PATH, ca_bundle,
+        inputs, adm.webhook_name, DECISION_PATH, ca_bundle,
         [_pod_rules("CREATE", "UPDATE"),
          {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
           "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"}],
-        [{"name": "gpu-relevant", "expression": pod_condition(settings)}])
+        [{"name": "gpu-relevant", "expression": pod_condition(inputs)}])
     # Claims only at creation: their devices cannot change afterwards, and their finalizers and
     # status must stay free to change (a claim being deleted has to lose its finalizer).
     claims = _webhook(
-        settings, adm.claims_webhook_name, DECISION_PATH, ca_bundle,
+        inputs, adm.claims_webhook_name, DECISION_PATH, ca_bundle,
         [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["*"],
           "operations": ["CREATE"],
           "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"}], [])
     return _configuration("ValidatingWebhookConfiguration", "gpu-platform-admission",
-                          [pods, claims, reachability_webhook(settings, ca_bundle)])
+                          [pods, claims, reachability_webhook(inputs, ca_bundle)])
 
 
-def mutating_webhook_configuration(settings: StackSettings, ca_bundle: Any) -> dict | None:
+def mutating_webhook_configuration(inputs: OpaAdmissionInputs, ca_bundle: Any) -> dict | None:
     """mutate and audit modes: the mutating webhook, on pod CREATE only (what it can fix or label
     is set at creation). Reinvoked if a later webhook changes the pod; the patch it computes
     then is empty."""
-    adm = settings.admission
+    adm = inputs.admission
     if adm.mode == "enforce":
         return None
-    webhook = _webhook(settings, adm.mutating_webhook_name, MUTATION_PATH, ca_bundle,
+    webhook = _webhook(inputs, adm.mutating_webhook_name, MUTATION_PATH, ca_bundle,
                        [_pod_rules("CREATE")],
-                       [{"name": "gpu-relevant", "expression": pod_condition(settings)}])
+                       [{"name": "gpu-relevant", "expression": pod_condition(inputs)}])
     webhook["reinvocationPolicy"] = "IfNeeded"
     return _configuration("MutatingWebhookConfiguration", "gpu-platform-admission", [webhook])
 
 
 class OpaAdmission(kube.Component):
-    """Everything OPA needs; the webhook configuration is registered last, after OPA is ready
-    and after the resources in `after` (the binpack scheduler) exist."""
+    """OPA behind the admission webhooks: its TLS, policy, Deployment and Service, then the
+    webhook configurations, registered once OPA is ready (and after whatever the component
+    depends on, such as the binpack scheduler), and last a probe that proves the API server
+    reaches OPA through them."""
 
-    def __init__(self, name: str, settings: StackSettings,
-                 after: Sequence[pulumi.Resource] | None = None,
-                 prefix: str = "",
+    namespace: str
+    "OPA's namespace."
+    webhook_name: str
+    "The name of the webhook on pods."
+    certificate_not_after: pulumi.Output[str]
+    "When the webhook's serving certificate expires, RFC 3339."
+    ca_certificate: pulumi.Output[str]
+    "The webhook CA's certificate, PEM."
+
+    def __init__(self, name: str, args: OpaAdmissionArgs,
                  opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpu-platform:index:OpaAdmission", name, None, opts)
-        self.child_prefix = prefix
-        adm = settings.admission
+        inputs = validated(OpaAdmissionInputs, args, args_subject("OpaAdmission"))
+        super().__init__(name, opts)
+        adm = inputs.admission
         certs = adm.certificate
         child = pulumi.ResourceOptions(parent=self)
 
         namespace = kube.declare(kube.namespace(adm.namespace, "restricted", COMPONENT), self)
-        ca_key = tls.PrivateKey(kube.child_name(self, "ca"), algorithm="ECDSA",
+        ca_key = tls.PrivateKey(self.child_name("ca"), algorithm="ECDSA",
                                 ecdsa_curve="P256", opts=child)
         self.ca = tls.SelfSignedCert(
-            kube.child_name(self, "ca"), private_key_pem=ca_key.private_key_pem,
+            self.child_name("ca"), private_key_pem=ca_key.private_key_pem,
             is_ca_certificate=True,
             subject=tls.SelfSignedCertSubjectArgs(common_name="gpu-platform admission CA",
                                                   organization="gpu-platform"),
             validity_period_hours=certs.ca_validity_hours,
             early_renewal_hours=certs.early_renewal_hours,
             allowed_uses=["cert_signing", "crl_signing", "digital_signature"], opts=child)
-        server_key = tls.PrivateKey(kube.child_name(self, "server"), algorithm="ECDSA",
+        server_key = tls.PrivateKey(self.child_name("server"), algorithm="ECDSA",
                                     ecdsa_curve="P256", opts=child)
         self.server_request = tls.CertRequest(
-            kube.child_name(self, "server"), private_key_pem=server_key.private_key_pem,
-            subject=tls.CertRequestSubjectArgs(common_name=service_dns_names(settings)[-1]),
-            dns_names=service_dns_names(settings), opts=child)
+            self.child_name("server"), private_key_pem=server_key.private_key_pem,
+            subject=tls.CertRequestSubjectArgs(common_name=service_dns_names(inputs)[-1]),
+            dns_names=service_dns_names(inputs), opts=child)
         server_cert = tls.LocallySignedCert(
-            kube.child_name(self, "server"), cert_request_pem=self.server_request.cert_request_pem,
+            self.child_name("server"), cert_request_pem=self.server_request.cert_request_pem,
             ca_private_key_pem=ca_key.private_key_pem, ca_cert_pem=self.ca.cert_pem,
             validity_period_hours=certs.server_validity_hours,
             early_renewal_hours=certs.early_renewal_hours,
             allowed_uses=["server_auth", "digital_signature", "key_encipherment"], opts=child)
 
         after_namespace = [namespace]
-        account = kube.declare(service_account(settings), self, after_namespace)
-        config_maps = kube.declare_all(policy_config_maps(settings), self, after_namespace)
+        account = kube.declare(service_account(inputs), self, after_namespace)
+        config_maps = kube.declare_all(policy_config_maps(inputs), self, after_namespace)
         certificate = kube.declare(tls_secret(
-            settings, tls_cert=server_cert.cert_pem, tls_key=server_key.private_key_pem,
+            inputs, tls_cert=server_cert.cert_pem, tls_key=server_key.private_key_pem,
             ca_cert=self.ca.cert_pem), self, after_namespace)
-        svc = kube.declare(service(settings), self, after_namespace)
+        svc = kube.declare(service(inputs), self, after_namespace)
         quota = kube.declare(kube.critical_pods_quota(adm.namespace, COMPONENT,
                                                       kube.replicas_quota(adm.replicas)),
                              self, after_namespace)
-        opa = kube.declare(deployment(settings), self,
+        opa = kube.declare(deployment(inputs), self,
                            [*after_namespace, quota, account, *config_maps.values(),
                             certificate])
         pdb = kube.declare(kube.pod_disruption_budget(SERVICE, adm.namespace, COMPONENT), self,
                            after_namespace)
         ca_bundle = self.ca.cert_pem.apply(kube.base64_text)
-        ready = [opa, svc, pdb, *config_maps.values(), certificate, *(after or [])]
-        self.webhook = kube.declare(webhook_configuration(settings, ca_bundle), self, ready)
+        ready = [opa, svc, pdb, *config_maps.values(), certificate]
+        self.webhook = kube.declare(webhook_configuration(inputs, ca_bundle), self, ready)
         webhooks = [self.webhook]
-        if mutating := mutating_webhook_configuration(settings, ca_bundle):
+        if mutating := mutating_webhook_configuration(inputs, ca_bundle):
             webhooks.append(kube.declare(mutating, self, ready))
         # Last: `pulumi up` fails here, naming the cause, if the API server cannot reach OPA.
-        self.reachability_probe = kube.declare(reachability_probe(settings, ca_bundle.apply(
-            lambda ca: reachability_fingerprint(settings, ca))), self, webhooks)
+        self.reachability_probe = kube.declare(reachability_probe(inputs, ca_bundle.apply(
+            lambda ca: reachability_fingerprint(inputs, ca))), self, webhooks)
 
+        self.namespace = adm.namespace
         self.webhook_name = adm.webhook_name
         self.certificate_not_after = server_cert.validity_end_time
         self.ca_certificate = self.ca.cert_pem
-        self.register_outputs({"webhookName": self.webhook_name, "mode": adm.mode,
+        self.register_outputs({"namespace": self.namespace, "webhookName": self.webhook_name,
+                               "certificateNotAfter": self.certificate_not_after,
                                "caCertificate": self.ca_certificate})

@@ -1,23 +1,51 @@
 """The whole GPU platform: five components wired by the dependencies of the design."""
 
-from __future__ import annotations
-
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 from pulumi.runtime import config as runtime_config
 
-from . import charts, cluster_version, gpu_operator, monitoring
+from . import charts, cluster_version, gpu_operator, kube, monitoring
+from .args import (
+    BinpackSchedulerArgs,
+    GpuCompactionArgs,
+    GpuNodesArgs,
+    GpuOperatorArgs,
+    GpuPlatformArgs,
+    MonitoringArgs,
+    OpaAdmissionArgs,
+)
+from .args import MonitoredAdmission as MonitoredAdmissionArgs
+from .args import MonitoredCompaction as MonitoredCompactionArgs
+from .args import MonitoredScheduler as MonitoredSchedulerArgs
+from .args import Taint as TaintArgs
 from .binpack_scheduler import BinpackScheduler
 from .gpu_compaction import GpuCompaction
 from .gpu_nodes import GpuNodes
 from .gpu_operator import GpuOperator
+from .inputs import (
+    BinpackSchedulerInputs,
+    GpuCompactionInputs,
+    GpuNodesInputs,
+    GpuOperatorInputs,
+    GpuPlatformInputs,
+    MonitoringInputs,
+    OpaAdmissionInputs,
+)
 from .monitoring import Monitoring
 from .opa_admission import OpaAdmission
-from .settings import CONFIG_NAMESPACE, StackSettings, load_settings, retired_settings
-from .validation import SettingsError
+from .settings import (
+    CONFIG_NAMESPACE,
+    STACK,
+    Model,
+    StackSettings,
+    load_settings,
+    retired_settings,
+)
+from .validation import SettingsError, Subject, args_subject, validated
 
 # The config keys whose settings may hold secrets (free-form chart values, the Grafana password),
 # with the inputs that then carry them: those Helm releases' values, marked secret as a whole.
@@ -60,91 +88,227 @@ def check_secret_keys(secret_keys: Collection[str]) -> None:
         f"{' and '.join(CONFIG_NAMESPACE + ':' + k for k in SECRET_CAPABLE)}"
         for key in sorted(secret_keys) if key not in SECRET_CAPABLE]
     if problems:
-        raise SettingsError(problems)
+        raise SettingsError(problems, STACK)
 
 
-def chart_values_input(values: dict, secret: bool) -> Any:
-    """A release's values as its input: secret as a whole when its section holds a secret (Helm
-    values are one input; there is no marking part of it)."""
-    return pulumi.Output.secret(values) if secret else values
+@dataclass(frozen=True)
+class ComponentArgs:
+    """Each component's args, as the platform declares it."""
+
+    gpu_nodes: GpuNodesArgs
+    gpu_operator: GpuOperatorArgs
+    scheduler: BinpackSchedulerArgs
+    admission: OpaAdmissionArgs
+    monitoring: MonitoringArgs
+    compaction: GpuCompactionArgs
 
 
-class GpuPlatform(pulumi.ComponentResource):
-    def __init__(self, name: str, settings: StackSettings,
-                 secret_keys: Collection[str] = (),
+def component_args(settings: StackSettings, secret_sections: Collection[str] = ()
+                   ) -> ComponentArgs:
+    """What the platform hands each component: its section of the settings, and the facts it
+    needs from the others, each from the one setting that holds it. (Monitoring's certificate
+    expiry is added once the admission component has it.)"""
+    nodes = settings.gpu_nodes
+    op, sched, adm = settings.gpu_operator, settings.scheduler, settings.admission
+    mirror = {"image_registry_mirror": settings.image_registry_mirror}
+    gpu_taints: list[TaintArgs] = [TaintArgs(**taint.model_dump()) for taint in nodes.taints]
+    gpu_node_names = list(nodes.names) if nodes.tainted_by == "program" else None
+    compaction = settings.compaction
+    return ComponentArgs(
+        gpu_nodes=GpuNodesArgs(gpu_nodes=dump(nodes)),
+        gpu_operator=GpuOperatorArgs(
+            gpu_operator=dump(op), gpu_taints=gpu_taints, gpu_node_names=gpu_node_names,
+            secret_values="gpuOperator" in secret_sections, **mirror),
+        scheduler=BinpackSchedulerArgs(
+            scheduler=dump(sched), kubernetes_version=settings.kubernetes_version,
+            mig_resources=op.mig.resources, **mirror),
+        admission=OpaAdmissionArgs(
+            admission=dump(adm), scheduler_name=sched.name,
+            preemptible_class=(sched.preemptible_class.name
+                               if sched.preemptible_class.enabled else None),
+            gpu_taints=gpu_taints, gpu_node_names=gpu_node_names,
+            trusted_namespaces=[op.namespace, settings.monitoring.namespace], **mirror),
+        monitoring=MonitoringArgs(
+            monitoring=dump(settings.monitoring), kubernetes_version=settings.kubernetes_version,
+            gpu_operator_namespace=op.namespace,
+            scheduler=MonitoredSchedulerArgs(name=sched.name, namespace=sched.namespace),
+            admission=MonitoredAdmissionArgs(
+                namespace=adm.namespace, webhook_name=adm.webhook_name,
+                failure_policy=adm.failure_policy,
+                certificate_renewal_hours=adm.certificate.early_renewal_hours),
+            compaction=(MonitoredCompactionArgs(name=compaction.name,
+                                                namespace=compaction.namespace)
+                        if compaction.enabled else None),
+            secret_values="monitoring" in secret_sections, **mirror),
+        # Declared only when compaction.enabled.
+        compaction=GpuCompactionArgs(
+            compaction=dump(compaction), scheduler_name=sched.name,
+            scoring_strategy=dump(sched.scoring_strategy), mig_resources=op.mig.resources,
+            **mirror),
+    )
+
+
+def dump(section: Any) -> Any:
+    """A settings section as args take it (keys by their Python names)."""
+    return section.model_dump()
+
+
+@dataclass(frozen=True)
+class ComponentInputs:
+    """Each component's inputs, validated as the component validates its args."""
+
+    gpu_nodes: GpuNodesInputs
+    gpu_operator: GpuOperatorInputs
+    scheduler: BinpackSchedulerInputs
+    admission: OpaAdmissionInputs
+    monitoring: MonitoringInputs
+    compaction: GpuCompactionInputs
+
+
+def component_inputs(args: ComponentArgs) -> ComponentInputs:
+    def inputs(model: type[Model], component: str, value: Any) -> Any:
+        return validated(model, value, args_subject(component))
+
+    return ComponentInputs(
+        gpu_nodes=inputs(GpuNodesInputs, "GpuNodes", args.gpu_nodes),
+        gpu_operator=inputs(GpuOperatorInputs, "GpuOperator", args.gpu_operator),
+        scheduler=inputs(BinpackSchedulerInputs, "BinpackScheduler", args.scheduler),
+        admission=inputs(OpaAdmissionInputs, "OpaAdmission", args.admission),
+        monitoring=inputs(MonitoringInputs, "Monitoring", args.monitoring),
+        compaction=inputs(GpuCompactionInputs, "GpuCompaction", args.compaction))
+
+
+def check_chart_values(inputs: ComponentInputs, subject: Subject) -> None:
+    """The extra chart values merge over the generated ones (raises SettingsError naming each
+    that may not)."""
+    gpu_operator.chart_values(inputs.gpu_operator, subject)
+    monitoring.chart_values(inputs.monitoring, subject)
+
+
+class GpuPlatform(kube.Component):
+    """The whole GPU platform on one cluster: GPU nodes, GPU Operator, binpack scheduler,
+    admission, monitoring and (when on) compaction, wired by the dependencies of the design,
+    through a Kubernetes provider of the stack's cluster."""
+
+    cluster_context: str
+    "The kubeconfig context of the cluster the platform is on."
+    scheduler_name: str
+    "The schedulerName GPU pods name."
+    preemptible_class: str | None
+    "The PriorityClass of preemptible GPU pods, when declared."
+    webhook_name: str
+    "The admission webhook on pods."
+    ca_certificate: pulumi.Output[str]
+    "The admission webhook CA's certificate, PEM."
+    grafana_url: str
+    "Grafana's address inside the cluster."
+    grafana_port_forward: str
+    "The kubectl command that opens Grafana on localhost:3000."
+    grafana_admin_password: pulumi.Output[str]
+    "Grafana's admin password (a secret)."
+    gpu_nodes: list[str]
+    "The GPU nodes the program taints (empty when node pools set the taint)."
+    compaction_schedule: str | None
+    "When compaction runs (cron), when it is on."
+    images: list[str]
+    "Every image the platform runs, as the nodes pull them: what a mirror must hold."
+    charts: list[str]
+    "The Helm charts it installs, and where from."
+
+    def __init__(self, name: str, args: GpuPlatformArgs,
                  opts: pulumi.ResourceOptions | None = None):
-        # Chart values are merged (and refused extra values raised) before anything is
-        # registered, so a bad stack leaves the run with nothing declared.
-        check_secret_keys(secret_keys)
-        operator_values = chart_values_input(gpu_operator.chart_values(settings),
-                                             "gpuOperator" in secret_keys)
-        monitoring_values = chart_values_input(monitoring.chart_values(settings),
-                                               "monitoring" in secret_keys)
-        super().__init__("gpu-platform:index:GpuPlatform", name, None, opts)
+        subject = args_subject("GpuPlatform")
+        settings = validated(GpuPlatformInputs, args, subject)
+        # Every component's inputs and chart values are checked before anything is registered,
+        # so bad args leave the run with nothing declared.
+        components = component_args(settings, settings.secret_sections)
+        inputs = component_inputs(components)
+        check_chart_values(inputs, subject)
         # Two platforms in one program (one per cluster) name their resources apart; the one of
         # the default name keeps the names every existing stack has.
         prefix = "" if name == PLATFORM_NAME else f"{name}-"
+        super().__init__(name, opts, child_prefix=prefix)
         # Every Kubernetes object and release goes to the stack's cluster through this provider
         # (the example stack disables the default one, so nothing reaches the cluster that
         # happens to be current). Server-side apply: a preview is the API server's dry run.
         cluster = settings.cluster
         self.provider = k8s.Provider(
-            f"{prefix}cluster", context=cluster.context, kubeconfig=cluster.kubeconfig,
+            self.child_name("cluster"), context=cluster.context, kubeconfig=cluster.kubeconfig,
             enable_server_side_apply=True, opts=pulumi.ResourceOptions(parent=self))
-        child = pulumi.ResourceOptions(parent=self, providers={"kubernetes": self.provider})
+
+        def child(*after: pulumi.Resource) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions(parent=self, providers={"kubernetes": self.provider},
+                                          depends_on=list(after))
 
         # Taint the nodes before the operator's DaemonSets and the first GPU pods arrive.
-        self.gpu_nodes = GpuNodes(f"{prefix}gpu-nodes", settings, prefix=prefix, opts=child)
-        self.gpu_operator = GpuOperator(f"{prefix}gpu-operator", settings, operator_values,
-                                        after=[self.gpu_nodes], prefix=prefix, opts=child)
-        self.scheduler = BinpackScheduler(f"{prefix}binpack-scheduler", settings, prefix=prefix,
-                                          opts=child)
+        self.nodes = GpuNodes(self.child_name("gpu-nodes"), components.gpu_nodes, child())
+        self.operator = GpuOperator(self.child_name("gpu-operator"), components.gpu_operator,
+                                    child(self.nodes))
+        self.scheduler = BinpackScheduler(self.child_name("binpack-scheduler"),
+                                          components.scheduler, child())
         # Never force GPU pods onto a scheduler that is not running.
-        self.admission = OpaAdmission(f"{prefix}opa-admission", settings,
-                                      after=[self.scheduler], prefix=prefix, opts=child)
+        self.admission = OpaAdmission(self.child_name("opa-admission"), components.admission,
+                                      child(self.scheduler))
         # The DCGM exporter Service the ServiceMonitor selects is created by the operator.
-        self.monitoring = Monitoring(f"{prefix}monitoring", settings, monitoring_values,
-                                     after=[self.gpu_operator],
-                                     certificate_not_after=self.admission.certificate_not_after,
-                                     prefix=prefix, opts=child)
+        monitored_admission: MonitoredAdmissionArgs = {
+            **components.monitoring["admission"],
+            "certificate_not_after": self.admission.certificate_not_after}
+        self.monitoring = Monitoring(
+            self.child_name("monitoring"),
+            MonitoringArgs(**{**components.monitoring, "admission": monitored_admission}),
+            child(self.operator))
         # Evictions only once the scheduler that places the evicted pods again is there.
-        self.compaction = (GpuCompaction(f"{prefix}gpu-compaction", settings,
-                                         after=[self.scheduler], prefix=prefix, opts=child)
+        self.compaction = (GpuCompaction(self.child_name("gpu-compaction"),
+                                         components.compaction, child(self.scheduler))
                            if settings.compaction.enabled else None)
 
+        self.cluster_context = cluster.context
+        self.scheduler_name = self.scheduler.scheduler_name
+        self.preemptible_class = self.scheduler.preemptible_class
+        self.webhook_name = self.admission.webhook_name
+        self.ca_certificate = self.admission.ca_certificate
+        self.grafana_url = self.monitoring.grafana_url
+        self.grafana_port_forward = self.monitoring.grafana_port_forward
+        self.grafana_admin_password = self.monitoring.grafana_admin_password
+        self.gpu_nodes = self.nodes.node_names
+        self.compaction_schedule = self.compaction.schedule if self.compaction else None
+        self.images = required_images(inputs)
+        self.charts = required_charts(inputs)
         self.outputs = {
-            "clusterContext": cluster.context,
-            "schedulerName": self.scheduler.scheduler_name,
-            "preemptibleClass": self.scheduler.preemptible_class,
-            "webhookName": self.admission.webhook_name,
-            "caCertificate": self.admission.ca_certificate,
-            "grafanaUrl": self.monitoring.grafana_url,
-            "grafanaPortForward": self.monitoring.grafana_port_forward,
-            "grafanaAdminPassword": self.monitoring.grafana_admin_password,
-            "gpuNodes": self.gpu_nodes.node_names,
-            "compactionSchedule": self.compaction.schedule if self.compaction else None,
+            "clusterContext": self.cluster_context,
+            "schedulerName": self.scheduler_name,
+            "preemptibleClass": self.preemptible_class,
+            "webhookName": self.webhook_name,
+            "caCertificate": self.ca_certificate,
+            "grafanaUrl": self.grafana_url,
+            "grafanaPortForward": self.grafana_port_forward,
+            "grafanaAdminPassword": self.grafana_admin_password,
+            "gpuNodes": self.gpu_nodes,
+            "compactionSchedule": self.compaction_schedule,
             # What a mirror must hold before an air-gapped install.
-            "images": required_images(settings),
-            "charts": required_charts(settings),
+            "images": self.images,
+            "charts": self.charts,
         }
         self.register_outputs(self.outputs)
 
 
-def required_images(settings: StackSettings) -> list[str]:
+def required_images(inputs: ComponentInputs) -> list[str]:
     """The images the program and the two charts run, as the nodes will pull them (from the
     mirror, when set)."""
-    compaction = settings.compaction
-    compaction_images = [settings.image(compaction.image)] if compaction.enabled else []
-    if compaction.enabled and compaction.plan_threshold:
-        compaction_images.append(settings.image(compaction.plan_image))
-    return sorted({settings.scheduler_image, settings.image(settings.admission.opa),
-                   *compaction_images,
-                   *(image.ref(settings) for image in gpu_operator.chart_images(settings)),
-                   *monitoring.chart_images(settings)})
+    compaction_images = []
+    if (compaction := inputs.compaction).compaction.enabled:
+        compaction_images.append(compaction.image(compaction.compaction.image))
+        if compaction.compaction.plan_threshold:
+            compaction_images.append(compaction.image(compaction.compaction.plan_image))
+    operator = inputs.gpu_operator
+    return sorted({inputs.scheduler.scheduler_image,
+                   inputs.admission.image(inputs.admission.admission.opa), *compaction_images,
+                   *(image.ref(operator) for image in gpu_operator.chart_images(operator)),
+                   *monitoring.chart_images(inputs.monitoring)})
 
 
-def required_charts(settings: StackSettings) -> list[str]:
-    op, mon = settings.gpu_operator, settings.monitoring
+def required_charts(inputs: ComponentInputs) -> list[str]:
+    op, mon = inputs.gpu_operator.gpu_operator, inputs.monitoring.monitoring
     return [charts.chart_reference(gpu_operator.CHART, op.chart_version, op.repository,
                                    op.chart_path),
             charts.chart_reference(monitoring.CHART, mon.chart_version, mon.repository,
@@ -162,6 +326,12 @@ def check_cluster(settings: StackSettings) -> None:
         pulumi.log.warn(f"{CONFIG_NAMESPACE}: {warning}")
 
 
+def platform_args(settings: StackSettings, secret_keys: Collection[str] = ()
+                  ) -> GpuPlatformArgs:
+    """The platform's args from a stack's settings and the sections stored as secrets."""
+    return GpuPlatformArgs(**dump(settings), secret_sections=sorted(secret_keys))
+
+
 class ClusterError(Exception):
     """The stack's cluster is not there: raised before anything is declared."""
 
@@ -176,11 +346,13 @@ def deploy(config: Mapping[str, Any], secret_keys: Collection[str] = ()) -> GpuP
     # A secret where values reach the cluster in plain text is named before anything else.
     check_secret_keys(secret_keys)
     settings = load_settings(config)
+    # Extra chart values that clash are named as the stack file names them.
+    check_chart_values(component_inputs(component_args(settings)), STACK)
     for warning in retired_settings(config):
         pulumi.log.warn(warning)
     if pulumi.runtime.is_dry_run():
         check_cluster(settings)
-    platform = GpuPlatform(PLATFORM_NAME, settings, secret_keys)
+    platform = GpuPlatform(PLATFORM_NAME, platform_args(settings, secret_keys))
     for key, value in platform.outputs.items():
         pulumi.export(key, value)
     return platform

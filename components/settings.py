@@ -27,7 +27,6 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from .facts import (
-    ALWAYS_EXEMPT,
     BINPACK_SCORE_WEIGHTS,
     DEFAULT_SCORE_WEIGHTS,
     GPU_PRESENT_LABEL,
@@ -35,7 +34,6 @@ from .facts import (
     MIN_KUBERNETES,
     NVIDIA_DEVICE_CLASS_SUFFIX,
     NVIDIA_RESOURCES,
-    RESERVED_NAMESPACES,
     mig_resource,
     resource_matches,
     split_registry,
@@ -46,6 +44,7 @@ from .validation import (
     VERSION,
     Invalid,
     SettingsError,
+    Subject,
     chart_path_field,
     check_chart_path,
     check_dns_label,
@@ -53,23 +52,65 @@ from .validation import (
     check_go_duration,
     check_image_tag,
     check_label_value,
+    check_namespace_names,
+    check_own_namespace,
     check_qualified_name,
     check_repository,
     describe,
     go_duration_seconds,
-    is_dns_label,
     is_dns_subdomain,
     is_label_value,
     is_qualified_name,
 )
 
 CONFIG_NAMESPACE = "gpu-platform"
+# A stack's settings, as errors name them: `gpu-platform:<section>.<key>`.
+STACK = Subject("stack settings", f"{CONFIG_NAMESPACE}:", "nothing was deployed")
+
 
 class Model(BaseModel):
     """Settings objects: camelCase keys as written in the stack file, unknown keys refused."""
 
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True,
                               frozen=True)
+
+
+def check_kubernetes_version(value: str) -> str:
+    match = VERSION.match(value)
+    if not match:
+        raise Invalid("not a Kubernetes release",
+                      "MAJOR.MINOR.PATCH without a leading v, e.g. 1.35.10 (quote it in YAML)")
+    if (int(match[1]), int(match[2])) < MIN_KUBERNETES:
+        raise Invalid("Kubernetes older than 1.30 is not supported",
+                      "1.30.0 or newer (webhook matchConditions are GA from 1.30)")
+    return value
+
+
+def kubernetes_version_field():
+    return Field(description="Kubernetes version of the cluster, MAJOR.MINOR.PATCH (required; "
+                             "1.30 or newer). Selects the kube-scheduler image.")
+
+
+def check_registry_mirror(value: str | None) -> str | None:
+    if value is not None and not REGISTRY_MIRROR.match(value):
+        raise Invalid("not a registry", "host[:port][/path] without a scheme, e.g. "
+                      "registry.example.com:5000/mirror")
+    return value
+
+
+def mirror_field():
+    return Field(
+        default=None,
+        description="Registry (`host[:port][/path]`) that mirrors every image the platform "
+                    "runs: each image's registry host is replaced by it, the path kept "
+                    "(`nvcr.io/nvidia/gpu-operator` becomes `<mirror>/nvidia/gpu-operator`). "
+                    "Unset: the images' own registries. The `images` output lists what to "
+                    "mirror.")
+
+
+def mirrored(mirror: str | None, repository: str) -> str:
+    """An image repository as the nodes pull it: from the mirror when one is set."""
+    return f"{mirror}/{split_registry(repository)[1]}" if mirror else repository
 
 
 class Switch(Model):
@@ -86,9 +127,10 @@ class Taint(Model):
     """A node taint. In the stack file it may also be written as kubectl does:
     `key=value:Effect`."""
 
-    key: str
-    value: str = ""
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+    key: str = Field(description="The taint's key, such as nvidia.com/gpu.")
+    value: str = Field(default="", description="Its value (may be empty).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(
+        description="What it does to pods that do not tolerate it.")
 
     @model_validator(mode="before")
     @classmethod
@@ -127,6 +169,8 @@ class Taint(Model):
 
 
 class GpuNodesSettings(Model):
+    """The GPU nodes: which they are, who taints them, and their taints and labels."""
+
     tainted_by: Literal["program", "nodePool"] = Field(
         default="program",
         description="`program`: the program taints and labels the nodes in `names`. "
@@ -213,6 +257,9 @@ _MIG_PROFILE = re.compile(r"^([1-8]c\.)?[1-8]g\.[0-9]+gb([.-][a-z0-9]+)*$")
 
 
 class ReleaseProtection(Model):
+    """What Pulumi may do to a Helm release: delete or replace it, and uninstall it when it
+    leaves the stack."""
+
     protect: bool = Field(description="Pulumi refuses to delete or replace the release (a "
                                       "rename, a replacing change or `pulumi destroy` stops "
                                       "with an error) until this is turned off.")
@@ -222,6 +269,8 @@ class ReleaseProtection(Model):
 
 
 class MigSettings(Model):
+    """How MIG-partitioned GPUs are advertised to pods."""
+
     strategy: Literal["none", "single", "mixed"] = Field(
         default="single",
         description="How MIG slices are advertised: `single` as `nvidia.com/gpu`, `mixed` as "
@@ -266,12 +315,16 @@ class MigSettings(Model):
 
 
 class TimeSlicingSettings(Model):
+    """Sharing each GPU between pods by time-slicing."""
+
     replicas: int | None = Field(
         default=None, ge=2, le=64,
         description="Pods that may share one GPU by time-slicing (2..64); unset: no sharing.")
 
 
 class GpuOperatorSettings(Model):
+    """NVIDIA's GPU Operator: its Helm release and the operands it runs on GPU nodes."""
+
     release_name: str = Field(default="gpu-operator", description="Helm release name.")
     namespace: str = Field(default="gpu-operator", description="Namespace of the operator.")
     repository: str = Field(default="https://helm.ngc.nvidia.com/nvidia",
@@ -327,7 +380,9 @@ class GpuOperatorSettings(Model):
                     "operands; GpuPlatformQuotaNearlyFull warns at 90%. See "
                     "docs/operators/managed-clusters.md#gke.")
 
-    _check_namespace = field_validator("namespace", "release_name")(
+    _check_namespace = field_validator("namespace")(
+        classmethod(lambda cls, v: check_own_namespace(v)))
+    _check_release = field_validator("release_name")(
         classmethod(lambda cls, v: check_dns_label(v)))
     _check_chart_path = field_validator("chart_path")(
         classmethod(lambda cls, v: check_chart_path(v)))
@@ -353,11 +408,15 @@ class GpuOperatorSettings(Model):
 
 
 class ShapePoint(Model):
+    """A point of the scoring shape: a node's utilization, percent, and its score."""
+
     utilization: int = Field(ge=0, le=100, description="Node utilization, percent (0..100).")
     score: int = Field(ge=0, le=10, description="Score at that utilization (0..10).")
 
 
 class RequestedToCapacityRatio(Model):
+    """How a node's utilization maps to its score."""
+
     shape: list[ShapePoint] = Field(
         default_factory=lambda: [ShapePoint(utilization=0, score=0),
                                  ShapePoint(utilization=100, score=10)],
@@ -377,6 +436,8 @@ class RequestedToCapacityRatio(Model):
 
 
 class ResourceWeight(Model):
+    """A resource NodeResourcesFit scores, and its weight."""
+
     name: str = Field(description="A resource: `cpu`, `memory` or an extended resource such as "
                                   "`nvidia.com/gpu`.")
     weight: int = Field(ge=1, le=100, description="Weight of this resource (1..100).")
@@ -391,6 +452,8 @@ class ResourceWeight(Model):
 
 
 class ScoringStrategy(Model):
+    """NodeResourcesFit's scoring: which resources count, and how fullness scores."""
+
     resources: list[ResourceWeight] = Field(
         default_factory=lambda: [ResourceWeight(name=GPU_RESOURCE, weight=10),
                                  ResourceWeight(name="cpu", weight=1),
@@ -412,6 +475,8 @@ class ScoringStrategy(Model):
 
 
 class ContainerResources(Model):
+    """A container's resource requests and limits."""
+
     requests: dict[str, str] = Field(default_factory=dict,
                                      description="Requested CPU (cores) and memory (bytes, "
                                                  "Kubernetes quantities).")
@@ -420,6 +485,8 @@ class ContainerResources(Model):
 
 
 class PreemptibleClassSettings(Model):
+    """The PriorityClass GPU pods opt in to preemption with."""
+
     enabled: bool = Field(
         default=True,
         description="Declare the PriorityClass GPU workloads opt in to preemption with: a GPU "
@@ -447,6 +514,8 @@ class PreemptibleClassSettings(Model):
 
 
 class ClientConnectionSettings(Model):
+    """How fast the scheduler may call the API server."""
+
     qps: int = Field(
         default=200, ge=1, le=5000,
         description="Requests per second the binpack scheduler may send the API server, "
@@ -468,6 +537,8 @@ class ClientConnectionSettings(Model):
 
 
 class LeaderElectionSettings(Model):
+    """How the scheduler's replicas elect the one that schedules."""
+
     lease_duration: str = Field(
         default="10s",
         description="How long a standby replica waits after the leader's last renewal before "
@@ -503,6 +574,9 @@ class LeaderElectionSettings(Model):
 
 
 class SchedulerSettings(Model):
+    """The binpack scheduler: a second kube-scheduler that packs GPU pods, and the
+    PriorityClass of preemptible GPU pods."""
+
     name: str = Field(default="gpu-binpack-scheduler",
                       description="schedulerName GPU pods must use; also names the scheduler's "
                                   "Deployment, ServiceAccount and leader-election lease.")
@@ -545,8 +619,9 @@ class SchedulerSettings(Model):
         default_factory=LeaderElectionSettings,
         description="How the replicas elect the one that schedules (with more than one).")
 
-    _check_names = field_validator("name", "namespace")(
-        classmethod(lambda cls, v: check_dns_label(v)))
+    _check_name = field_validator("name")(classmethod(lambda cls, v: check_dns_label(v)))
+    _check_namespace = field_validator("namespace")(
+        classmethod(lambda cls, v: check_own_namespace(v)))
 
     @field_validator("score_plugin_weights", mode="before")
     @classmethod
@@ -571,13 +646,19 @@ class SchedulerSettings(Model):
 
 
 class ImageSettings(Model):
-    repository: str
-    tag: str
+    """A pinned container image."""
+
+    repository: str = Field(description="Repository, with its registry host unless Docker "
+                                        "Hub's.")
+    tag: str = Field(description="Release tag (never `latest`).")
 
     _check_tag = field_validator("tag")(classmethod(lambda cls, v: check_image_tag(v)))
 
 
 class CompactionSettings(Model):
+    """Moving opted-in GPU pods off lightly used GPU nodes with the descheduler, so whole
+    nodes come free."""
+
     enabled: bool = Field(
         default=False,
         description="Run the descheduler's HighNodeUtilization on GPU nodes, so that opted-in "
@@ -640,8 +721,9 @@ class CompactionSettings(Model):
             requests={"cpu": "50m", "memory": "128Mi"}, limits={"memory": "512Mi"}),
         description="Descheduler container requests and limits.")
 
-    _check_names = field_validator("name", "namespace")(
-        classmethod(lambda cls, v: check_dns_label(v)))
+    _check_name = field_validator("name")(classmethod(lambda cls, v: check_dns_label(v)))
+    _check_namespace = field_validator("namespace")(
+        classmethod(lambda cls, v: check_own_namespace(v)))
     _check_label = field_validator("opt_in_label")(
         classmethod(lambda cls, v: check_qualified_name(v, "label key")))
 
@@ -678,6 +760,8 @@ class CompactionSettings(Model):
 
 
 class CertificateSettings(Model):
+    """The lifetimes of the admission webhook's CA and serving certificate."""
+
     ca_validity_hours: int = Field(default=87600, ge=24,
                                    description="Lifetime of the webhook CA, hours (10 years).")
     server_validity_hours: int = Field(default=8760, ge=24,
@@ -698,7 +782,19 @@ class CertificateSettings(Model):
         return self
 
 
+def mutating_webhook(webhook_name: str) -> str:
+    """The mutating webhook's name (mutate and audit modes), from `admission.webhookName`."""
+    return f"mutate.{webhook_name}"
+
+
+def claims_webhook(webhook_name: str) -> str:
+    """The webhook on ResourceClaims' name, from `admission.webhookName`."""
+    return f"dra.{webhook_name}"
+
+
 class AdmissionSettings(Model):
+    """OPA behind the admission webhooks: which pods are GPU pods, and what is refused."""
+
     namespace: str = Field(default="gpu-admission", description="Namespace of OPA.")
     webhook_name: str = Field(default="gpu-scheduler-policy.gpu-platform.io",
                               description="Name of the webhook (a DNS subdomain).")
@@ -773,7 +869,8 @@ class AdmissionSettings(Model):
     certificate: CertificateSettings = Field(default_factory=CertificateSettings,
                                              description="Webhook TLS.")
 
-    _check_namespace = field_validator("namespace")(classmethod(lambda cls, v: check_dns_label(v)))
+    _check_namespace = field_validator("namespace")(
+        classmethod(lambda cls, v: check_own_namespace(v)))
 
     @model_validator(mode="before")
     @classmethod
@@ -794,11 +891,11 @@ class AdmissionSettings(Model):
 
     @property
     def mutating_webhook_name(self) -> str:
-        return f"mutate.{self.webhook_name}"
+        return mutating_webhook(self.webhook_name)
 
     @property
     def claims_webhook_name(self) -> str:
-        return f"dra.{self.webhook_name}"
+        return claims_webhook(self.webhook_name)
 
     @property
     def reachability_webhook_name(self) -> str:
@@ -848,17 +945,13 @@ class AdmissionSettings(Model):
                               at=(index,), value=name, has_value=True)
         return names
 
-    @field_validator("exempt_namespaces")
-    @classmethod
-    def exempt_are_names(cls, names: list[str]) -> list[str]:
-        for index, name in enumerate(names):
-            if not is_dns_label(name):
-                raise Invalid("not a namespace name", "DNS-1123 labels", at=(index,),
-                              value=name, has_value=True)
-        return names
+    _check_exempt = field_validator("exempt_namespaces")(
+        classmethod(lambda cls, v: check_namespace_names(v)))
 
 
 class GrafanaSettings(Model):
+    """Grafana's admin account."""
+
     admin_user: str = Field(default="admin", description="Grafana admin user.")
     admin_password: str | None = Field(
         default=None,
@@ -867,6 +960,8 @@ class GrafanaSettings(Model):
 
 
 class AlertSettings(Model):
+    """Thresholds of the GPU alerts."""
+
     gpu_temperature_celsius: int = Field(
         default=85, ge=50, le=110,
         description="GpuTemperatureHigh fires above this GPU temperature, degrees Celsius.")
@@ -914,6 +1009,8 @@ class AlertSettings(Model):
 
 
 class StorageSettings(Model):
+    """Persistent volumes for Prometheus and Alertmanager."""
+
     enabled: bool = Field(
         default=True,
         description="Persistent volumes for Prometheus and Alertmanager, so samples, `for:` "
@@ -941,6 +1038,8 @@ Severity = Literal["critical", "warning", "info"]
 
 
 class Receiver(Model):
+    """Where Alertmanager sends alerts of some severities."""
+
     name: str = Field(description="Receiver name (a DNS-1123 label).")
     severities: list[Severity] = Field(
         min_length=1, description="Alerts of these severities are sent here.")
@@ -975,6 +1074,8 @@ class Receiver(Model):
 
 
 class AlertmanagerSettings(Model):
+    """Where alerts go, and how often."""
+
     receivers: list[Receiver] = Field(
         default_factory=list,
         description="Where alerts go, by severity: each `{name, severities, and one of "
@@ -1000,6 +1101,8 @@ class AlertmanagerSettings(Model):
 
 
 class MonitoringSettings(Model):
+    """kube-prometheus-stack, the GPU dashboard, recording rules and alerts."""
+
     release_name: str = Field(default="kube-prometheus-stack", description="Helm release name.")
     namespace: str = Field(default="monitoring", description="Namespace of the stack.")
     repository: str = Field(default="https://prometheus-community.github.io/helm-charts",
@@ -1030,7 +1133,9 @@ class MonitoringSettings(Model):
         description="Further chart values, merged over the generated ones; keys that other "
                     "settings own are refused.")
 
-    _check_names = field_validator("namespace", "release_name")(
+    _check_namespace = field_validator("namespace")(
+        classmethod(lambda cls, v: check_own_namespace(v)))
+    _check_release = field_validator("release_name")(
         classmethod(lambda cls, v: check_dns_label(v)))
     _check_chart_path = field_validator("chart_path")(
         classmethod(lambda cls, v: check_chart_path(v)))
@@ -1041,6 +1146,8 @@ class MonitoringSettings(Model):
 
 
 class ClusterSettings(Model):
+    """The cluster the stack deploys to: a context of a kubeconfig."""
+
     context: str = Field(
         description="Context of the stack's cluster in the kubeconfig (required): the program "
                     "never deploys to whatever context happens to be current.")
@@ -1072,17 +1179,11 @@ class ClusterSettings(Model):
 
 
 class StackSettings(Model):
+    """A stack's settings: every section of the stack file."""
+
     cluster: ClusterSettings = Field(description="The cluster the stack deploys to (required).")
-    image_registry_mirror: str | None = Field(
-        default=None,
-        description="Registry (`host[:port][/path]`) that mirrors every image the platform "
-                    "runs: each image's registry host is replaced by it, the path kept "
-                    "(`nvcr.io/nvidia/gpu-operator` becomes `<mirror>/nvidia/gpu-operator`). "
-                    "Unset: the images' own registries. The `images` output lists what to "
-                    "mirror.")
-    kubernetes_version: str = Field(
-        description="Kubernetes version of the cluster, MAJOR.MINOR.PATCH (required; 1.30 or "
-                    "newer). Selects the kube-scheduler image.")
+    image_registry_mirror: str | None = mirror_field()
+    kubernetes_version: str = kubernetes_version_field()
     gpu_nodes: GpuNodesSettings = Field(description="GPU nodes (required).")
     gpu_operator: GpuOperatorSettings = Field(
         default_factory=GpuOperatorSettings,
@@ -1104,31 +1205,18 @@ class StackSettings(Model):
         description="Moving opted-in GPU pods off lightly used GPU nodes with the descheduler, "
                     "so whole nodes come free.")
 
-    @field_validator("kubernetes_version")
-    @classmethod
-    def supported_version(cls, value: str) -> str:
-        match = VERSION.match(value)
-        if not match:
-            raise Invalid("not a Kubernetes release",
-                          "MAJOR.MINOR.PATCH without a leading v, e.g. 1.35.10 (quote it in "
-                          "YAML)")
-        if (int(match[1]), int(match[2])) < MIN_KUBERNETES:
-            raise Invalid("Kubernetes older than 1.30 is not supported",
-                          "1.30.0 or newer (webhook matchConditions are GA from 1.30)")
-        return value
+    _check_version = field_validator("kubernetes_version")(
+        classmethod(lambda cls, v: check_kubernetes_version(v)))
+    _check_mirror = field_validator("image_registry_mirror")(
+        classmethod(lambda cls, v: check_registry_mirror(v)))
 
     @model_validator(mode="after")
-    def namespaces_are_ours(self) -> StackSettings:
-        owners = {}
+    def namespaces_are_apart(self) -> StackSettings:
+        owners: dict[str, str] = {}
         for section in ("gpuOperator", "scheduler", "admission", "monitoring", "compaction"):
             if section == "compaction" and not self.compaction.enabled:
                 continue
             namespace = getattr(self, to_snake(section)).namespace
-            if namespace in RESERVED_NAMESPACES:
-                raise Invalid("the program creates and deletes this namespace",
-                              f"a namespace of the platform's own, not one of "
-                              f"{', '.join(RESERVED_NAMESPACES)}", at=(section, "namespace"),
-                              value=namespace, has_value=True)
             if namespace in owners:
                 raise Invalid(f"already used by {owners[namespace]}.namespace",
                               "a separate namespace per component", at=(section, "namespace"),
@@ -1173,53 +1261,6 @@ class StackSettings(Model):
                           at=("admission", "maxGpuPodPriority"),
                           value=self.admission.max_gpu_pod_priority, has_value=True)
         return self
-
-    @property
-    def scored_resources(self) -> list[ResourceWeight]:
-        """What the binpack scheduler's NodeResourcesFit scores: the configured resources, and
-        with the mixed MIG strategy each MIG resource at the GPU weight (unless configured), so
-        a MIG slice packs as a whole GPU does."""
-        configured = self.scheduler.scoring_strategy.resources
-        weights = {r.name: r.weight for r in configured}
-        gpu_weight = weights.get(GPU_RESOURCE, max(weights.values()))
-        return [*configured, *(ResourceWeight(name=name, weight=gpu_weight)
-                               for name in self.gpu_operator.mig.resources
-                               if name not in weights)]
-
-    @property
-    def kubernetes_minor(self) -> tuple[int, int]:
-        major, minor, _ = self.kubernetes_version.split(".")
-        return int(major), int(minor)
-
-    @field_validator("image_registry_mirror")
-    @classmethod
-    def mirror_is_a_registry(cls, value: str | None) -> str | None:
-        if value is not None and not REGISTRY_MIRROR.match(value):
-            raise Invalid("not a registry", "host[:port][/path] without a scheme, e.g. "
-                          "registry.example.com:5000/mirror")
-        return value
-
-    def mirrored(self, repository: str) -> str:
-        """An image repository as the nodes pull it: from the mirror when one is set."""
-        if not self.image_registry_mirror:
-            return repository
-        return f"{self.image_registry_mirror}/{split_registry(repository)[1]}"
-
-    @property
-    def scheduler_image(self) -> str:
-        return f"{self.mirrored('registry.k8s.io/kube-scheduler')}:v{self.kubernetes_version}"
-
-    def image(self, image: ImageSettings) -> str:
-        """A pinned image of the settings as the nodes pull it."""
-        return f"{self.mirrored(image.repository)}:{image.tag}"
-
-    @property
-    def exempt_namespaces(self) -> list[str]:
-        """Every namespace the webhook never sees: the configured ones, kube-system, and the
-        platform's own namespaces whose pods run on every node or need GPUs (OPA's, the GPU
-        Operator's operands and validator pods, the monitoring stack's node exporter)."""
-        return sorted({*ALWAYS_EXEMPT, self.admission.namespace, self.gpu_operator.namespace,
-                       self.monitoring.namespace, *self.admission.exempt_namespaces})
 
 
 def to_snake(camel: str) -> str:
@@ -1271,8 +1312,8 @@ def load_settings(config: Mapping[str, Any]) -> StackSettings:
         missing = {f"{CONFIG_NAMESPACE}:{key}: required setting is missing"
                    for key, value in config.items() if value == ""}
         raise SettingsError(empty + [problem for problem in (
-            describe(e, StackSettings, f"{CONFIG_NAMESPACE}:") for e in error.errors())
-            if problem not in missing]) from None
+            describe(e, StackSettings, STACK.root) for e in error.errors())
+            if problem not in missing], STACK) from None
     if empty:
-        raise SettingsError(empty)
+        raise SettingsError(empty, STACK)
     return settings

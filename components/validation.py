@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 from pydantic_core import ErrorDetails
+
+from .facts import RESERVED_NAMESPACES
 
 REGISTRY_MIRROR = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9._-]+)*$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -36,14 +39,30 @@ class Invalid(ValueError):
         self.has_value = has_value
 
 
-class SettingsError(Exception):
-    """Raised for invalid stack settings or component inputs (`subject`); the message lists every
-    problem, one per line."""
+@dataclass(frozen=True)
+class Subject:
+    """Whose values are validated, as an error names them: what they are, the root of each
+    value's path, and what the failure means for a deployment."""
 
-    def __init__(self, problems: list[str], subject: str = "stack settings"):
+    name: str
+    root: str
+    consequence: str
+
+
+def args_subject(component: str) -> Subject:
+    """A component's args: paths as the component's schema names them (`scheduler.replicas`)."""
+    return Subject(f"{component} args", "", "the component declared nothing")
+
+
+class SettingsError(Exception):
+    """Raised for invalid stack settings or component args; the message lists every problem, one
+    per line."""
+
+    def __init__(self, problems: list[str], subject: Subject):
         self.problems = problems
+        self.subject = subject
         super().__init__(
-            f"invalid {subject} (nothing was deployed):\n"
+            f"invalid {subject.name} ({subject.consequence}):\n"
             + "\n".join(f"  - {p}" for p in problems)
         )
 
@@ -95,6 +114,25 @@ def check_dns_label(value: str) -> str:
     return value
 
 
+def check_namespace_names(names: list[str]) -> list[str]:
+    for index, name in enumerate(names):
+        if not is_dns_label(name):
+            raise Invalid("not a namespace name", "DNS-1123 labels", at=(index,), value=name,
+                          has_value=True)
+    return names
+
+
+def check_own_namespace(value: str) -> str:
+    """A namespace the program creates, and deletes with the stack: a valid name that is not one
+    of Kubernetes' own."""
+    check_dns_label(value)
+    if value in RESERVED_NAMESPACES:
+        raise Invalid("the program creates and deletes this namespace",
+                      f"a namespace of the platform's own, not one of "
+                      f"{', '.join(RESERVED_NAMESPACES)}")
+    return value
+
+
 def check_go_duration(value: str) -> str:
     if not GO_DURATION.match(value):
         raise Invalid("not a duration", "a Go duration such as 15s, 30m, 2h or 1h30m (no days)")
@@ -143,12 +181,38 @@ def check_image_tag(value: str) -> str:
 
 def setting_path(root: str, loc: tuple) -> str:
     """A setting's path as a reader writes it: `gpu-platform:scheduler.replicas` for a stack's
-    config (root `gpu-platform:`), `BinpackScheduler args.scheduler.replicas` for a component's
-    inputs (root `BinpackScheduler args.`)."""
+    config (root `gpu-platform:`), `scheduler.replicas` for a component's args (root "")."""
     path = root.rstrip(".") if not loc else f"{root}{loc[0]}"
     for part in loc[1:]:
         path += f"[{part}]" if isinstance(part, int) else f".{part}"
     return path
+
+
+def _field_model(annotation: Any) -> Any:
+    """The settings model a field holds, through `X | None`, `list[X]` and `dict[str, X]`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for inner in getattr(annotation, "__args__", ()):
+        if (found := _field_model(inner)) is not None:
+            return found
+    return None
+
+
+def schema_path(model: Any, loc: tuple) -> tuple:
+    """`loc` with every key by its schema name (camelCase, as stack files and the component
+    schema write it), whichever name the input used."""
+    named = []
+    for part in loc:
+        field = None
+        if isinstance(part, str) and model is not None:
+            field = next((f for name, f in model.model_fields.items()
+                          if part in (f.alias, name)), None)
+        if field is None:   # a list index, a map key or an unknown key
+            named.append(part)
+            continue
+        named.append(field.alias or part)
+        model = _field_model(field.annotation)
+    return tuple(named)
 
 
 def _known_keys(model: Any, loc: tuple) -> list[str]:
@@ -170,8 +234,8 @@ def _known_keys(model: Any, loc: tuple) -> list[str]:
 def describe(error: ErrorDetails, model: type[BaseModel], root: str) -> str:
     """One problem of a validation of `model`, naming the setting from `root`, its value and
     what is allowed."""
-    # pydantic reports the location with the keys the input used (camelCase in a stack file).
-    loc = tuple(part for part in error["loc"] if part not in ("function-before", "function-after"))
+    loc = schema_path(model, tuple(part for part in error["loc"]
+                                   if part not in ("function-before", "function-after")))
     cause = (error.get("ctx") or {}).get("error")
     if isinstance(cause, Invalid):
         value = cause.value if cause.has_value else error.get("input")
@@ -190,10 +254,10 @@ def describe(error: ErrorDetails, model: type[BaseModel], root: str) -> str:
 Validated = TypeVar("Validated", bound=BaseModel)
 
 
-def validated(model: type[Validated], data: Any, subject: str, root: str) -> Validated:
+def validated(model: type[Validated], data: Any, subject: Subject) -> Validated:
     """`data` validated as `model`, or SettingsError listing every problem."""
     try:
         return model.model_validate(data)
     except ValidationError as error:
-        raise SettingsError([describe(e, model, root) for e in error.errors()],
+        raise SettingsError([describe(e, model, subject.root) for e in error.errors()],
                             subject) from None

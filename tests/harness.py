@@ -19,6 +19,8 @@ from pulumi.runtime import rpc
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
+from components.binpack_scheduler import scoring_strategy
+from components.platform import ComponentInputs, component_args, component_inputs
 from components.settings import StackSettings, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -234,6 +236,38 @@ def settings_of(config: dict[str, str]) -> StackSettings:
 
 def example_settings() -> StackSettings:
     return settings_of(example_config())
+
+
+def inputs_of(settings: StackSettings) -> ComponentInputs:
+    """Each component's inputs as the platform hands them over (compaction's as if it were on),
+    for tests of the manifest builders."""
+    return component_inputs(component_args(settings))
+
+
+# Each component's inputs, by component.
+def nodes_of(settings: StackSettings):
+    return inputs_of(settings).gpu_nodes
+
+def operator_of(settings: StackSettings):
+    return inputs_of(settings).gpu_operator
+
+def scheduler_of(settings: StackSettings):
+    return inputs_of(settings).scheduler
+
+def admission_of(settings: StackSettings):
+    return inputs_of(settings).admission
+
+def monitoring_of(settings: StackSettings):
+    return inputs_of(settings).monitoring
+
+def compaction_of(settings: StackSettings):
+    return inputs_of(settings).compaction
+
+
+def scheduler_scoring(settings: StackSettings) -> dict:
+    """The binpack scheduler's NodeResourcesFit scoring strategy for these settings."""
+    scheduler = inputs_of(settings).scheduler
+    return scoring_strategy(scheduler.scheduler.scoring_strategy, scheduler.scored_resources)
 
 
 def engine_value(value: Any) -> str:

@@ -15,6 +15,7 @@ import tools
 from components import binpack_scheduler, dashboard, gpu_operator, monitoring, opa_admission
 from components.facts import GPU_RESOURCE, resource_matches
 from components.settings import load_settings
+from harness import monitoring_of, operator_of
 
 K8S = "kubernetes:"
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -135,7 +136,8 @@ def test_operator_pods_tolerate_every_gpu_node_taint(run):
 def test_tolerations_do_not_tolerate_other_taints():
     settings = load_settings(raw(CUSTOM))
     foreign = {"key": "example.com/accelerator", "value": "x", "effect": "NoSchedule"}
-    assert not any(tolerates(t, foreign) for t in gpu_operator.gpu_node_tolerations(settings))
+    tolerations = gpu_operator.gpu_node_tolerations(operator_of(settings))
+    assert not any(tolerates(t, foreign) for t in tolerations)
 
 
 def test_every_gpu_node_gets_the_same_taints(run):
@@ -150,9 +152,9 @@ def test_exempt_namespaces_agree_between_webhook_and_policy(run):
     settings, recording = run
     selector = webhook_of(recording)["namespaceSelector"]["matchExpressions"]
     assert selector == [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                         "values": settings.exempt_namespaces}]
+                         "values": harness.admission_of(settings).exempt_namespaces}]
     exempt = policy_params(recording, settings)["exemptNamespaces"]
-    assert exempt == settings.exempt_namespaces
+    assert exempt == harness.admission_of(settings).exempt_namespaces
     for always in ("kube-system", settings.admission.namespace, settings.gpu_operator.namespace,
                    *settings.admission.exempt_namespaces):
         assert always in exempt
@@ -214,7 +216,7 @@ def test_opa_serves_each_probe_port_in_the_scheme_the_probe_uses(run):
 def test_audit_label_agrees_between_policy_metrics_and_dashboard(run):
     settings, recording = run
     label = policy_params(recording, settings)["auditLabel"]
-    values = monitoring.chart_values(settings)
+    values = monitoring.chart_values(monitoring_of(settings))
     assert f"pods=[{label}]" in values["kube-state-metrics"]["metricLabelsAllowlist"]
-    exprs = " ".join(dashboard.queries(dashboard.dashboard(settings)))
+    exprs = " ".join(dashboard.queries(dashboard.dashboard(monitoring_of(settings))))
     assert "label_" + re.sub(r"[^a-zA-Z0-9]", "_", label) in exprs

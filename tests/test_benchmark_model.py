@@ -18,7 +18,7 @@ from test_compaction_plan import cpu_separated_state  # noqa: E402
 from workload import BatchJob, NodeShape, Task, Trace  # noqa: E402
 
 from components import compaction_plan, gpu_compaction  # noqa: E402
-from components.binpack_scheduler import scoring_strategy  # noqa: E402
+from harness import compaction_of, scheduler_scoring  # noqa: E402
 
 
 def test_the_same_seed_gives_the_same_trace_and_another_seed_another():
@@ -218,9 +218,9 @@ def test_the_benchmark_plans_each_run_as_the_cronjob_would(aggressive_compaction
     just_started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for item in pods:
         item["status"]["startTime"] = just_started
-    policy = gpu_compaction.descheduler_policy(settings)
+    policy = gpu_compaction.descheduler_policy(compaction_of(settings))
     compaction = binpack.Compaction(0.25, frozenset(), frozenset(), policy,
-                                    scoring_strategy(settings), tmp_path / "policy.json")
+                                    scheduler_scoring(settings), tmp_path / "policy.json")
     for planned, cpu_threshold in ((True, 15.625), (False, None)):
         run = compaction.run_policy(nodes, pods, planned)
         assert compaction_plan.plugin_args(run, "HighNodeUtilization")["thresholds"].get(

@@ -6,7 +6,7 @@ on its plan, are in tests/integration/test_compaction.py."""
 import pytest
 
 from components import compaction_plan, gpu_compaction
-from components.binpack_scheduler import scoring_strategy
+from harness import compaction_of, scheduler_scoring
 
 NOW = 1_800_000_000.0
 LONG_AGO = "2020-01-01T00:00:00Z"
@@ -42,8 +42,9 @@ def settings(aggressive_compaction_settings):
 
 
 def plan(settings, nodes, pods):
-    return compaction_plan.planned_policy(gpu_compaction.descheduler_policy(settings), nodes,
-                                          pods, scoring_strategy(settings), now=NOW)
+    policy = gpu_compaction.descheduler_policy(compaction_of(settings))
+    return compaction_plan.planned_policy(policy, nodes, pods, scheduler_scoring(settings),
+                                          now=NOW)
 
 
 def thresholds(policy: dict) -> set:
@@ -55,9 +56,9 @@ def thresholds(policy: dict) -> set:
 
 def gpu_threshold_run(settings, nodes, pods, percent: float):
     """What a run with the declared policy and one GPU threshold does, unplanned."""
-    declared = gpu_compaction.descheduler_policy(settings)
+    declared = gpu_compaction.descheduler_policy(compaction_of(settings))
     return compaction_plan.replay_run(compaction_plan.snapshot(nodes, pods, declared, NOW),
-                                      {GPU: percent}, declared, scoring_strategy(settings))
+                                      {GPU: percent}, declared, scheduler_scoring(settings))
 
 
 def test_a_node_above_the_default_threshold_is_emptied_when_the_others_can_take_its_pods(

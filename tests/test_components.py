@@ -16,6 +16,7 @@ from components import (
 )
 from components.settings import load_settings
 from components.validation import SettingsError
+from harness import admission_of, compaction_of, monitoring_of, nodes_of, operator_of, scheduler_of
 
 
 def settings_of(**changes):
@@ -34,7 +35,7 @@ def containers(deployment: dict) -> dict[str, dict]:
 def test_node_patch_declares_the_whole_taint_list_without_forcing():
     settings = settings_of(gpuNodes={"extraTaints": ["dedicated=ml:NoSchedule"],
                                      "labels": {"gpu-platform.io/pool": "training"}})
-    patch = gpu_nodes.node_patch(settings, "gpu-node-1")
+    patch = gpu_nodes.node_patch(nodes_of(settings), "gpu-node-1")
     assert patch["spec"]["taints"] == [
         {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
         {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]
@@ -45,20 +46,20 @@ def test_node_patch_declares_the_whole_taint_list_without_forcing():
 
 
 def test_taking_over_the_taint_list_is_explicit():
-    patch = gpu_nodes.node_patch(settings_of(gpuNodes={"forceTaintOwnership": True}), "n")
+    patch = gpu_nodes.node_patch(nodes_of(settings_of(gpuNodes={"forceTaintOwnership": True})), "n")
     assert patch["metadata"]["annotations"]["pulumi.com/patchForce"] == "true"
 
 
 # --- GPU Operator -----------------------------------------------------------------------------
 
 def test_operator_switches_follow_the_settings():
-    values = gpu_operator.chart_values(settings_of(gpuOperator={
+    values = gpu_operator.chart_values(operator_of(settings_of(gpuOperator={
         "driver": {"enabled": True}, "migManager": {"enabled": True},
-        "mig": {"strategy": "mixed", "profiles": ["1g.10gb"]}}))
+        "mig": {"strategy": "mixed", "profiles": ["1g.10gb"]}})))
     assert values["driver"] == {"enabled": True}
     assert values["migManager"] == {"enabled": True}
     assert values["mig"] == {"strategy": "mixed"}
-    defaults = gpu_operator.chart_values(DEFAULT)
+    defaults = gpu_operator.chart_values(operator_of(DEFAULT))
     assert defaults["driver"] == {"enabled": False}
     for operand in ("migManager", "vgpuManager", "vgpuDeviceManager", "vfioManager",
                     "sandboxWorkloads"):
@@ -66,36 +67,37 @@ def test_operator_switches_follow_the_settings():
 
 
 def test_operator_does_not_declare_a_second_dcgm_service_monitor():
-    assert gpu_operator.chart_values(DEFAULT)["dcgmExporter"]["serviceMonitor"] == {
+    assert gpu_operator.chart_values(operator_of(DEFAULT))["dcgmExporter"]["serviceMonitor"] == {
         "enabled": False}
 
 
 def test_time_slicing_advertises_each_gpu_several_times():
-    values = gpu_operator.chart_values(settings_of(gpuOperator={"timeSlicing": {"replicas": 4}}))
+    values = gpu_operator.chart_values(operator_of(settings_of(gpuOperator={
+        "timeSlicing": {"replicas": 4}})))
     config = values["devicePlugin"]["config"]
     assert config["create"] is True and config["default"] in config["data"]
     sharing = yaml.safe_load(config["data"][config["default"]])
     assert sharing["version"] == "v1"
     assert sharing["sharing"]["timeSlicing"]["resources"] == [
         {"name": "nvidia.com/gpu", "replicas": 4}]
-    assert "config" not in gpu_operator.chart_values(DEFAULT)["devicePlugin"]
+    assert "config" not in gpu_operator.chart_values(operator_of(DEFAULT))["devicePlugin"]
 
 
 def test_extra_values_reach_the_chart_without_replacing_generated_ones():
-    values = gpu_operator.chart_values(settings_of(gpuOperator={"extraValues": {
-        "dcgmExporter": {"image": {"tag": "custom"}}, "operator": {"resources": {}}}}))
+    values = gpu_operator.chart_values(operator_of(settings_of(gpuOperator={"extraValues": {
+        "dcgmExporter": {"image": {"tag": "custom"}}, "operator": {"resources": {}}}})))
     assert values["dcgmExporter"]["image"] == {"tag": "custom"}
     assert values["dcgmExporter"]["serviceMonitor"] == {"enabled": False}
     assert values["operator"] == {"upgradeCRD": True, "resources": {}}
 
 
 def test_operator_namespace_allows_privileged_operands():
-    labels = gpu_operator.operator_namespace(DEFAULT)["metadata"]["labels"]
+    labels = gpu_operator.operator_namespace(operator_of(DEFAULT))["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
 
 
 def quota_of(settings) -> tuple[int, list[str]]:
-    spec = gpu_operator.critical_pods_quota(settings)["spec"]
+    spec = gpu_operator.critical_pods_quota(operator_of(settings))["spec"]
     return int(spec["hard"]["pods"]), spec["scopeSelector"]["matchExpressions"][0]["values"]
 
 
@@ -131,7 +133,7 @@ def test_scheduler_profile_packs_by_requested_to_capacity_ratio():
         "requestedToCapacityRatio": {"shape": [{"utilization": 0, "score": 0},
                                                {"utilization": 80, "score": 9},
                                                {"utilization": 100, "score": 10}]}}})
-    config = binpack_scheduler.scheduler_configuration(settings)
+    config = binpack_scheduler.scheduler_configuration(scheduler_of(settings))
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
     assert config["kind"] == "KubeSchedulerConfiguration"
     (profile,) = config["profiles"]
@@ -153,7 +155,7 @@ def test_score_plugin_weights_merge_over_the_binpack_defaults():
     """Naming one plugin changes that plugin only: the other binpack defaults stay."""
     settings = settings_of(scheduler={"scorePluginWeights": {"ImageLocality": 1,
                                                              "NodeResourcesFit": 3}})
-    (profile,) = binpack_scheduler.scheduler_configuration(settings)["profiles"]
+    (profile,) = binpack_scheduler.scheduler_configuration(scheduler_of(settings))["profiles"]
     score = profile["plugins"]["score"]
     assert {p["name"]: p["weight"] for p in score["enabled"]} == {"ImageLocality": 1,
                                                                   "NodeResourcesFit": 3}
@@ -162,8 +164,8 @@ def test_score_plugin_weights_merge_over_the_binpack_defaults():
 
 def test_system_default_spread_is_off_unless_asked_for():
     def spread_args(**scheduler):
-        (profile,) = binpack_scheduler.scheduler_configuration(
-            settings_of(scheduler=scheduler))["profiles"]
+        (profile,) = binpack_scheduler.scheduler_configuration(scheduler_of(
+            settings_of(scheduler=scheduler)))["profiles"]
         return plugin_args(profile, "PodTopologySpread")
 
     # List defaulting with no constraints of its own: only pods' own constraints are spread.
@@ -177,7 +179,7 @@ def test_mixed_mig_slices_are_scored_at_the_gpu_weight():
         scheduler={"scoringStrategy": {"resources": [
             {"name": "nvidia.com/gpu", "weight": 7}, {"name": "cpu", "weight": 1},
             {"name": "nvidia.com/mig-3g.40gb", "weight": 2}]}})
-    (profile,) = binpack_scheduler.scheduler_configuration(settings)["profiles"]
+    (profile,) = binpack_scheduler.scheduler_configuration(scheduler_of(settings))["profiles"]
     fit = plugin_args(profile, "NodeResourcesFit")
     assert fit is not None, "the profile configures no NodeResourcesFit"
     resources = fit["scoringStrategy"]["resources"]
@@ -189,11 +191,12 @@ def test_mixed_mig_slices_are_scored_at_the_gpu_weight():
 @pytest.mark.parametrize("replicas, elect", [(1, False), (2, True), (3, True)])
 def test_leader_election_only_with_several_replicas(replicas, elect):
     settings = settings_of(scheduler={"replicas": replicas})
-    election = binpack_scheduler.scheduler_configuration(settings)["leaderElection"]
+    election = binpack_scheduler.scheduler_configuration(scheduler_of(settings))["leaderElection"]
     assert election["leaderElect"] is elect
     assert (election["resourceName"], election["resourceNamespace"]) == (
         "gpu-binpack-scheduler", "gpu-scheduler")
-    roles = [o for o in binpack_scheduler.rbac_objects(settings) if o["kind"] == "Role"]
+    roles = [o for o in binpack_scheduler.rbac_objects(scheduler_of(settings))
+             if o["kind"] == "Role"]
     if elect:
         (role,) = roles
         named = [r for r in role["rules"] if r.get("resourceNames")]
@@ -207,14 +210,14 @@ def test_leader_election_only_with_several_replicas(replicas, elect):
 def test_client_rate_and_lease_timings_are_settings():
     """kube-scheduler's defaults (qps 50, lease 15s) are not what the binpack scheduler runs
     with: a burst of pending GPU pods binds faster, and a standby takes over sooner."""
-    shipped = binpack_scheduler.scheduler_configuration(DEFAULT)
+    shipped = binpack_scheduler.scheduler_configuration(scheduler_of(DEFAULT))
     assert shipped["clientConnection"] == {"qps": 200, "burst": 400}
     assert {k: shipped["leaderElection"][k] for k in
             ("leaseDuration", "renewDeadline", "retryPeriod")} == {
         "leaseDuration": "10s", "renewDeadline": "8s", "retryPeriod": "2s"}
-    changed = binpack_scheduler.scheduler_configuration(settings_of(scheduler={
+    changed = binpack_scheduler.scheduler_configuration(scheduler_of(settings_of(scheduler={
         "clientConnection": {"qps": 50, "burst": 100},
-        "leaderElection": {"leaseDuration": "15s", "renewDeadline": "10s"}}))
+        "leaderElection": {"leaseDuration": "15s", "renewDeadline": "10s"}})))
     assert changed["clientConnection"] == {"qps": 50, "burst": 100}
     assert changed["leaderElection"]["leaseDuration"] == "15s"
     assert changed["leaderElection"]["retryPeriod"] == "2s"
@@ -222,7 +225,7 @@ def test_client_rate_and_lease_timings_are_settings():
 
 def test_changed_scheduler_configuration_rolls_the_pods():
     def pod_annotations(settings):
-        template = binpack_scheduler.deployment(settings)["spec"]["template"]
+        template = binpack_scheduler.deployment(scheduler_of(settings))["spec"]["template"]
         return template["metadata"]["annotations"]
 
     changed = settings_of(scheduler={"scoringStrategy": {"resources": [
@@ -232,7 +235,7 @@ def test_changed_scheduler_configuration_rolls_the_pods():
 
 
 def test_scheduler_runs_with_its_service_account_and_restricted_privileges():
-    deployment = binpack_scheduler.deployment(DEFAULT)
+    deployment = binpack_scheduler.deployment(scheduler_of(DEFAULT))
     pod = deployment["spec"]["template"]["spec"]
     (scheduler,) = containers(deployment).values()
     assert pod["serviceAccountName"] == "gpu-binpack-scheduler"
@@ -247,7 +250,8 @@ def test_scheduler_runs_with_its_service_account_and_restricted_privileges():
 
 
 def test_compaction_run_plans_then_deschedules_from_the_plans_policy_both_restricted():
-    planned = gpu_compaction.cron_job(DEFAULT)["spec"]["jobTemplate"]["spec"]["template"]
+    planned = gpu_compaction.cron_job(compaction_of(DEFAULT))["spec"]["jobTemplate"]["spec"][
+        "template"]
     pod = planned["spec"]
     (plan,), (descheduler,) = pod["initContainers"], pod["containers"]
     out = next(a for a in plan["command"] if a.startswith("--out=")).removeprefix("--out=")
@@ -258,7 +262,8 @@ def test_compaction_run_plans_then_deschedules_from_the_plans_policy_both_restri
     for container in (plan, descheduler):
         assert_restricted(pod, container)
     # Without planning the descheduler reads the ConfigMap's policy, and nothing else runs.
-    static = gpu_compaction.cron_job(settings_of(compaction={"planThreshold": False}))
+    static = gpu_compaction.cron_job(compaction_of(settings_of(compaction={
+        "planThreshold": False})))
     pod = static["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     assert "initContainers" not in pod
     assert f"--policy-config-file={gpu_compaction.POLICY_DIR}/{gpu_compaction.POLICY_FILE}" in \
@@ -276,7 +281,7 @@ def assert_restricted(pod: dict, container: dict):
 
 
 def test_scheduler_has_a_role_of_its_own_that_grants_no_lease_cluster_wide():
-    objects = binpack_scheduler.rbac_objects(settings_of(scheduler={"replicas": 2}))
+    objects = binpack_scheduler.rbac_objects(scheduler_of(settings_of(scheduler={"replicas": 2})))
     refs = {(o["kind"], o["roleRef"]["name"], o["metadata"].get("namespace"))
             for o in objects if "roleRef" in o}
     assert ("ClusterRoleBinding", "system:kube-scheduler", None) not in refs
@@ -293,38 +298,43 @@ def env_of(values: dict, section: str) -> dict:
 def test_both_charts_upgrade_their_crds_and_extra_values_cannot_turn_that_off():
     # The charts' own hooks (gpu-operator: operator.upgradeCRD; kube-prometheus-stack:
     # crds.upgradeJob.enabled), since Helm leaves CRDs at the version first installed.
-    assert gpu_operator.chart_values(DEFAULT)["operator"]["upgradeCRD"] is True
-    assert monitoring.chart_values(DEFAULT)["crds"]["upgradeJob"]["enabled"] is True
-    for section, key in (("gpuOperator", {"operator": {"upgradeCRD": False}}),
-                         ("monitoring", {"crds": {"upgradeJob": {"enabled": False}}})):
-        with pytest.raises(SettingsError):
-            (gpu_operator if section == "gpuOperator" else monitoring).chart_values(
-                settings_of(**{section: {"extraValues": key}}))
+    assert gpu_operator.chart_values(operator_of(DEFAULT))["operator"]["upgradeCRD"] is True
+    assert monitoring.chart_values(monitoring_of(DEFAULT))["crds"]["upgradeJob"]["enabled"] is True
+    operator = operator_of(settings_of(gpuOperator={"extraValues": {
+        "operator": {"upgradeCRD": False}}}))
+    with pytest.raises(SettingsError):
+        gpu_operator.chart_values(operator)
+    stack = monitoring_of(settings_of(monitoring={"extraValues": {
+        "crds": {"upgradeJob": {"enabled": False}}}}))
+    with pytest.raises(SettingsError):
+        monitoring.chart_values(stack)
 
 
 def test_containers_see_only_their_gpus_unless_the_stack_turns_that_off():
     # NVIDIA's container toolkit and device plugin settings for it: with CDI (the default) the
     # toolkit refuses the variable from unprivileged containers and the device plugin keeps the
     # operator's CDI strategy; without CDI, devices travel as volume mounts instead.
-    cdi = gpu_operator.chart_values(DEFAULT)
+    cdi = gpu_operator.chart_values(operator_of(DEFAULT))
     # The toolkit's NRI plugin, which injects devices a pod annotation names, stays off.
     assert cdi["cdi"] == {"enabled": True, "nriPluginEnabled": False}
     assert env_of(cdi, "toolkit") == {"ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED":
                                       "false"}
     assert env_of(cdi, "devicePlugin") == {}
-    legacy = gpu_operator.chart_values(settings_of(gpuOperator={"cdi": {"enabled": False}}))
+    legacy = gpu_operator.chart_values(operator_of(settings_of(gpuOperator={
+        "cdi": {"enabled": False}})))
     assert env_of(legacy, "toolkit") == {
         "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED": "false",
         "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS": "true"}
     assert env_of(legacy, "devicePlugin") == {"DEVICE_LIST_STRATEGY": "volume-mounts"}
-    open_ = gpu_operator.chart_values(settings_of(gpuOperator={"restrictVisibleDevices": False}))
+    open_ = gpu_operator.chart_values(operator_of(settings_of(gpuOperator={
+        "restrictVisibleDevices": False})))
     assert env_of(open_, "toolkit") == {} and env_of(open_, "devicePlugin") == {}
 
 
 # --- OPA admission ----------------------------------------------------------------------------
 
 def test_opa_serves_only_tls_and_its_probes_and_authorizes_every_call():
-    args = opa_admission.opa_args(DEFAULT)
+    args = opa_admission.opa_args(admission_of(DEFAULT))
     addresses = [a.split("=", 1)[1] for a in args if a.startswith("--addr=")]
     assert addresses == ["https://0.0.0.0:10250"]
     assert [a for a in args if a.startswith("--diagnostic-addr=")] == [
@@ -336,11 +346,12 @@ def test_opa_serves_only_tls_and_its_probes_and_authorizes_every_call():
 def test_every_file_opa_loads_is_in_a_config_map_its_pod_mounts():
     """OPA loads its policies and data as files at start, so a restarted container finds them
     again: each file argument names a key of a ConfigMap mounted at that path."""
-    deployment = opa_admission.deployment(DEFAULT)
+    deployment = opa_admission.deployment(admission_of(DEFAULT))
     pod = deployment["spec"]["template"]["spec"]
     opa = containers(deployment)["opa"]
     volumes = {v["name"]: v for v in pod["volumes"]}
-    config_maps = {c["metadata"]["name"]: c for c in opa_admission.policy_config_maps(DEFAULT)}
+    config_maps = {c["metadata"]["name"]: c
+                   for c in opa_admission.policy_config_maps(admission_of(DEFAULT))}
     mounted = {m["mountPath"]: config_maps[volumes[m["name"]]["configMap"]["name"]]["data"]
                for m in opa["volumeMounts"] if "configMap" in volumes[m["name"]]}
     files = [a.rsplit(":", 1)[-1] for a in opa["args"] if not a.startswith("-") and "/" in a]
@@ -357,7 +368,7 @@ def test_every_file_opa_loads_is_in_a_config_map_its_pod_mounts():
 
 def test_a_changed_policy_or_parameter_rolls_the_opa_pods():
     def digest(settings):
-        return opa_admission.deployment(settings)["spec"]["template"]["metadata"][
+        return opa_admission.deployment(admission_of(settings))["spec"]["template"]["metadata"][
             "annotations"][opa_admission.POLICY_DIGEST_ANNOTATION]
     assert digest(DEFAULT) == digest(settings_of())
     assert digest(settings_of(admission={"mode": "mutate"})) != digest(DEFAULT)
@@ -365,7 +376,7 @@ def test_a_changed_policy_or_parameter_rolls_the_opa_pods():
 
 
 def test_opa_pods_are_ready_only_with_the_policy_loaded_and_kept_available():
-    deployment = opa_admission.deployment(DEFAULT)
+    deployment = opa_admission.deployment(admission_of(DEFAULT))
     opa = containers(deployment)["opa"]
     assert opa["readinessProbe"]["httpGet"]["path"] == "/health/ready"
     assert deployment["spec"]["replicas"] >= 2
@@ -376,15 +387,15 @@ def test_opa_pods_are_ready_only_with_the_policy_loaded_and_kept_available():
 
 
 def test_opa_holds_no_credentials_for_the_cluster():
-    account = opa_admission.service_account(DEFAULT)
+    account = opa_admission.service_account(admission_of(DEFAULT))
     assert account["automountServiceAccountToken"] is False
-    pod = opa_admission.deployment(DEFAULT)["spec"]["template"]["spec"]
+    pod = opa_admission.deployment(admission_of(DEFAULT))["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False
     assert pod["serviceAccountName"] == account["metadata"]["name"]
 
 
 def test_policy_config_map_ships_the_policy_files_but_not_their_tests():
-    policy, server = opa_admission.policy_config_maps(DEFAULT)
+    policy, server = opa_admission.policy_config_maps(admission_of(DEFAULT))
     shipped = {name for name in policy["data"] if name.endswith(".rego")}
     on_disk = {p.name for p in (opa_admission.POLICY_DIR / "admission").glob("*.rego")}
     assert shipped == {n for n in on_disk if not n.endswith("_test.rego")} and shipped
@@ -398,8 +409,8 @@ def test_policy_config_map_ships_the_policy_files_but_not_their_tests():
 def test_each_mode_registers_its_webhooks_with_the_settings(mode, mutating):
     settings = settings_of(admission={"mode": mode, "failurePolicy": "Ignore",
                                       "timeoutSeconds": 3})
-    validating = opa_admission.webhook_configuration(settings, "Q0E=")
-    mutation = opa_admission.mutating_webhook_configuration(settings, "Q0E=")
+    validating = opa_admission.webhook_configuration(admission_of(settings), "Q0E=")
+    mutation = opa_admission.mutating_webhook_configuration(admission_of(settings), "Q0E=")
     assert (mutation is not None) == mutating
     hooks = validating["webhooks"] + (mutation["webhooks"] if mutation else [])
     for hook in hooks:
@@ -431,25 +442,25 @@ def test_certificates_renew_early_as_configured(example_run):
 # --- Monitoring -------------------------------------------------------------------------------
 
 def test_prometheus_selects_monitors_and_rules_of_every_namespace():
-    spec = monitoring.chart_values(DEFAULT)["prometheus"]["prometheusSpec"]
+    spec = monitoring.chart_values(monitoring_of(DEFAULT))["prometheus"]["prometheusSpec"]
     for kind in ("serviceMonitor", "podMonitor", "rule", "probe"):
         assert spec[f"{kind}SelectorNilUsesHelmValues"] is False
 
 
 def test_grafana_uses_the_admin_secret_and_loads_the_dashboard():
-    values = monitoring.chart_values(DEFAULT)["grafana"]
-    secret = monitoring.grafana_admin_secret(DEFAULT, "pw")
+    values = monitoring.chart_values(monitoring_of(DEFAULT))["grafana"]
+    secret = monitoring.grafana_admin_secret(monitoring_of(DEFAULT), "pw")
     assert values["admin"]["existingSecret"] == secret["metadata"]["name"]
     assert {values["admin"]["userKey"], values["admin"]["passwordKey"]} == set(
         secret["stringData"])
-    config_map = monitoring.dashboard_config_map(DEFAULT)
+    config_map = monitoring.dashboard_config_map(monitoring_of(DEFAULT))
     sidecar = values["sidecar"]["dashboards"]
     assert config_map["metadata"]["labels"][sidecar["label"]] == sidecar["labelValue"]
     assert config_map["metadata"]["namespace"] == DEFAULT.monitoring.namespace
 
 
 def test_service_monitor_keeps_the_workload_labels_and_adds_the_node():
-    endpoint = monitoring.dcgm_service_monitor(DEFAULT)["spec"]["endpoints"][0]
+    endpoint = monitoring.dcgm_service_monitor(monitoring_of(DEFAULT))["spec"]["endpoints"][0]
     assert endpoint["honorLabels"] is True
     assert endpoint["interval"] == "15s"
     node = [r for r in endpoint["relabelings"] if r.get("targetLabel") == "node"]
@@ -461,10 +472,10 @@ def test_scheduler_service_monitor_finds_the_scheduler_pods_port():
     """The ServiceMonitor selects the scheduler's Service, in its namespace, by a port the
     Service has; the Service selects the Deployment's pods, on the port their container
     serves, the job label being the name the dashboard's panel filters on."""
-    objects = binpack_scheduler.scheduler_objects(DEFAULT)
+    objects = binpack_scheduler.scheduler_objects(scheduler_of(DEFAULT))
     service = next(o for o in objects if o["kind"] == "Service")
     deployment = next(o for o in objects if o["kind"] == "Deployment")
-    monitor = monitoring.scheduler_service_monitor(DEFAULT)["spec"]
+    monitor = monitoring.scheduler_service_monitor(monitoring_of(DEFAULT))["spec"]
     assert monitor["namespaceSelector"]["matchNames"] == [service["metadata"]["namespace"]]
     assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     port = next(p for p in service["spec"]["ports"] if p["name"] == monitor["endpoints"][0]["port"])
@@ -475,6 +486,6 @@ def test_scheduler_service_monitor_finds_the_scheduler_pods_port():
 
 
 def test_dashboard_and_rules_ship_to_the_stack():
-    config_map = monitoring.dashboard_config_map(DEFAULT)
+    config_map = monitoring.dashboard_config_map(monitoring_of(DEFAULT))
     board = json.loads(config_map["data"]["gpu-platform.json"])
     assert board["uid"] == "gpu-platform-gpus"

@@ -31,7 +31,7 @@ def load_module(name: str, path: Path):
     return module
 
 
-generate = load_module("generate", DOCS / "generate.py")
+generate = load_module("generate", ROOT / "scripts" / "generate.py")
 report = load_module("report", ROOT / "tests" / "benchmark" / "report.py")
 
 
@@ -40,7 +40,7 @@ report = load_module("report", ROOT / "tests" / "benchmark" / "report.py")
 def test_settings_reference_is_current():
     rendered = generate.render_settings()
     assert generate.SETTINGS_PAGE.read_text() == rendered, \
-        "docs/operators/settings.md is stale: run venv/bin/python docs/generate.py"
+        "docs/operators/settings.md is stale: run venv/bin/python scripts/generate.py"
 
 
 def test_settings_reference_names_every_setting():

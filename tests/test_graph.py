@@ -116,15 +116,22 @@ def depends_on(recording, dependent, dependency) -> bool:
 
 
 def waits_for(recording, dependent, dependency) -> bool:
-    """Directly or through other dependencies."""
-    seen, todo = set(), list(dependent.dependencies)
+    """Whether `dependent` is created only once `dependency` exists, as the engine orders
+    them: through its own dependencies, or its parents' (a child registers only once its
+    parent has, and a component registers only once what it depends on exists), and
+    theirs, transitively."""
+    seen, todo = set(), [dependent.urn]
     while todo:
         urn = todo.pop()
-        if urn == dependency.urn:
+        if urn in seen:
+            continue
+        seen.add(urn)
+        registration = recording.by_urn(urn)
+        if dependency.urn in registration.dependencies and urn != dependency.urn:
             return True
-        if urn not in seen:
-            seen.add(urn)
-            todo.extend(recording.by_urn(urn).dependencies)
+        todo.extend(registration.dependencies)
+        if registration.parent and "::pulumi:pulumi:Stack::" not in registration.parent:
+            todo.append(registration.parent)
     return False
 
 
@@ -169,7 +176,20 @@ def test_compaction_waits_for_the_binpack_scheduler(example_run):
 @pytest.mark.parametrize("dependent, dependency, why", EDGES,
                          ids=[f"{e[0][1]} after {e[1][1]}" for e in EDGES])
 def test_design_edge(example_run, dependent, dependency, why):
-    assert depends_on(example_run, example_run.one(*dependent), example_run.one(*dependency)), why
+    assert waits_for(example_run, example_run.one(*dependent), example_run.one(*dependency)), why
+
+
+def test_a_component_that_depends_on_another_waits_for_all_of_it(example_run):
+    """Ordering between components goes through their ResourceOptions: admission's component
+    depends on the binpack scheduler's, so each of its resources waits for every one of the
+    scheduler's."""
+    admission = [r for r in example_run.registrations if r.type.startswith(K8S)
+                 and parent_type(example_run, r) == f"{COMPONENT}OpaAdmission"]
+    scheduler = [r for r in example_run.registrations if r.type.startswith(K8S)
+                 and parent_type(example_run, r) == f"{COMPONENT}BinpackScheduler"]
+    assert admission and scheduler
+    assert all(waits_for(example_run, a, s) for a in admission for s in scheduler)
+    assert not any(waits_for(example_run, s, a) for a in admission for s in scheduler)
 
 
 def test_namespaced_objects_wait_for_their_namespace(example_run):
@@ -207,7 +227,7 @@ def test_one_node_patch_per_configured_node(nodes):
     patches = recording.of_type(f"{K8S}core/v1:NodePatch")
     assert sorted(p.inputs["metadata"]["name"] for p in patches) == sorted(nodes)
     release = recording.one(f"{K8S}helm.sh/v3:Release", "gpu-operator")
-    assert all(p.urn in release.dependencies for p in patches)
+    assert all(waits_for(recording, release, p) for p in patches)
 
 
 def test_single_scheduler_replica_has_no_lease_rights_and_no_budget():

@@ -18,6 +18,7 @@ from test_settings import raw, with_changes
 import tools
 from components import dashboard, gpu_rules, monitoring
 from components.settings import load_settings
+from harness import monitoring_of
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SETTINGS = load_settings(raw(with_changes()))
@@ -33,7 +34,7 @@ def promtool_bin() -> Path:
 
 
 def dashboard_queries(settings=SETTINGS) -> list[str]:
-    exprs = dashboard.queries(dashboard.dashboard(settings))
+    exprs = dashboard.queries(dashboard.dashboard(monitoring_of(settings)))
     # label_values(<selector>, label) is Grafana's; its selector is PromQL.
     exprs = [re.sub(r"^label_values\((.*), *\w+\)$", r"\1", e) for e in exprs]
     for variable, value in GRAFANA_VARIABLES.items():
@@ -46,7 +47,8 @@ CERT_NOT_AFTER = 40 * 86400
 
 
 def rule_groups(settings=SETTINGS, annotations: bool = True) -> dict:
-    groups = copy.deepcopy(gpu_rules.prometheus_rule(settings, CERT_NOT_AFTER)["spec"])
+    rule = gpu_rules.prometheus_rule(monitoring_of(settings), CERT_NOT_AFTER)
+    groups = copy.deepcopy(rule["spec"])
     if not annotations:
         for group in groups["groups"]:
             for rule in group["rules"]:
@@ -94,7 +96,7 @@ def test_a_broken_expression_is_caught(promtool_bin, tmp_path):
 def test_only_metrics_the_pinned_exporters_emit():
     emitted = {name for names in yaml.safe_load((FIXTURES / "exporter-metrics.yaml")
                                                 .read_text()).values() for name in names}
-    recorded = {r["record"] for r in gpu_rules.recording_rules(SETTINGS)}
+    recorded = {r["record"] for r in gpu_rules.recording_rules(monitoring_of(SETTINGS))}
     used = set().union(*(metric_names(e) for e in dashboard_queries() + rule_exprs()))
     assert used - emitted - recorded == set()
     # Every recorded series the dashboard reads is recorded by the rules, and vice versa.
@@ -328,14 +330,14 @@ def test_alert_descriptions_name_what_a_responder_needs(promtool_bin, tmp_path):
                                      "summary": "GPU pod pending although enough GPUs are free",
                                      "description": next(
                                          r["annotations"]["description"]
-                                         for r in gpu_rules.alert_rules(SETTINGS)
+                                         for r in gpu_rules.alert_rules(monitoring_of(SETTINGS))
                                          if r["alert"] == "GpuPodFragmentationPending")
                                      .replace("{{ $labels.namespace }}", "team-a")
                                      .replace("{{ $labels.pod }}", "waiting")
                                      .replace("{{ $value }}", "2")}}]}]}],
         annotations=True)
-    for rule in gpu_rules.alert_rules(SETTINGS, CERT_NOT_AFTER) + \
-            gpu_rules.compaction_alerts(WITH_COMPACTION):
+    for rule in gpu_rules.alert_rules(monitoring_of(SETTINGS), CERT_NOT_AFTER) + \
+            gpu_rules.compaction_alerts(monitoring_of(WITH_COMPACTION)):
         assert rule["labels"]["severity"] in ("critical", "warning", "info")
         assert rule["annotations"]["summary"] and rule["annotations"]["description"]
         assert re.fullmatch(r"[0-9]+[smh]", rule["for"])
@@ -463,8 +465,8 @@ def test_pending_gpu_pods_piling_up_are_reported_and_a_steady_queue_is_not(promt
 
 def test_every_alert_is_exercised_by_a_rule_test():
     source = Path(__file__).read_text()
-    for rule in gpu_rules.alert_rules(SETTINGS, CERT_NOT_AFTER) + \
-            gpu_rules.compaction_alerts(WITH_COMPACTION):
+    for rule in gpu_rules.alert_rules(monitoring_of(SETTINGS), CERT_NOT_AFTER) + \
+            gpu_rules.compaction_alerts(monitoring_of(WITH_COMPACTION)):
         assert f'"{rule["alert"]}"' in source, rule["alert"]
 
 
@@ -485,7 +487,7 @@ RECEIVERS = [
 
 def alertmanager_file(tmp_path, settings) -> Path:
     path = tmp_path / "alertmanager.yaml"
-    path.write_text(yaml.safe_dump(monitoring.chart_values(settings)["alertmanager"]["config"]))
+    path.write_text(yaml.safe_dump(monitoring.chart_values(monitoring_of(settings))["alertmanager"]["config"]))
     return path
 
 
@@ -506,7 +508,8 @@ def test_alerts_reach_the_receivers_of_their_severity(amtool_bin, tmp_path, seve
     settings = load_settings(raw(with_changes(monitoring={"alertmanager": {
         "receivers": RECEIVERS}})))
     # The severity every alert of the rules carries.
-    assert severity in {r["labels"]["severity"] for r in gpu_rules.alert_rules(SETTINGS)}
+    rules = gpu_rules.alert_rules(monitoring_of(SETTINGS))
+    assert severity in {r["labels"]["severity"] for r in rules}
     result = subprocess.run(
         [str(amtool_bin), "config", "routes", "test",
          f"--config.file={alertmanager_file(tmp_path, settings)}",
@@ -526,7 +529,7 @@ def test_without_receivers_alerts_stay_in_alertmanager(amtool_bin, tmp_path):
 # --- The dashboard ---------------------------------------------------------------------------
 
 def test_dashboard_has_what_grafana_needs_to_load_it():
-    board = dashboard.dashboard(SETTINGS)
+    board = dashboard.dashboard(monitoring_of(SETTINGS))
     ids = [p["id"] for p in board["panels"]]
     assert len(ids) == len(set(ids)) and all(isinstance(i, int) and i > 0 for i in ids)
     variables = {v["name"] for v in board["templating"]["list"]}
@@ -547,7 +550,7 @@ def test_dashboard_has_what_grafana_needs_to_load_it():
 
 
 def test_dashboard_answers_the_platform_teams_questions():
-    board = dashboard.dashboard(SETTINGS)
+    board = dashboard.dashboard(monitoring_of(SETTINGS))
     by_title = {p["title"]: " ".join(t["expr"] for t in p.get("targets", []))
                 for p in board["panels"]}
     expected = {
@@ -612,4 +615,4 @@ def test_compaction_that_stopped_succeeding_is_reported(promtool_bin, tmp_path):
 
 
 def test_compaction_alerts_only_with_compaction_on():
-    assert gpu_rules.compaction_alerts(SETTINGS) == []
+    assert gpu_rules.compaction_alerts(monitoring_of(SETTINGS)) == []

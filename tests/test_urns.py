@@ -57,13 +57,12 @@ def test_protection_is_a_setting():
 
 
 TWO_PLATFORMS = """
-import pulumi
-from components.platform import GpuPlatform, stack_config
+from components.platform import GpuPlatform, platform_args, stack_config
 from components.settings import load_settings
 
-settings = load_settings(stack_config())
+args = platform_args(load_settings(stack_config()))
 for name in ("gpu-platform", "lab"):
-    GpuPlatform(name, settings)
+    GpuPlatform(name, args)
 """
 
 

@@ -41,10 +41,10 @@ from components import compaction_plan, gpu_compaction  # noqa: E402
 from components.binpack_scheduler import (  # noqa: E402
     preemptible_priority_class,
     scheduler_configuration,
-    scoring_strategy,
 )
 from components.settings import StackSettings  # noqa: E402
 from controlplane import ControlPlane, wait_until  # noqa: E402
+from harness import compaction_of, scheduler_of, scheduler_scoring  # noqa: E402
 
 NAMESPACE = "bench"
 GPU = "nvidia.com/gpu"
@@ -418,7 +418,7 @@ def profiles(settings: StackSettings, variants: bool = False) -> dict[str, dict]
     """The KubeSchedulerConfigurations compared: the project's rendered one (leader election
     off: one replica here), the default profile and MostAllocated; with `variants`, the rendered
     one with other resource weights and with kube-scheduler's adaptive share of nodes scored."""
-    shipped = replay_configuration(scheduler_configuration(settings))
+    shipped = replay_configuration(scheduler_configuration(scheduler_of(settings)))
     chosen = {settings.scheduler.name: shipped,
               DEFAULT_PROFILE: cluster.scheduler_with_strategy("default-scheduler"),
               "MostAllocated": cluster.scheduler_with_strategy("most-allocated", {
@@ -513,7 +513,7 @@ class RealCluster(Backend):
                                     capacity=node_status_capacity(shape))
         cluster.ensure_namespace(self.kube, NAMESPACE)
         if preemptible_jobs:
-            self.kube.create(preemptible_priority_class(settings))
+            self.kube.create(preemptible_priority_class(scheduler_of(settings)))
         self.watch = cluster.PodWatch(self.kube, NAMESPACE)
         for service in trace.services:
             self._create_service(service)
@@ -818,8 +818,8 @@ def compaction_for(settings: StackSettings, trace: Trace, services_share: float,
     opted = frozenset(services[:round(services_share * len(services))])
     jobs = frozenset(j.id for j in trace.jobs if opts_in(j, jobs_share))
     work.mkdir(parents=True, exist_ok=True)
-    return Compaction(interval, opted, jobs, gpu_compaction.descheduler_policy(settings),
-                      scoring_strategy(settings),
+    policy = gpu_compaction.descheduler_policy(compaction_of(settings))
+    return Compaction(interval, opted, jobs, policy, scheduler_scoring(settings),
                       work / f"compaction-policy-{os.getpid()}.json")
 
 

@@ -18,6 +18,7 @@ import report
 from components.binpack_scheduler import scheduler_configuration
 from components.settings import StackSettings
 from controlplane import ControlPlane
+from harness import scheduler_of
 
 # What is measured, and what it is compared with: kube-scheduler's own defaults first.
 CLIENT_RATES = ((50, 100), (100, 200), (200, 400), (500, 1000))
@@ -27,7 +28,7 @@ LEASE_TIMINGS = (("15s", "10s", "2s"), ("10s", "8s", "2s"), ("6s", "4s", "1s"))
 def configuration(settings: StackSettings, *, qps: int | None = None, burst: int | None = None,
                   lease: tuple[str, str, str] | None = None) -> dict:
     """The shipped KubeSchedulerConfiguration with another client rate or lease timings."""
-    config = copy.deepcopy(scheduler_configuration(settings))
+    config = copy.deepcopy(scheduler_configuration(scheduler_of(settings)))
     if qps is not None:
         config["clientConnection"] = {"qps": qps, "burst": burst}
     election = config["leaderElection"]

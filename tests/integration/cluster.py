@@ -30,6 +30,7 @@ from components.facts import GPU_PRESENT_LABEL
 from components.kube import base64_text
 from components.settings import StackSettings
 from controlplane import ApiError, CertificateAuthority, ControlPlane, Kube, free_port, wait_until
+from harness import admission_of, operator_of
 
 GPU = "nvidia.com/gpu"
 TEST_MANAGER = "gpu-platform-integration"
@@ -58,7 +59,7 @@ class TestCertificates:
     def __init__(self, settings: StackSettings):
         self.ca = CertificateAuthority("gpu-platform admission test CA")
         self.server = self.ca.issue("opa", server=True,
-                                    dns_names=tuple(opa_admission.service_dns_names(settings)),
+                                    dns_names=tuple(opa_admission.service_dns_names(admission_of(settings))),
                                     ip_addresses=("127.0.0.1",))
 
     def replacements(self) -> dict[str, str]:
@@ -220,7 +221,7 @@ def pod_spec(*, gpus: int = 0, scheduler: str | None = None,
     if scheduler:
         spec["schedulerName"] = scheduler
     if gpus and settings is not None:
-        spec["tolerations"] = gpu_operator.gpu_node_tolerations(settings)
+        spec["tolerations"] = gpu_operator.gpu_node_tolerations(operator_of(settings))
     if node_name:
         spec["nodeName"] = node_name
     return spec

@@ -39,6 +39,7 @@ from components import opa_admission
 from components.facts import AUDIT_LABEL
 from components.settings import StackSettings
 from controlplane import ControlPlane, wait_until
+from harness import admission_of
 
 USER_NAMESPACE = "team-a"
 
@@ -205,7 +206,7 @@ def test_gpu_pod_in_an_exempt_namespace_is_admitted_without_asking_opa(admission
                                                                         example_settings):
     kube = admission.cp.admin
     namespace = example_settings.gpu_operator.namespace
-    assert namespace in example_settings.exempt_namespaces
+    assert namespace in admission_of(example_settings).exempt_namespaces
     before = admission.decisions()
     kube.create(pod("validator", namespace, gpus=1, settings=example_settings))
     assert admission.decisions() == before
@@ -520,19 +521,21 @@ def roll_out(admission: Admission, changed: StackSettings, what: str) -> StackSe
     adm = changed.admission
     cp, started = admission.cp, time.monotonic()
     before = {running.uid for running in admission.opa_pods()}
-    policy = next(o for o in opa_admission.policy_config_maps(changed)
+    policy = next(o for o in opa_admission.policy_config_maps(admission_of(changed))
                   if o["metadata"]["name"] == opa_admission.POLICY_CONFIGMAP)
     cp.admin.apply(policy, TEST_MANAGER)
-    cp.admin.apply(opa_admission.deployment(changed), TEST_MANAGER)
+    cp.admin.apply(opa_admission.deployment(admission_of(changed)), TEST_MANAGER)
     wait_until(lambda: admission.serving(adm.replicas) and not before & {
         running.uid for running in admission.opa_pods()},
         f"every OPA pod to be replaced by one of {what}", timeout=ROLLOUT_SECONDS,
         explain=lambda: kubelet_state(admission))
     print(f"\npolicy change to {what}: every OPA pod replaced and ready after "
           f"{time.monotonic() - started:.1f} s")
-    cp.admin.apply(opa_admission.webhook_configuration(changed, admission.ca_bundle),
+    changed_admission = admission_of(changed)
+    cp.admin.apply(opa_admission.webhook_configuration(changed_admission, admission.ca_bundle),
                    TEST_MANAGER)
-    mutating = opa_admission.mutating_webhook_configuration(changed, admission.ca_bundle)
+    mutating = opa_admission.mutating_webhook_configuration(changed_admission,
+                                                            admission.ca_bundle)
     if mutating:
         cp.admin.apply(mutating, TEST_MANAGER)
     else:

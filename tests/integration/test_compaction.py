@@ -29,6 +29,7 @@ from cluster import (
 )
 from components import gpu_compaction
 from controlplane import wait_until
+from harness import compaction_of
 
 NAMESPACE = "serving"
 NODES = ("gpu-1", "gpu-2", "gpu-3", "gpu-4")
@@ -85,8 +86,8 @@ def test_a_run_frees_whole_gpu_nodes_and_moves_only_opted_in_pods(cluster, examp
 
     # The same policy with minPodAge 1s (the only change): one run.
     time.sleep(1.5)
-    policy = gpu_compaction.descheduler_policy(settings.model_copy(update={
-        "compaction": settings.compaction.model_copy(update={"min_pod_age": "1s"})}))
+    policy = gpu_compaction.descheduler_policy(compaction_of(settings.model_copy(update={
+        "compaction": settings.compaction.model_copy(update={"min_pod_age": "1s"})})))
     log = compaction_run(cluster, settings, declared.objects, policy=policy)
 
     # The plan meant to empty both lightly used nodes; the budget decides otherwise for gpu-3.
@@ -126,8 +127,8 @@ def test_an_evicted_checkpointing_job_resumes_on_a_busy_node(cluster, example_se
     assert first["spec"]["nodeName"] == "gpu-2"
 
     time.sleep(1.5)
-    policy = gpu_compaction.descheduler_policy(settings.model_copy(update={
-        "compaction": settings.compaction.model_copy(update={"min_pod_age": "1s"})}))
+    policy = gpu_compaction.descheduler_policy(compaction_of(settings.model_copy(update={
+        "compaction": settings.compaction.model_copy(update={"min_pod_age": "1s"})})))
     log = compaction_run(cluster, settings, declared.objects, policy=policy)
 
     replacement = wait_until(

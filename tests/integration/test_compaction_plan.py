@@ -23,6 +23,7 @@ from cluster import (
 )
 from components import gpu_compaction
 from controlplane import wait_until
+from harness import compaction_of
 
 NAMESPACE = "planned"
 NODES = ("p-a", "p-b", "p-c", "p-d", "p-e")
@@ -35,10 +36,10 @@ def cluster(control_plane_with_schedulers, example_settings):
 
 
 def policy(settings, planned: bool) -> dict:
-    return gpu_compaction.descheduler_policy(settings.model_copy(update={
+    return gpu_compaction.descheduler_policy(compaction_of(settings.model_copy(update={
         "compaction": settings.compaction.model_copy(update={
             "underused_percent": 75, "min_pod_age": "1s", "max_evictions_per_run": 16,
-            "max_evictions_per_node": 8, "plan_threshold": planned})}))
+            "max_evictions_per_node": 8, "plan_threshold": planned})})))
 
 
 def unplanned(settings, declared) -> list[dict]:
@@ -46,7 +47,7 @@ def unplanned(settings, declared) -> list[dict]:
     static = settings.model_copy(update={"compaction": settings.compaction.model_copy(
         update={"plan_threshold": False})})
     return [o for o in declared.objects if o["kind"] != "CronJob"] + [
-        gpu_compaction.cron_job(static)]
+        gpu_compaction.cron_job(compaction_of(static))]
 
 
 def whole_free(kube) -> list[str]:

@@ -16,6 +16,7 @@ from load import create_concurrently
 from cluster import TEST_MANAGER, ApiError, ControllerManager, apply_declared, find
 from components import gpu_operator, kube
 from controlplane import ControlPlane, wait_until
+from harness import operator_of
 
 # The ResourceQuota admission configuration as GKE documents it for critical priorities.
 LIMITED_CRITICAL_PRIORITIES = {
@@ -91,7 +92,7 @@ def test_the_operators_critical_pods_are_admitted_only_with_the_declared_quota(
     # As many pods as the chart runs for the example stack are admitted, whichever critical
     # class they name; the quota is sized for exactly that, so one more is refused (counted
     # once the quota controller has given the quota its status).
-    allowed = gpu_operator.critical_pods(example_settings)
+    allowed = gpu_operator.critical_pods(operator_of(example_settings))
     assert int(quota["spec"]["hard"]["pods"]) == allowed
     controllers = ControllerManager(cp)
     try:
