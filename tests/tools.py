@@ -106,7 +106,8 @@ def go_build(tool: GoTool) -> Path:
     """Build the tool into the cache, unless already built.
 
     It is built inside a throwaway wrapper module that requires the tool's module and repeats
-    its replace directives (`go install module@version` refuses modules that have any).
+    its replace directives (`go install module@version` refuses modules that have any), starting
+    from the module's own go.sum.
     """
     binary = tool.binary
     if binary.exists():
@@ -118,6 +119,13 @@ def go_build(tool: GoTool) -> Path:
         build = _Build(tool, Path(work))
         build.run("mod", "init", f"gpu-platform.test/{tool.name}")
         info = json.loads(build.run("mod", "download", "-json", f"{tool.module}@{tool.version}"))
+        # The module's own checksums, so that what it requires is verified against them (a
+        # module the checksum database does not know, such as Kueue's scheduler-library
+        # v0.1.0-alpha1, fails `go get` otherwise). They are as trusted as the module's source:
+        # its download was verified against the database.
+        own_sums = Path(info["Dir"]) / "go.sum"
+        if own_sums.exists():
+            shutil.copyfile(own_sums, Path(work) / "go.sum")
         gomod = json.loads(build.run("mod", "edit", "-json", info["GoMod"]))
         replaces = []
         for replace in gomod.get("Replace") or []:
