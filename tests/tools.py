@@ -153,6 +153,15 @@ def go_build(tool: GoTool) -> Path:
     return binary
 
 
+def module_source(module: str, version: str) -> Path:
+    """The module's source tree in the module cache, downloaded if need be: for the files a test
+    reads from a tool's own module (CRDs, manifests), which are never copied into the
+    repository."""
+    with tempfile.TemporaryDirectory() as work:
+        build = _Build(GoTool(module, module, version, module), Path(work))
+        return Path(json.loads(build.run("mod", "download", "-json", f"{module}@{version}"))["Dir"])
+
+
 class _LocalBuild(_Build):
     """A build of one of the project's own Go programs, in its module directory: its go.sum is
     complete and is never rewritten."""
@@ -267,10 +276,26 @@ def descheduler() -> Path:
                            stamp={f"{module}/pkg/version.version": version}))
 
 
+# The Kueue the platform will deploy: the chart oci://registry.k8s.io/kueue/charts/kueue 0.19.2
+# runs this version of its controller-manager.
+KUEUE_VERSION = "v0.19.2"
+KUEUE_MODULE = "sigs.k8s.io/kueue"
+
+
+def kueue() -> Path:
+    return go_build(GoTool("kueue", KUEUE_MODULE, KUEUE_VERSION, f"{KUEUE_MODULE}/cmd/kueue",
+                           stamp={f"{KUEUE_MODULE}/pkg/version.GitVersion": KUEUE_VERSION}))
+
+
+def kueue_source() -> Path:
+    """Kueue's module, whose CRDs and webhook manifests the integration suite applies."""
+    return module_source(KUEUE_MODULE, KUEUE_VERSION)
+
+
 SUITES = {
     "unit": (pulumi_config, opa, promtool, amtool),
     "integration": (pulumi_config, opa, etcd, kube_apiserver, kube_scheduler,
-                    kube_controller_manager, descheduler),
+                    kube_controller_manager, descheduler, kueue),
 }
 
 
