@@ -106,7 +106,8 @@ def go_build(tool: GoTool) -> Path:
     """Build the tool into the cache, unless already built.
 
     It is built inside a throwaway wrapper module that requires the tool's module and repeats
-    its replace directives (`go install module@version` refuses modules that have any).
+    its replace directives (`go install module@version` refuses modules that have any), starting
+    from the module's own go.sum.
     """
     binary = tool.binary
     if binary.exists():
@@ -118,6 +119,13 @@ def go_build(tool: GoTool) -> Path:
         build = _Build(tool, Path(work))
         build.run("mod", "init", f"gpu-platform.test/{tool.name}")
         info = json.loads(build.run("mod", "download", "-json", f"{tool.module}@{tool.version}"))
+        # The module's own checksums, so that what it requires is verified against them (a
+        # module the checksum database does not know, such as Kueue's scheduler-library
+        # v0.1.0-alpha1, fails `go get` otherwise). They are as trusted as the module's source:
+        # its download was verified against the database.
+        own_sums = Path(info["Dir"]) / "go.sum"
+        if own_sums.exists():
+            shutil.copyfile(own_sums, Path(work) / "go.sum")
         gomod = json.loads(build.run("mod", "edit", "-json", info["GoMod"]))
         replaces = []
         for replace in gomod.get("Replace") or []:
@@ -143,6 +151,15 @@ def go_build(tool: GoTool) -> Path:
     size = binary.stat().st_size / 2**20
     _say(f"built {binary} ({size:.0f} MiB) in {time.monotonic() - started:.0f}s")
     return binary
+
+
+def module_source(module: str, version: str) -> Path:
+    """The module's source tree in the module cache, downloaded if need be: for the files a test
+    reads from a tool's own module (CRDs, manifests), which are never copied into the
+    repository."""
+    with tempfile.TemporaryDirectory() as work:
+        build = _Build(GoTool(module, module, version, module), Path(work))
+        return Path(json.loads(build.run("mod", "download", "-json", f"{module}@{version}"))["Dir"])
 
 
 class _LocalBuild(_Build):
@@ -259,10 +276,26 @@ def descheduler() -> Path:
                            stamp={f"{module}/pkg/version.version": version}))
 
 
+# The Kueue the platform will deploy: the chart oci://registry.k8s.io/kueue/charts/kueue 0.19.2
+# runs this version of its controller-manager.
+KUEUE_VERSION = "v0.19.2"
+KUEUE_MODULE = "sigs.k8s.io/kueue"
+
+
+def kueue() -> Path:
+    return go_build(GoTool("kueue", KUEUE_MODULE, KUEUE_VERSION, f"{KUEUE_MODULE}/cmd/kueue",
+                           stamp={f"{KUEUE_MODULE}/pkg/version.GitVersion": KUEUE_VERSION}))
+
+
+def kueue_source() -> Path:
+    """Kueue's module, whose CRDs and webhook manifests the integration suite applies."""
+    return module_source(KUEUE_MODULE, KUEUE_VERSION)
+
+
 SUITES = {
     "unit": (pulumi_config, opa, promtool, amtool),
     "integration": (pulumi_config, opa, etcd, kube_apiserver, kube_scheduler,
-                    kube_controller_manager, descheduler),
+                    kube_controller_manager, descheduler, kueue),
 }
 
 
