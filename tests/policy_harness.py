@@ -21,13 +21,25 @@ MODES = ("enforce", "mutate", "audit")
 USER = "alice@example.com"
 
 
-def deployed_policy(recording: harness.Recording, settings, directory_for) -> dict:
+def declared_object(recording: harness.Recording, type_: str, name: str,
+                    namespace: str | None = None) -> dict:
+    """The one object of `type_` a run declares under that name, whatever its logical name."""
+    found = [r.inputs for r in recording.of_type(type_)
+             if (r.inputs["metadata"]["name"], r.inputs["metadata"].get("namespace"))
+             == (name, namespace)]
+    assert len(found) == 1, f"expected one {type_} {namespace}/{name}, found {len(found)}"
+    return found[0]
+
+
+def deployed_policy(recording: harness.Recording, settings, directory_for,
+                    namespace: str | None = None) -> dict:
     """The policy files, OPA data and decision queries as OPA loads them from a run's policy
     ConfigMap (its parameters at data.gpuplatform.params; one directory per mode, made by
-    `directory_for(name)`), and the webhooks as the API server would call them."""
-    ns = settings.admission.namespace
-    policy_map = recording.one(f"{K8S}core/v1:ConfigMap",
-                               f"{ns}/{opa_admission.POLICY_CONFIGMAP}").inputs
+    `directory_for(name)`), and the webhooks as the API server would call them. OPA's
+    namespace: `namespace`, or the settings' one."""
+    ns = namespace or settings.admission.namespace
+    policy_map = declared_object(recording, f"{K8S}core/v1:ConfigMap",
+                                 opa_admission.POLICY_CONFIGMAP, ns)
     files = dict(policy_map["data"])
     params = json.loads(files.pop(opa_admission.PARAMS_KEY))
     dirs = {}
@@ -39,9 +51,9 @@ def deployed_policy(recording: harness.Recording, settings, directory_for) -> di
         for key in reversed(opa_admission.PARAMS_ROOT.split(".")):
             data = {key: data}
         (directory / "data.json").write_text(json.dumps(data))
-    validating = recording.one(
-        f"{K8S}admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
-        "gpu-platform-admission").inputs["webhooks"]
+    validating = declared_object(
+        recording, f"{K8S}admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration",
+        "gpu-platform-admission")["webhooks"]
     path = validating[0]["clientConfig"]["service"]["path"].strip("/").split("/")
     assert path[:2] == ["v0", "data"]
     return {"dir": dirs["enforce"], "dirs": dirs, "query": "data." + ".".join(path[2:]),

@@ -171,15 +171,16 @@ class _LocalBuild(_Build):
         self.env["GOFLAGS"] = "-mod=readonly"
 
 
-def go_build_local(name: str, directory: Path) -> Path:
-    """Build the Go program in `directory` (a module of this repository) into the cache, keyed
-    by the version of its main requirement and a digest of its sources, unless already built."""
+def go_build_local(name: str, directory: Path, module: str) -> Path:
+    """Build the Go program in `directory` (a module of this repository), built on `module`,
+    into the cache, keyed by the version of `module` it requires and a digest of its sources,
+    unless already built."""
     sources = sorted([*directory.glob("*.go"), directory / "go.mod", directory / "go.sum"])
     digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:12]
-    requirement = re.search(r"^require (\S+) (\S+)$", (directory / "go.mod").read_text(),
-                            re.MULTILINE)
+    requirement = re.search(rf"^(?:require )?\s*({re.escape(module)}) (\S+)$",
+                            (directory / "go.mod").read_text(), re.MULTILINE)
     if requirement is None:
-        raise RuntimeError(f"{directory}/go.mod names no direct requirement on one line")
+        raise RuntimeError(f"{directory}/go.mod does not require {module}")
     tool = GoTool(name, requirement[1], requirement[2], ".",
                   label=f"{requirement[2]}-{digest}")
     binary = tool.binary
@@ -200,7 +201,45 @@ def go_build_local(name: str, directory: Path) -> Path:
 def pulumi_config() -> Path:
     """Pulumi's own project and stack loaders (tests/pulumi_config): what the engine would hand
     the program of each stack."""
-    return go_build_local("pulumi-config", Path(__file__).parent / "pulumi_config")
+    return go_build_local("pulumi-config", Path(__file__).parent / "pulumi_config",
+                          "github.com/pulumi/pulumi/sdk/v3")
+
+
+def pulumi_package() -> Path:
+    """Pulumi's own plugin project loader, schema binder and Node.js SDK generator
+    (tests/pulumi_package): the component package as `pulumi package add` meets it."""
+    return go_build_local("pulumi-package", Path(__file__).parent / "pulumi_package",
+                          "github.com/pulumi/pulumi/pkg/v3")
+
+
+def typescript() -> Path:
+    """The TypeScript compiler with @pulumi/pulumi and Node's types, at the versions of
+    tests/typescript/package-lock.json (installed with `npm ci`): its node_modules."""
+    source = Path(__file__).parent / "typescript"
+    lock = (source / "package-lock.json").read_bytes()
+    home = TOOLS_DIR / f"typescript-{hashlib.sha256(lock).hexdigest()[:12]}"
+    modules = home / "node_modules"
+    if (modules / ".bin" / "tsc").exists():
+        return modules
+    npm = shutil.which("npm")
+    if npm is None:
+        raise RuntimeError("the TypeScript check needs Node.js and npm on PATH")
+    started = time.monotonic()
+    _say(f"installing {source.relative_to(Path(__file__).parent.parent)} with npm "
+         f"(first run only) ...")
+    partial = home.with_name(f"{home.name}.{os.getpid()}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    for name in ("package.json", "package-lock.json"):
+        shutil.copy(source / name, partial / name)
+    result = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts"],
+                            cwd=partial, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"npm ci in {partial} failed:\n{result.stderr[-4000:]}")
+    shutil.rmtree(home, ignore_errors=True)
+    partial.replace(home)
+    _say(f"installed {modules} in {time.monotonic() - started:.0f}s")
+    return modules
 
 
 def opa() -> Path:
@@ -293,7 +332,7 @@ def kueue_source() -> Path:
 
 
 SUITES = {
-    "unit": (pulumi_config, opa, promtool, amtool),
+    "unit": (pulumi_config, pulumi_package, typescript, opa, promtool, amtool),
     "integration": (pulumi_config, opa, etcd, kube_apiserver, kube_scheduler,
                     kube_controller_manager, descheduler, kueue),
 }

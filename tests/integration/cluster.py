@@ -27,10 +27,11 @@ import harness
 import tools
 from components import binpack_scheduler, gpu_compaction, gpu_operator, opa_admission
 from components.facts import GPU_PRESENT_LABEL
+from components.inputs import OpaAdmissionInputs
 from components.kube import base64_text
-from components.settings import StackSettings
+from components.settings import SchedulerSettings, StackSettings
 from controlplane import ApiError, CertificateAuthority, ControlPlane, Kube, free_port, wait_until
-from harness import admission_of, operator_of
+from harness import operator_of
 
 GPU = "nvidia.com/gpu"
 TEST_MANAGER = "gpu-platform-integration"
@@ -56,10 +57,10 @@ class TestCertificates:
     """A CA and an OPA serving certificate made for the test, in place of pulumi-tls' outputs,
     valid for the OPA Service's names and for 127.0.0.1, where the test runs OPA."""
 
-    def __init__(self, settings: StackSettings):
+    def __init__(self, admission: OpaAdmissionInputs):
         self.ca = CertificateAuthority("gpu-platform admission test CA")
         self.server = self.ca.issue("opa", server=True,
-                                    dns_names=tuple(opa_admission.service_dns_names(admission_of(settings))),
+                                    dns_names=tuple(opa_admission.service_dns_names(admission)),
                                     ip_addresses=("127.0.0.1",))
 
     def replacements(self) -> dict[str, str]:
@@ -590,12 +591,11 @@ def binpack_scheduler_args(deployment: dict) -> tuple[str, ...]:
     return tuple(arg for arg in command[1:] if not arg.startswith(own))
 
 
-def start_binpack_scheduler(cp: ControlPlane, settings: StackSettings,
+def start_binpack_scheduler(cp: ControlPlane, sched: SchedulerSettings,
                             objects: list[dict]) -> Scheduler:
     """The binpack scheduler as the program deploys it: the KubeSchedulerConfiguration from the
     declared ConfigMap, the Deployment's flags, and the credentials of its ServiceAccount (so
     the declared RBAC, leader election included, is what lets it work)."""
-    sched = settings.scheduler
     config_map = find(objects, "ConfigMap", f"{sched.name}-config")
     config = yaml.safe_load(config_map["data"][binpack_scheduler.CONFIG_FILE])
     token = cp.service_account_token(sched.namespace, sched.name)

@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cluster  # noqa: E402
 from controlplane import ControlPlane  # noqa: E402
+from harness import admission_of  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def control_plane_with_schedulers(control_plane, declared, example_settings):
     cp = control_plane
     cluster.apply_declared(cp.admin, [o for o in declared.objects
                                       if o["kind"] != "ValidatingWebhookConfiguration"])
-    cluster.start_binpack_scheduler(cp, example_settings, declared.objects)
+    cluster.start_binpack_scheduler(cp, example_settings.scheduler, declared.objects)
     cluster.Scheduler(cp, cluster.DEFAULT_SCHEDULER,
                       cluster.scheduler_with_strategy(cluster.DEFAULT_SCHEDULER),
                       kubeconfig=cp.kubeconfig(cluster.DEFAULT_SCHEDULER))
@@ -37,7 +38,7 @@ def control_plane_with_schedulers(control_plane, declared, example_settings):
 
 @pytest.fixture(scope="session")
 def certificates(example_settings) -> cluster.TestCertificates:
-    return cluster.TestCertificates(example_settings)
+    return cluster.TestCertificates(admission_of(example_settings))
 
 
 @pytest.fixture(scope="session")

@@ -117,7 +117,7 @@ def admission(control_plane, declared, example_settings) -> Iterator[Admission]:
         # for GPU pods.
         Scheduler(cp, "default-scheduler", scheduler_with_strategy("default-scheduler"),
                   kubeconfig=cp.kubeconfig("default-scheduler"))
-        start_binpack_scheduler(cp, settings, declared.objects)
+        start_binpack_scheduler(cp, settings.scheduler, declared.objects)
         # OPA's pods land on the node without GPUs, with the pods of the tests that need none.
         create_node(cp.admin, "cpu-node-1")
         result = Admission(cp, kubelet, settings,
