@@ -548,6 +548,18 @@ class CompactionSettings(TypedDict):
     "Descheduler container requests and limits."
 
 
+class GpuNodeFacts(TypedDict):
+    "The GPU nodes, as other components need to know them."
+    taints: list[Taint]
+    ("The taints every GPU node carries, the GPU taint that keeps other pods off first (the "
+     "GpuNodes component's `taints` output). Allowed: a list of taints, each "
+     "`key=value:Effect`, `key:Effect` or `{key, value, effect}`; Effect one of NoSchedule, "
+     "PreferNoSchedule, NoExecute; at least 1 entry.")
+    names: NotRequired[list[str] | None]
+    ("The GPU nodes' names (the GpuNodes component's `nodeNames` output); unset when node "
+     "pools set the taint and the names are not known.")
+
+
 class MonitoredScheduler(TypedDict):
     "The binpack scheduler, as Monitoring scrapes it and alerts on it."
     name: str
@@ -630,14 +642,8 @@ class GpuOperatorArgs(TypedDict):
      "`images` output lists what to mirror.")
     gpu_operator: NotRequired[GpuOperatorSettings]
     "NVIDIA's GPU Operator: its Helm release and the operands it runs on GPU nodes."
-    gpu_taints: list[Taint]
-    ("The taints every GPU node carries, the first one the GPU taint that keeps other pods "
-     "off (the GpuNodes component's `taints` output). Allowed: a list of taints, each "
-     "`key=value:Effect`, `key:Effect` or `{key, value, effect}`; Effect one of NoSchedule, "
-     "PreferNoSchedule, NoExecute; at least 1 entry.")
-    gpu_node_names: NotRequired[list[str] | None]
-    ("The GPU nodes' names (the GpuNodes component's `nodeNames` output); unset when node "
-     "pools set the taint and the names are not known.")
+    gpu_nodes: GpuNodeFacts
+    "The GPU nodes: their taints and, when known, their names."
     secret_values: NotRequired[bool]
     ("Store the release's values as a secret: set it when `gpuOperator.extraValues` holds a "
      "credential. Default: `false`.")
@@ -680,14 +686,8 @@ class OpaAdmissionArgs(TypedDict):
     preemptible_class: NotRequired[str | None]
     ("The PriorityClass of preemptible GPU pods, when one is declared (the BinpackScheduler "
      "component's `preemptibleClass` output).")
-    gpu_taints: list[Taint]
-    ("The taints every GPU node carries, the first one the GPU taint that keeps other pods "
-     "off (the GpuNodes component's `taints` output). Allowed: a list of taints, each "
-     "`key=value:Effect`, `key:Effect` or `{key, value, effect}`; Effect one of NoSchedule, "
-     "PreferNoSchedule, NoExecute; at least 1 entry.")
-    gpu_node_names: NotRequired[list[str] | None]
-    ("The GPU nodes' names (the GpuNodes component's `nodeNames` output); unset when node "
-     "pools set the taint and the names are not known.")
+    gpu_nodes: GpuNodeFacts
+    "The GPU nodes: their taints and, when known, their names."
     trusted_namespaces: NotRequired[list[str]]
     ("Namespaces of the platform's other components whose pods run on every node or need "
      "GPUs (the GPU Operator's, the monitoring stack's): never checked, as kube-system and "

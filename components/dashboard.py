@@ -29,6 +29,7 @@ from .gpu_rules import (
     WHOLE_FREE_NODES,
 )
 from .inputs import MonitoringInputs
+from .settings import claims_webhook
 
 UID = "gpu-platform-gpus"
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -206,7 +207,7 @@ def _rows(inputs: MonitoringInputs) -> list[tuple[str, list]]:
 def admission_webhooks(inputs: MonitoringInputs) -> list[str]:
     """The webhooks that refuse: every validating webhook the admission component registers."""
     adm = inputs.admission
-    return [adm.webhook_name, adm.claims_webhook_name]
+    return [adm.webhook_name, claims_webhook(adm.webhook_name)]
 
 
 def audit_label_series() -> str:

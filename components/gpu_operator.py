@@ -133,7 +133,7 @@ LEGACY_DEVICE_PLUGIN_HARDENING = [{"name": "DEVICE_LIST_STRATEGY", "value": "vol
 
 def gpu_node_tolerations(inputs: GpuOperatorInputs) -> list[dict]:
     """Tolerations for every taint the GPU nodes carry."""
-    return [taint.toleration() for taint in inputs.gpu_taints]
+    return [taint.toleration() for taint in inputs.gpu_nodes.taints]
 
 
 def time_slicing_config(replicas: int) -> str:
@@ -204,7 +204,7 @@ def critical_pods(inputs: GpuOperatorInputs) -> int:
     op = inputs.gpu_operator
     operands = ALWAYS_ON_OPERANDS + sum(count for switch, count in OPERANDS_PER_SWITCH.items()
                                         if getattr(op, to_snake(switch)).enabled)
-    names = inputs.gpu_node_names
+    names = inputs.gpu_nodes.names
     gpu_nodes = len(names) if names is not None else op.max_cluster_nodes
     nodes = max(op.max_cluster_nodes, gpu_nodes)
     nfd = op.nfd.enabled

@@ -21,6 +21,7 @@ import re
 from . import kube
 from .facts import GPU_RESOURCE
 from .inputs import MonitoringInputs
+from .settings import claims_webhook, mutating_webhook
 
 COMPONENT = "monitoring"
 RULE_NAME = "gpu-platform"
@@ -132,7 +133,8 @@ def alert_rules(inputs: MonitoringInputs, certificate_not_after: int | None = No
         return (f'kube_deployment_status_replicas_available{{namespace="{namespace}", '
                 f'deployment="{deployment}"}} < 1')
 
-    webhooks = f'name=~"{adm.webhook_name}|{adm.claims_webhook_name}|{adm.mutating_webhook_name}"'
+    names = (adm.webhook_name, claims_webhook(adm.webhook_name), mutating_webhook(adm.webhook_name))
+    webhooks = f'name=~"{"|".join(names)}"'
     admission_severity = "critical" if adm.failure_policy == "Fail" else "warning"
     failure_effect = ("pods the policy must see are refused (failure policy Fail)"
                       if adm.failure_policy == "Fail" else

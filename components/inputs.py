@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field
 
 from .facts import ALWAYS_EXEMPT, GPU_RESOURCE, mig_resource
 from .settings import (
@@ -20,22 +20,20 @@ from .settings import (
     GpuNodesSettings,
     GpuOperatorSettings,
     ImageSettings,
+    KubernetesVersion,
     Model,
     MonitoringSettings,
+    RegistryMirror,
     ResourceWeight,
     SchedulerSettings,
     ScoringStrategy,
     StackSettings,
     Taint,
-    check_kubernetes_version,
-    check_registry_mirror,
-    claims_webhook,
     kubernetes_version_field,
     mirror_field,
     mirrored,
-    mutating_webhook,
 )
-from .validation import Invalid, check_dns_label, check_namespace_names, is_dns_subdomain
+from .validation import DnsLabel, Invalid, NamespaceNames, is_dns_subdomain
 
 
 class PulumiInput:
@@ -57,27 +55,31 @@ def check_node_names(names: list[str] | None) -> list[str] | None:
     return names
 
 
-def gpu_taints_field():
-    return Field(min_length=1,
-                 description="The taints every GPU node carries, the first one the GPU taint "
-                             "that keeps other pods off (the GpuNodes component's `taints` "
-                             "output).")
+NodeNames = Annotated[list[str] | None, AfterValidator(check_node_names)]
 
 
-def gpu_node_names_field():
-    return Field(default=None,
-                 description="The GPU nodes' names (the GpuNodes component's `nodeNames` "
-                             "output); unset when node pools set the taint and the names are "
-                             "not known.")
+class GpuNodeFacts(Model):
+    """The GPU nodes, as other components need to know them."""
+
+    taints: list[Taint] = Field(
+        min_length=1,
+        description="The taints every GPU node carries, the GPU taint that keeps other pods "
+                    "off first (the GpuNodes component's `taints` output).")
+    names: NodeNames = Field(
+        default=None,
+        description="The GPU nodes' names (the GpuNodes component's `nodeNames` output); unset "
+                    "when node pools set the taint and the names are not known.")
+
+
+def gpu_nodes_field():
+    return Field(description="The GPU nodes: their taints and, when known, their names.")
 
 
 class PulledImages(Model):
     """Inputs of a component that runs images: where the nodes pull them from."""
 
-    image_registry_mirror: str | None = mirror_field()
+    image_registry_mirror: RegistryMirror = mirror_field()
 
-    _check_mirror = field_validator("image_registry_mirror")(
-        classmethod(lambda cls, v: check_registry_mirror(v)))
 
     def mirrored(self, repository: str) -> str:
         return mirrored(self.image_registry_mirror, repository)
@@ -101,15 +103,12 @@ class GpuOperatorInputs(PulledImages):
         default_factory=GpuOperatorSettings,
         description="NVIDIA's GPU Operator: its Helm release and the operands it runs on GPU "
                     "nodes.")
-    gpu_taints: list[Taint] = gpu_taints_field()
-    gpu_node_names: list[str] | None = gpu_node_names_field()
+    gpu_nodes: GpuNodeFacts = gpu_nodes_field()
     secret_values: bool = Field(
         default=False,
         description="Store the release's values as a secret: set it when "
                     "`gpuOperator.extraValues` holds a credential.")
 
-    _check_nodes = field_validator("gpu_node_names")(
-        classmethod(lambda cls, v: check_node_names(v)))
 
 
 def scored_resources(strategy: ScoringStrategy, mig_resources: list[str]) -> list[ResourceWeight]:
@@ -138,6 +137,9 @@ def check_mig_resources(names: list[str]) -> list[str]:
     return names
 
 
+MigResources = Annotated[list[str], AfterValidator(check_mig_resources)]
+
+
 class BinpackSchedulerInputs(PulledImages):
     """The binpack scheduler, with the Kubernetes version that picks its image and the MIG
     resources it packs as it packs GPUs."""
@@ -146,13 +148,9 @@ class BinpackSchedulerInputs(PulledImages):
         default_factory=SchedulerSettings,
         description="The binpack scheduler, a second kube-scheduler that packs GPU pods, and "
                     "the PriorityClass of preemptible GPU pods.")
-    kubernetes_version: str = kubernetes_version_field()
-    mig_resources: list[str] = mig_resources_field()
+    kubernetes_version: KubernetesVersion = kubernetes_version_field()
+    mig_resources: MigResources = mig_resources_field()
 
-    _check_version = field_validator("kubernetes_version")(
-        classmethod(lambda cls, v: check_kubernetes_version(v)))
-    _check_mig = field_validator("mig_resources")(
-        classmethod(lambda cls, v: check_mig_resources(v)))
 
     @property
     def scored_resources(self) -> list[ResourceWeight]:
@@ -172,28 +170,21 @@ class OpaAdmissionInputs(PulledImages):
         default_factory=AdmissionSettings,
         description="OPA behind the admission webhooks: which pods are GPU pods and what is "
                     "refused.")
-    scheduler_name: str = Field(
+    scheduler_name: DnsLabel = Field(
         description="The schedulerName GPU pods must name: the binpack scheduler's (the "
                     "BinpackScheduler component's `schedulerName` output).")
     preemptible_class: str | None = Field(
         default=None,
         description="The PriorityClass of preemptible GPU pods, when one is declared (the "
                     "BinpackScheduler component's `preemptibleClass` output).")
-    gpu_taints: list[Taint] = gpu_taints_field()
-    gpu_node_names: list[str] | None = gpu_node_names_field()
-    trusted_namespaces: list[str] = Field(
+    gpu_nodes: GpuNodeFacts = gpu_nodes_field()
+    trusted_namespaces: NamespaceNames = Field(
         default_factory=list,
         description="Namespaces of the platform's other components whose pods run on every "
                     "node or need GPUs (the GPU Operator's, the monitoring stack's): never "
                     "checked, as kube-system and OPA's own are not.")
 
-    _check_scheduler = field_validator("scheduler_name")(
-        classmethod(lambda cls, v: check_dns_label(v)))
-    _check_nodes = field_validator("gpu_node_names")(
-        classmethod(lambda cls, v: check_node_names(v)))
 
-    _check_trusted = field_validator("trusted_namespaces")(
-        classmethod(lambda cls, v: check_namespace_names(v)))
 
     @property
     def exempt_namespaces(self) -> list[str]:
@@ -230,14 +221,6 @@ class MonitoredAdmission(Model):
         description="When the webhook's serving certificate expires, RFC 3339 (the OpaAdmission "
                     "component's `certificateNotAfter` output): alerts warn before it does.")
 
-    @property
-    def mutating_webhook_name(self) -> str:
-        return mutating_webhook(self.webhook_name)
-
-    @property
-    def claims_webhook_name(self) -> str:
-        return claims_webhook(self.webhook_name)
-
 
 class MonitoredCompaction(Model):
     """Compaction's CronJob, whose runs Monitoring alerts on."""
@@ -254,7 +237,7 @@ class MonitoringInputs(PulledImages):
     monitoring: MonitoringSettings = Field(
         default_factory=MonitoringSettings,
         description="kube-prometheus-stack, the GPU dashboard, recording rules and alerts.")
-    kubernetes_version: str = kubernetes_version_field()
+    kubernetes_version: KubernetesVersion = kubernetes_version_field()
     gpu_operator_namespace: str = Field(
         description="The GPU Operator's namespace, where the DCGM exporter Service is (the "
                     "GpuOperator component's `namespace` output).")
@@ -267,8 +250,6 @@ class MonitoringInputs(PulledImages):
         description="Store the release's values as a secret: set it when "
                     "`monitoring.extraValues` holds a credential.")
 
-    _check_version = field_validator("kubernetes_version")(
-        classmethod(lambda cls, v: check_kubernetes_version(v)))
 
 
 class GpuCompactionInputs(PulledImages):
@@ -280,19 +261,15 @@ class GpuCompactionInputs(PulledImages):
         description="Moving opted-in GPU pods off lightly used GPU nodes with the descheduler, "
                     "so whole nodes come free (`enabled` is GpuPlatform's switch: this "
                     "component always declares compaction).")
-    scheduler_name: str = Field(
+    scheduler_name: DnsLabel = Field(
         description="The binpack scheduler's name (the BinpackScheduler component's "
                     "`schedulerName` output): it places every run, and the pods a run evicts.")
     scoring_strategy: ScoringStrategy = Field(
         default_factory=ScoringStrategy,
         description="The binpack scheduler's scoring (`scheduler.scoringStrategy`), with which "
                     "a run predicts where evicted pods land.")
-    mig_resources: list[str] = mig_resources_field()
+    mig_resources: MigResources = mig_resources_field()
 
-    _check_scheduler = field_validator("scheduler_name")(
-        classmethod(lambda cls, v: check_dns_label(v)))
-    _check_mig = field_validator("mig_resources")(
-        classmethod(lambda cls, v: check_mig_resources(v)))
 
     @property
     def scored_resources(self) -> list[ResourceWeight]:

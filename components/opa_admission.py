@@ -85,13 +85,13 @@ def policy_params(inputs: OpaAdmissionInputs) -> dict:
         "schedulerName": inputs.scheduler_name,
         "gpuResourceNames": list(adm.gpu_resource_names),
         "exemptNamespaces": inputs.exempt_namespaces,
-        "gpuNodeNames": list(inputs.gpu_node_names or []),
+        "gpuNodeNames": list(inputs.gpu_nodes.names or []),
         # With node pools the program knows no GPU node's name: any pod bound by name may be on
         # one.
-        "gpuNodeNamesKnown": inputs.gpu_node_names is not None,
+        "gpuNodeNamesKnown": inputs.gpu_nodes.names is not None,
         # The first taint keeps other pods off GPU nodes; GPU pods need to tolerate them all.
         "gpuTaints": [{**taint.as_manifest(), "value": taint.value, "text": str(taint),
-                       "toleration": taint.toleration()} for taint in inputs.gpu_taints],
+                       "toleration": taint.toleration()} for taint in inputs.gpu_nodes.taints],
         "gpuRuntimeClasses": list(adm.nvidia_runtime_classes),
         "daemonSetControllers": list(DAEMONSET_CONTROLLERS),
         "auditLabel": AUDIT_LABEL,
@@ -168,15 +168,15 @@ def pod_condition(inputs: OpaAdmissionInputs) -> str:
     UPDATE: a toleration of the GPU taint or a device-injecting annotation added. Every
     ephemeral container added (the node is not known to the condition)."""
     adm = inputs.admission
-    taint = inputs.gpu_taints[0]
+    taint = inputs.gpu_nodes.taints[0]
     visible_devices = f"has(c.env) && c.env.exists(e, e.name == '{VISIBLE_DEVICES_ENV}')"
     daemonset_pod = (
         f"request.userInfo.username in {_cel_list(DAEMONSET_CONTROLLERS)} && "
         "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
         "o.kind == 'DaemonSet' && has(o.controller) && o.controller)")
     bound_by_name = ("(has(object.spec.nodeName) && object.spec.nodeName in "
-                     f"{_cel_list(inputs.gpu_node_names)})"
-                     if inputs.gpu_node_names is not None else
+                     f"{_cel_list(inputs.gpu_nodes.names)})"
+                     if inputs.gpu_nodes.names is not None else
                      "(has(object.spec.nodeName) && object.spec.nodeName != '')")
     annotations = (
         "has(object.metadata.annotations) && object.metadata.annotations.exists(k, "

@@ -18,6 +18,7 @@ from .args import (
     MonitoringArgs,
     OpaAdmissionArgs,
 )
+from .args import GpuNodeFacts as GpuNodeFactsArgs
 from .args import MonitoredAdmission as MonitoredAdmissionArgs
 from .args import MonitoredCompaction as MonitoredCompactionArgs
 from .args import MonitoredScheduler as MonitoredSchedulerArgs
@@ -111,13 +112,14 @@ def component_args(settings: StackSettings, secret_sections: Collection[str] = (
     nodes = settings.gpu_nodes
     op, sched, adm = settings.gpu_operator, settings.scheduler, settings.admission
     mirror = {"image_registry_mirror": settings.image_registry_mirror}
-    gpu_taints: list[TaintArgs] = [TaintArgs(**taint.model_dump()) for taint in nodes.taints]
-    gpu_node_names = list(nodes.names) if nodes.tainted_by == "program" else None
+    gpu_nodes = GpuNodeFactsArgs(
+        taints=[TaintArgs(**taint.model_dump()) for taint in nodes.taints],
+        names=list(nodes.names) if nodes.tainted_by == "program" else None)
     compaction = settings.compaction
     return ComponentArgs(
         gpu_nodes=GpuNodesArgs(gpu_nodes=dump(nodes)),
         gpu_operator=GpuOperatorArgs(
-            gpu_operator=dump(op), gpu_taints=gpu_taints, gpu_node_names=gpu_node_names,
+            gpu_operator=dump(op), gpu_nodes=gpu_nodes,
             secret_values="gpuOperator" in secret_sections, **mirror),
         scheduler=BinpackSchedulerArgs(
             scheduler=dump(sched), kubernetes_version=settings.kubernetes_version,
@@ -126,7 +128,7 @@ def component_args(settings: StackSettings, secret_sections: Collection[str] = (
             admission=dump(adm), scheduler_name=sched.name,
             preemptible_class=(sched.preemptible_class.name
                                if sched.preemptible_class.enabled else None),
-            gpu_taints=gpu_taints, gpu_node_names=gpu_node_names,
+            gpu_nodes=gpu_nodes,
             trusted_namespaces=[op.namespace, settings.monitoring.namespace], **mirror),
         monitoring=MonitoringArgs(
             monitoring=dump(settings.monitoring), kubernetes_version=settings.kubernetes_version,
@@ -193,23 +195,23 @@ class GpuPlatform(kube.Component):
     cluster_context: str
     "The kubeconfig context of the cluster the platform is on."
     scheduler_name: str
-    "The schedulerName GPU pods name."
+    "The schedulerName GPU pods name (BinpackScheduler's `schedulerName`)."
     preemptible_class: str | None
-    "The PriorityClass of preemptible GPU pods, when declared."
+    "BinpackScheduler's `preemptibleClass`."
     webhook_name: str
-    "The admission webhook on pods."
+    "OpaAdmission's `webhookName`."
     ca_certificate: pulumi.Output[str]
-    "The admission webhook CA's certificate, PEM."
+    "OpaAdmission's `caCertificate`: the webhook CA's certificate, PEM."
     grafana_url: str
-    "Grafana's address inside the cluster."
+    "Monitoring's `grafanaUrl`."
     grafana_port_forward: str
-    "The kubectl command that opens Grafana on localhost:3000."
+    "Monitoring's `grafanaPortForward`: the command that opens Grafana on localhost:3000."
     grafana_admin_password: pulumi.Output[str]
-    "Grafana's admin password (a secret)."
+    "Monitoring's `grafanaAdminPassword` (a secret)."
     gpu_nodes: list[str]
-    "The GPU nodes the program taints (empty when node pools set the taint)."
+    "GpuNodes' `nodeNames`: the GPU nodes the program taints (none with node pools)."
     compaction_schedule: str | None
-    "When compaction runs (cron), when it is on."
+    "GpuCompaction's `schedule`, when compaction is on."
     images: list[str]
     "Every image the platform runs, as the nodes pull them: what a mirror must hold."
     charts: list[str]

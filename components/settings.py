@@ -13,10 +13,11 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -42,20 +43,21 @@ from .validation import (
     CRON_FIELD,
     REGISTRY_MIRROR,
     VERSION,
+    ChartPath,
+    DnsLabel,
+    Duration,
+    GoDuration,
+    ImageTag,
     Invalid,
+    NamespaceNames,
+    OwnNamespace,
+    Repository,
     SettingsError,
     Subject,
     chart_path_field,
-    check_chart_path,
     check_dns_label,
-    check_duration,
-    check_go_duration,
-    check_image_tag,
     check_label_value,
-    check_namespace_names,
-    check_own_namespace,
     check_qualified_name,
-    check_repository,
     describe,
     go_duration_seconds,
     is_dns_subdomain,
@@ -98,6 +100,10 @@ def check_registry_mirror(value: str | None) -> str | None:
     return value
 
 
+KubernetesVersion = Annotated[str, AfterValidator(check_kubernetes_version)]
+RegistryMirror = Annotated[str | None, AfterValidator(check_registry_mirror)]
+
+
 def mirror_field():
     return Field(
         default=None,
@@ -111,6 +117,11 @@ def mirror_field():
 def mirrored(mirror: str | None, repository: str) -> str:
     """An image repository as the nodes pull it: from the mirror when one is set."""
     return f"{mirror}/{split_registry(repository)[1]}" if mirror else repository
+
+
+TaintKey = Annotated[str, AfterValidator(lambda v: check_qualified_name(v, "taint key"))]
+TaintValue = Annotated[str, AfterValidator(lambda v: check_label_value(v, "taint value"))]
+LabelKey = Annotated[str, AfterValidator(lambda v: check_qualified_name(v, "label key"))]
 
 
 class Switch(Model):
@@ -127,8 +138,8 @@ class Taint(Model):
     """A node taint. In the stack file it may also be written as kubectl does:
     `key=value:Effect`."""
 
-    key: str = Field(description="The taint's key, such as nvidia.com/gpu.")
-    value: str = Field(default="", description="Its value (may be empty).")
+    key: TaintKey = Field(description="The taint's key, such as nvidia.com/gpu.")
+    value: TaintValue = Field(default="", description="Its value (may be empty).")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(
         description="What it does to pods that do not tolerate it.")
 
@@ -145,10 +156,6 @@ class Taint(Model):
         key, _, value = spec.partition("=")
         return {"key": key, "value": value, "effect": effect}
 
-    _check_key = field_validator("key")(
-        classmethod(lambda cls, v: check_qualified_name(v, "taint key")))
-    _check_value = field_validator("value")(
-        classmethod(lambda cls, v: check_label_value(v, "taint value")))
 
     def __str__(self) -> str:
         return f"{self.key}={self.value}:{self.effect}" if self.value \
@@ -325,13 +332,14 @@ class TimeSlicingSettings(Model):
 class GpuOperatorSettings(Model):
     """NVIDIA's GPU Operator: its Helm release and the operands it runs on GPU nodes."""
 
-    release_name: str = Field(default="gpu-operator", description="Helm release name.")
-    namespace: str = Field(default="gpu-operator", description="Namespace of the operator.")
-    repository: str = Field(default="https://helm.ngc.nvidia.com/nvidia",
+    release_name: DnsLabel = Field(default="gpu-operator", description="Helm release name.")
+    namespace: OwnNamespace = Field(default="gpu-operator",
+                                    description="Namespace of the operator.")
+    repository: Repository = Field(default="https://helm.ngc.nvidia.com/nvidia",
                             description="Helm repository of the chart: https://, or an oci:// "
                                         "registry (a mirror, for example).")
     chart_version: str = Field(default="v26.7.0", description="Pinned chart version.")
-    chart_path: str | None = chart_path_field()
+    chart_path: ChartPath = chart_path_field()
     driver: Switch = switch(False, "Install the NVIDIA driver as a container (off: drivers "
                                    "are preinstalled on the nodes).")
     toolkit: Switch = switch(True, "NVIDIA container toolkit.")
@@ -380,14 +388,6 @@ class GpuOperatorSettings(Model):
                     "operands; GpuPlatformQuotaNearlyFull warns at 90%. See "
                     "docs/operators/managed-clusters.md#gke.")
 
-    _check_namespace = field_validator("namespace")(
-        classmethod(lambda cls, v: check_own_namespace(v)))
-    _check_release = field_validator("release_name")(
-        classmethod(lambda cls, v: check_dns_label(v)))
-    _check_chart_path = field_validator("chart_path")(
-        classmethod(lambda cls, v: check_chart_path(v)))
-    _check_repository = field_validator("repository")(
-        classmethod(lambda cls, v: check_repository(v)))
 
     @model_validator(mode="after")
     def sandbox_operands_need_sandbox_workloads(self) -> GpuOperatorSettings:
@@ -539,22 +539,20 @@ class ClientConnectionSettings(Model):
 class LeaderElectionSettings(Model):
     """How the scheduler's replicas elect the one that schedules."""
 
-    lease_duration: str = Field(
+    lease_duration: GoDuration = Field(
         default="10s",
         description="How long a standby replica waits after the leader's last renewal before "
                     "it takes over (a Go duration): a leader that crashes stops GPU placement "
                     "for about this long plus `retryPeriod`.")
-    renew_deadline: str = Field(
+    renew_deadline: GoDuration = Field(
         default="8s",
         description="How long the leader keeps trying to renew before it gives up leading and "
                     "restarts (shorter than `leaseDuration`): the API server may be unreachable "
                     "this long without the scheduler restarting.")
-    retry_period: str = Field(
+    retry_period: GoDuration = Field(
         default="2s",
         description="How often the leader renews and a standby tries to take over.")
 
-    _check_durations = field_validator("lease_duration", "renew_deadline", "retry_period")(
-        classmethod(lambda cls, v: check_go_duration(v)))
 
     @model_validator(mode="after")
     def deadlines_in_order(self) -> LeaderElectionSettings:
@@ -577,10 +575,11 @@ class SchedulerSettings(Model):
     """The binpack scheduler: a second kube-scheduler that packs GPU pods, and the
     PriorityClass of preemptible GPU pods."""
 
-    name: str = Field(default="gpu-binpack-scheduler",
+    name: DnsLabel = Field(default="gpu-binpack-scheduler",
                       description="schedulerName GPU pods must use; also names the scheduler's "
                                   "Deployment, ServiceAccount and leader-election lease.")
-    namespace: str = Field(default="gpu-scheduler", description="Namespace of the scheduler.")
+    namespace: OwnNamespace = Field(default="gpu-scheduler",
+                                    description="Namespace of the scheduler.")
     replicas: int = Field(default=2, ge=1, le=5,
                           description="Scheduler pods (1..5); leader election is on when >1.")
     scoring_strategy: ScoringStrategy = Field(default_factory=ScoringStrategy,
@@ -619,9 +618,6 @@ class SchedulerSettings(Model):
         default_factory=LeaderElectionSettings,
         description="How the replicas elect the one that schedules (with more than one).")
 
-    _check_name = field_validator("name")(classmethod(lambda cls, v: check_dns_label(v)))
-    _check_namespace = field_validator("namespace")(
-        classmethod(lambda cls, v: check_own_namespace(v)))
 
     @field_validator("score_plugin_weights", mode="before")
     @classmethod
@@ -650,9 +646,8 @@ class ImageSettings(Model):
 
     repository: str = Field(description="Repository, with its registry host unless Docker "
                                         "Hub's.")
-    tag: str = Field(description="Release tag (never `latest`).")
+    tag: ImageTag = Field(description="Release tag (never `latest`).")
 
-    _check_tag = field_validator("tag")(classmethod(lambda cls, v: check_image_tag(v)))
 
 
 class CompactionSettings(Model):
@@ -665,10 +660,11 @@ class CompactionSettings(Model):
                     "pods on lightly used GPU nodes move to busier ones and whole nodes come "
                     "free. Off by default: it evicts running pods. See "
                     "docs/concepts/compaction.md.")
-    name: str = Field(default="gpu-compaction",
+    name: DnsLabel = Field(default="gpu-compaction",
                       description="Names the CronJob, its ServiceAccount, ClusterRole and "
                                   "policy ConfigMap.")
-    namespace: str = Field(default="gpu-compaction", description="Namespace of the CronJob.")
+    namespace: OwnNamespace = Field(default="gpu-compaction",
+                                    description="Namespace of the CronJob.")
     image: ImageSettings = Field(
         default_factory=lambda: ImageSettings(repository="registry.k8s.io/descheduler/descheduler",
                                               tag="v0.36.0"),
@@ -677,7 +673,7 @@ class CompactionSettings(Model):
         default="*/15 * * * *",
         description="When a compaction run starts (cron, the cluster's time zone): each run "
                     "evicts at most `maxEvictionsPerRun` pods.")
-    opt_in_label: str = Field(
+    opt_in_label: LabelKey = Field(
         default="gpu-platform.io/compaction",
         description="Only pods carrying this label with the value `allowed` are ever moved "
                     "(set it in the pod template of a Deployment, StatefulSet or Job whose "
@@ -699,7 +695,7 @@ class CompactionSettings(Model):
         default_factory=lambda: ImageSettings(repository="docker.io/library/python",
                                               tag="3.13.9-alpine3.22"),
         description="Image that runs the threshold plan (pinned; standard library only).")
-    min_pod_age: str = Field(
+    min_pod_age: GoDuration = Field(
         default="2h",
         description="Pods younger than this are never moved (Go duration: 30m, 2h, 1h30m): a "
                     "pod that just started, or just moved, stays put.")
@@ -721,11 +717,6 @@ class CompactionSettings(Model):
             requests={"cpu": "50m", "memory": "128Mi"}, limits={"memory": "512Mi"}),
         description="Descheduler container requests and limits.")
 
-    _check_name = field_validator("name")(classmethod(lambda cls, v: check_dns_label(v)))
-    _check_namespace = field_validator("namespace")(
-        classmethod(lambda cls, v: check_own_namespace(v)))
-    _check_label = field_validator("opt_in_label")(
-        classmethod(lambda cls, v: check_qualified_name(v, "label key")))
 
     @field_validator("schedule")
     @classmethod
@@ -737,7 +728,6 @@ class CompactionSettings(Model):
                           "\"*/15 * * * *\"")
         return value
 
-    _check_age = field_validator("min_pod_age")(classmethod(lambda cls, v: check_go_duration(v)))
 
     @field_validator("node_selector")
     @classmethod
@@ -795,7 +785,7 @@ def claims_webhook(webhook_name: str) -> str:
 class AdmissionSettings(Model):
     """OPA behind the admission webhooks: which pods are GPU pods, and what is refused."""
 
-    namespace: str = Field(default="gpu-admission", description="Namespace of OPA.")
+    namespace: OwnNamespace = Field(default="gpu-admission", description="Namespace of OPA.")
     webhook_name: str = Field(default="gpu-scheduler-policy.gpu-platform.io",
                               description="Name of the webhook (a DNS subdomain).")
     replicas: int = Field(default=2, ge=2, le=10,
@@ -827,7 +817,7 @@ class AdmissionSettings(Model):
         default_factory=lambda: ["nvidia", "nvidia-cdi", "nvidia-legacy"],
         description="RuntimeClasses of the NVIDIA container runtime (the GPU Operator creates "
                     "these); a pod that names one must request a GPU.")
-    exempt_namespaces: list[str] = Field(
+    exempt_namespaces: NamespaceNames = Field(
         default_factory=list,
         description="Namespaces whose pods are never checked: for node agents that need device "
                     "paths on every node (privileged, host paths under /dev, /proc or /sys, "
@@ -869,8 +859,6 @@ class AdmissionSettings(Model):
     certificate: CertificateSettings = Field(default_factory=CertificateSettings,
                                              description="Webhook TLS.")
 
-    _check_namespace = field_validator("namespace")(
-        classmethod(lambda cls, v: check_own_namespace(v)))
 
     @model_validator(mode="before")
     @classmethod
@@ -945,8 +933,6 @@ class AdmissionSettings(Model):
                               at=(index,), value=name, has_value=True)
         return names
 
-    _check_exempt = field_validator("exempt_namespaces")(
-        classmethod(lambda cls, v: check_namespace_names(v)))
 
 
 class GrafanaSettings(Model):
@@ -965,7 +951,7 @@ class AlertSettings(Model):
     gpu_temperature_celsius: int = Field(
         default=85, ge=50, le=110,
         description="GpuTemperatureHigh fires above this GPU temperature, degrees Celsius.")
-    gpu_temperature_for: str = Field(
+    gpu_temperature_for: Duration = Field(
         default="10m", description="...for this long (a duration), so a short burst under load "
                                    "does not page.")
     fatal_xid_codes: list[int] = Field(
@@ -976,16 +962,16 @@ class AlertSettings(Model):
     idle_utilization_percent: int = Field(
         default=5, ge=1, le=100,
         description="GpuAllocatedIdle: a pod whose GPUs stay below this utilization, percent...")
-    idle_for: str = Field(default="2h", description="...for this long (a duration).")
-    pending_for: str = Field(
+    idle_for: Duration = Field(default="2h", description="...for this long (a duration).")
+    pending_for: Duration = Field(
         default="15m",
         description="GpuPodFragmentationPending: a GPU pod unschedulable this long although "
                     "enough GPUs are free in total (a duration).")
-    exporter_down_for: str = Field(
+    exporter_down_for: Duration = Field(
         default="10m",
         description="GpuExporterDown: a GPU node without a healthy DCGM exporter this long "
                     "(a duration).")
-    unavailable_for: str = Field(
+    unavailable_for: Duration = Field(
         default="5m",
         description="BinpackSchedulerUnavailable, GpuAdmissionUnavailable: no available pod "
                     "this long (a duration).")
@@ -997,15 +983,11 @@ class AlertSettings(Model):
         default=2, ge=1, le=168,
         description="GpuCompactionNotRunning: no compaction run has succeeded for this many "
                     "hours (with compaction enabled; a run waits for the binpack scheduler).")
-    pending_growth_for: str = Field(
+    pending_growth_for: Duration = Field(
         default="30m",
         description="GpuPodsPendingGrowing: pending GPU pods more numerous than this long ago "
                     "(a duration), and not fewer since.")
 
-    _check_durations = field_validator("gpu_temperature_for", "idle_for", "pending_for",
-                                       "exporter_down_for", "unavailable_for",
-                                       "pending_growth_for")(
-        classmethod(lambda cls, v: check_duration(v)))
 
 
 class StorageSettings(Model):
@@ -1040,7 +1022,7 @@ Severity = Literal["critical", "warning", "info"]
 class Receiver(Model):
     """Where Alertmanager sends alerts of some severities."""
 
-    name: str = Field(description="Receiver name (a DNS-1123 label).")
+    name: DnsLabel = Field(description="Receiver name (a DNS-1123 label).")
     severities: list[Severity] = Field(
         min_length=1, description="Alerts of these severities are sent here.")
     webhook_url: str | None = Field(default=None, description="Generic webhook URL.")
@@ -1050,7 +1032,6 @@ class Receiver(Model):
     pagerduty_routing_key: str | None = Field(
         default=None, description="PagerDuty Events v2 routing key (a secret).")
 
-    _check_name = field_validator("name")(classmethod(lambda cls, v: check_dns_label(v)))
 
     @field_validator("webhook_url", "slack_api_url")
     @classmethod
@@ -1082,12 +1063,10 @@ class AlertmanagerSettings(Model):
                     "webhookUrl, slackApiUrl with slackChannel, pagerdutyRoutingKey}` (set URLs "
                     "and keys with `pulumi config set --secret --path`). Empty: alerts are only "
                     "shown in Alertmanager. See docs/operators/monitoring.md#where-alerts-go.")
-    group_wait: str = Field(default="30s", description="Wait before the first notification of "
+    group_wait: Duration = Field(default="30s", description="Wait before the first notification of "
                                                        "a group.")
-    repeat_interval: str = Field(default="4h", description="Resend a firing alert this often.")
+    repeat_interval: Duration = Field(default="4h", description="Resend a firing alert this often.")
 
-    _check_durations = field_validator("group_wait", "repeat_interval")(
-        classmethod(lambda cls, v: check_duration(v)))
 
     @field_validator("receivers")
     @classmethod
@@ -1103,16 +1082,17 @@ class AlertmanagerSettings(Model):
 class MonitoringSettings(Model):
     """kube-prometheus-stack, the GPU dashboard, recording rules and alerts."""
 
-    release_name: str = Field(default="kube-prometheus-stack", description="Helm release name.")
-    namespace: str = Field(default="monitoring", description="Namespace of the stack.")
-    repository: str = Field(default="https://prometheus-community.github.io/helm-charts",
+    release_name: DnsLabel = Field(default="kube-prometheus-stack",
+                                   description="Helm release name.")
+    namespace: OwnNamespace = Field(default="monitoring", description="Namespace of the stack.")
+    repository: Repository = Field(default="https://prometheus-community.github.io/helm-charts",
                             description="Helm repository of the chart: https://, or an oci:// "
                                         "registry (a mirror, for example).")
     chart_version: str = Field(default="88.5.3", description="Pinned chart version.")
-    chart_path: str | None = chart_path_field()
-    scrape_interval: str = Field(default="15s", description="Prometheus scrape interval of "
+    chart_path: ChartPath = chart_path_field()
+    scrape_interval: Duration = Field(default="15s", description="Prometheus scrape interval of "
                                                             "the DCGM exporter.")
-    retention: str = Field(default="15d", description="How long Prometheus keeps samples.")
+    retention: Duration = Field(default="15d", description="How long Prometheus keeps samples.")
     grafana: GrafanaSettings = Field(default_factory=GrafanaSettings, description="Grafana.")
     largest_common_request: int = Field(
         default=8, ge=1, le=16,
@@ -1133,16 +1113,6 @@ class MonitoringSettings(Model):
         description="Further chart values, merged over the generated ones; keys that other "
                     "settings own are refused.")
 
-    _check_namespace = field_validator("namespace")(
-        classmethod(lambda cls, v: check_own_namespace(v)))
-    _check_release = field_validator("release_name")(
-        classmethod(lambda cls, v: check_dns_label(v)))
-    _check_chart_path = field_validator("chart_path")(
-        classmethod(lambda cls, v: check_chart_path(v)))
-    _check_repository = field_validator("repository")(
-        classmethod(lambda cls, v: check_repository(v)))
-    _check_durations = field_validator("scrape_interval", "retention")(
-        classmethod(lambda cls, v: check_duration(v)))
 
 
 class ClusterSettings(Model):
@@ -1182,8 +1152,8 @@ class StackSettings(Model):
     """A stack's settings: every section of the stack file."""
 
     cluster: ClusterSettings = Field(description="The cluster the stack deploys to (required).")
-    image_registry_mirror: str | None = mirror_field()
-    kubernetes_version: str = kubernetes_version_field()
+    image_registry_mirror: RegistryMirror = mirror_field()
+    kubernetes_version: KubernetesVersion = kubernetes_version_field()
     gpu_nodes: GpuNodesSettings = Field(description="GPU nodes (required).")
     gpu_operator: GpuOperatorSettings = Field(
         default_factory=GpuOperatorSettings,
@@ -1205,10 +1175,6 @@ class StackSettings(Model):
         description="Moving opted-in GPU pods off lightly used GPU nodes with the descheduler, "
                     "so whole nodes come free.")
 
-    _check_version = field_validator("kubernetes_version")(
-        classmethod(lambda cls, v: check_kubernetes_version(v)))
-    _check_mirror = field_validator("image_registry_mirror")(
-        classmethod(lambda cls, v: check_registry_mirror(v)))
 
     @model_validator(mode="after")
     def namespaces_are_apart(self) -> StackSettings:

@@ -8,9 +8,9 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, Field, ValidationError
 from pydantic_core import ErrorDetails
 
 from .facts import RESERVED_NAMESPACES
@@ -177,6 +177,17 @@ def check_image_tag(value: str) -> str:
         raise Invalid("not a pinned image tag",
                       "an explicit release tag such as 1.22.2 (never 'latest')")
     return value
+
+
+# Values checked by a rule above, as settings and inputs are typed.
+DnsLabel = Annotated[str, AfterValidator(check_dns_label)]
+OwnNamespace = Annotated[str, AfterValidator(check_own_namespace)]
+NamespaceNames = Annotated[list[str], AfterValidator(check_namespace_names)]
+GoDuration = Annotated[str, AfterValidator(check_go_duration)]
+Duration = Annotated[str, AfterValidator(check_duration)]
+ChartPath = Annotated[str | None, AfterValidator(check_chart_path)]
+Repository = Annotated[str, AfterValidator(check_repository)]
+ImageTag = Annotated[str, AfterValidator(check_image_tag)]
 
 
 def setting_path(root: str, loc: tuple) -> str:

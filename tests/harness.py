@@ -244,24 +244,14 @@ def inputs_of(settings: StackSettings) -> ComponentInputs:
     return component_inputs(component_args(settings))
 
 
-# Each component's inputs, by component.
-def nodes_of(settings: StackSettings):
-    return inputs_of(settings).gpu_nodes
+def _component(field: str) -> Callable[[StackSettings], Any]:
+    return lambda settings: getattr(inputs_of(settings), field)
 
-def operator_of(settings: StackSettings):
-    return inputs_of(settings).gpu_operator
 
-def scheduler_of(settings: StackSettings):
-    return inputs_of(settings).scheduler
-
-def admission_of(settings: StackSettings):
-    return inputs_of(settings).admission
-
-def monitoring_of(settings: StackSettings):
-    return inputs_of(settings).monitoring
-
-def compaction_of(settings: StackSettings):
-    return inputs_of(settings).compaction
+# One component's inputs for a stack's settings.
+(nodes_of, operator_of, scheduler_of, admission_of, monitoring_of,
+ compaction_of) = map(_component, ("gpu_nodes", "gpu_operator", "scheduler", "admission",
+                                   "monitoring", "compaction"))
 
 
 def scheduler_scoring(settings: StackSettings) -> dict:

@@ -21,7 +21,8 @@ SCHEDULER_ARGS = {
 # A cluster whose GPU node pools taint their nodes: no GPU node is named.
 ADMISSION_ARGS = {
     "scheduler_name": "team-binpack",
-    "gpu_taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+    "gpu_nodes": {"taints": [{"key": "nvidia.com/gpu", "value": "present",
+                              "effect": "NoSchedule"}]},
     "admission": {"namespace": "team-admission"},
 }
 

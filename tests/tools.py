@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,6 +103,24 @@ class _Build:
                                f" failed at `go {' '.join(args)}`:\n{tail}")
 
 
+def _cached(binary: Path, what: str, build: Callable[[Path, float], None]) -> Path:
+    """`binary` from the cache, or built there first: `build(partial, started)` writes it to
+    `partial`, a name of this build's own (two runs may build the same tool at once, and the
+    second rename then replaces one finished binary with another), renamed to `binary` once
+    done, so that a build cut short never looks finished."""
+    if binary.exists():
+        return binary
+    started = time.monotonic()
+    _say(f"building {what} (first run only) ...")
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    partial = binary.with_name(f"{binary.name}.{os.getpid()}.partial")
+    build(partial, started)
+    partial.replace(binary)
+    size = binary.stat().st_size / 2**20
+    _say(f"built {binary} ({size:.0f} MiB) in {time.monotonic() - started:.0f}s")
+    return binary
+
+
 def go_build(tool: GoTool) -> Path:
     """Build the tool into the cache, unless already built.
 
@@ -109,48 +128,39 @@ def go_build(tool: GoTool) -> Path:
     its replace directives (`go install module@version` refuses modules that have any), starting
     from the module's own go.sum.
     """
-    binary = tool.binary
-    if binary.exists():
-        return binary
-    started = time.monotonic()
-    _say(f"building {tool.name} {tool.label or tool.version} from {tool.module} "
-         f"(first run only) ...")
-    with tempfile.TemporaryDirectory() as work:
-        build = _Build(tool, Path(work))
-        build.run("mod", "init", f"gpu-platform.test/{tool.name}")
-        info = json.loads(build.run("mod", "download", "-json", f"{tool.module}@{tool.version}"))
-        # The module's own checksums, so that what it requires is verified against them (a
-        # module the checksum database does not know, such as Kueue's scheduler-library
-        # v0.1.0-alpha1, fails `go get` otherwise). They are as trusted as the module's source:
-        # its download was verified against the database.
-        own_sums = Path(info["Dir"]) / "go.sum"
-        if own_sums.exists():
-            shutil.copyfile(own_sums, Path(work) / "go.sum")
-        gomod = json.loads(build.run("mod", "edit", "-json", info["GoMod"]))
-        replaces = []
-        for replace in gomod.get("Replace") or []:
-            old, new = replace["Old"], replace["New"]
-            if new.get("Version"):   # a local directory replacement cannot apply outside it
-                source = old["Path"] + (f"@{old['Version']}" if old.get("Version") else "")
-                replaces.append(f"-replace={source}={new['Path']}@{new['Version']}")
-        if tool.zero_requires_at:
-            replaces += [f"-replace={req['Path']}={req['Path']}@{tool.zero_requires_at}"
-                         for req in gomod.get("Require") or [] if req["Version"] == "v0.0.0"]
-        if replaces:
-            build.run("mod", "edit", *replaces)
-        _say(f"  {tool.name}: resolving modules ({time.monotonic() - started:.0f}s)")
-        build.run("get", f"{tool.package}@{info['Version']}")
-        binary.parent.mkdir(parents=True, exist_ok=True)
-        ldflags = " ".join(f"-X '{name}={value}'" for name, value in tool.stamp.items())
-        # A name of this build's own: two runs may build the same tool at once, and the
-        # second rename then replaces one finished binary with another.
-        partial = binary.with_name(f"{binary.name}.{os.getpid()}.partial")
-        build.compile("build", "-v", "-trimpath", "-ldflags", ldflags, "-o", str(partial),
-                      tool.package, started=started)
-        partial.replace(binary)     # a build that was cut short never looks finished
-    size = binary.stat().st_size / 2**20
-    _say(f"built {binary} ({size:.0f} MiB) in {time.monotonic() - started:.0f}s")
-    return binary
+    def build_into(partial: Path, started: float) -> None:
+        with tempfile.TemporaryDirectory() as work:
+            build = _Build(tool, Path(work))
+            build.run("mod", "init", f"gpu-platform.test/{tool.name}")
+            info = json.loads(build.run("mod", "download", "-json",
+                                        f"{tool.module}@{tool.version}"))
+            # The module's own checksums, so that what it requires is verified against them (a
+            # module the checksum database does not know, such as Kueue's scheduler-library
+            # v0.1.0-alpha1, fails `go get` otherwise). They are as trusted as the module's
+            # source: its download was verified against the database.
+            own_sums = Path(info["Dir"]) / "go.sum"
+            if own_sums.exists():
+                shutil.copyfile(own_sums, Path(work) / "go.sum")
+            gomod = json.loads(build.run("mod", "edit", "-json", info["GoMod"]))
+            replaces = []
+            for replace in gomod.get("Replace") or []:
+                old, new = replace["Old"], replace["New"]
+                if new.get("Version"):   # a local directory replacement cannot apply outside it
+                    source = old["Path"] + (f"@{old['Version']}" if old.get("Version") else "")
+                    replaces.append(f"-replace={source}={new['Path']}@{new['Version']}")
+            if tool.zero_requires_at:
+                replaces += [f"-replace={req['Path']}={req['Path']}@{tool.zero_requires_at}"
+                             for req in gomod.get("Require") or [] if req["Version"] == "v0.0.0"]
+            if replaces:
+                build.run("mod", "edit", *replaces)
+            _say(f"  {tool.name}: resolving modules ({time.monotonic() - started:.0f}s)")
+            build.run("get", f"{tool.package}@{info['Version']}")
+            ldflags = " ".join(f"-X '{name}={value}'" for name, value in tool.stamp.items())
+            build.compile("build", "-v", "-trimpath", "-ldflags", ldflags, "-o", str(partial),
+                          tool.package, started=started)
+
+    return _cached(tool.binary, f"{tool.name} {tool.label or tool.version} from {tool.module}",
+                   build_into)
 
 
 def module_source(module: str, version: str) -> Path:
@@ -183,19 +193,14 @@ def go_build_local(name: str, directory: Path, module: str) -> Path:
         raise RuntimeError(f"{directory}/go.mod does not require {module}")
     tool = GoTool(name, requirement[1], requirement[2], ".",
                   label=f"{requirement[2]}-{digest}")
-    binary = tool.binary
-    if binary.exists():
-        return binary
-    started = time.monotonic()
-    _say(f"building {name} from {directory.relative_to(Path(__file__).parent.parent)} "
-         f"({requirement[1]} {requirement[2]}; first run only) ...")
-    binary.parent.mkdir(parents=True, exist_ok=True)
-    partial = binary.with_name(f"{binary.name}.{os.getpid()}.partial")
-    _LocalBuild(tool, directory).compile("build", "-v", "-trimpath", "-o", str(partial), ".",
-                                         started=started)
-    partial.replace(binary)
-    _say(f"built {binary} in {time.monotonic() - started:.0f}s")
-    return binary
+
+    def build_into(partial: Path, started: float) -> None:
+        _LocalBuild(tool, directory).compile("build", "-v", "-trimpath", "-o", str(partial), ".",
+                                             started=started)
+
+    return _cached(tool.binary, f"{name} from "
+                   f"{directory.relative_to(Path(__file__).parent.parent)} ({requirement[1]} "
+                   f"{requirement[2]})", build_into)
 
 
 def pulumi_config() -> Path:

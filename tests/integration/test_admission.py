@@ -602,7 +602,7 @@ def test_where_node_pools_taint_the_gpu_nodes_a_debug_container_gets_no_device_p
     kube.create(pod("web-to-debug", USER_NAMESPACE))
     assert placement(kube, USER_NAMESPACE, "web-to-debug") == "cpu-node-1"
     nodes = example_settings.gpu_nodes.model_copy(update={"tainted_by": "nodePool",
-                                                          "names": []})
+                                                          "names": [], "labels": {}})
     roll_out(admission, example_settings.model_copy(update={"gpu_nodes": nodes}), "node pools")
     try:
         def add_debugger(name: str, security: dict) -> None:

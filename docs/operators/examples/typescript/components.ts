@@ -14,8 +14,8 @@ const scheduler = new gpu.BinpackScheduler("binpack", {
 
 const admission = new gpu.OpaAdmission("admission", {
     schedulerName: schedulerName,
-    gpuTaints: [gpuTaint],
     // Node pools: the GPU nodes' names are not known.
+    gpuNodes: { taints: [gpuTaint] },
     trustedNamespaces: ["gpu-operator"],
 }, { dependsOn: [scheduler] });
 
