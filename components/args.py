@@ -60,6 +60,10 @@ class GpuNodesSettings(TypedDict):
      "`false`.")
     labels: NotRequired[dict[str, str]]
     "Labels added to every GPU node. Default: `{}`."
+    gpus_per_node: NotRequired[int | None]
+    ("How many GPUs each named GPU node has (1..64); unset: not known. With it, the teams' "
+     "quotas of nvidia.com/gpu are checked against what the named nodes hold. Allowed: "
+     "1..64.")
 
 
 class Switch(TypedDict):
@@ -548,6 +552,114 @@ class CompactionSettings(TypedDict):
     "Descheduler container requests and limits."
 
 
+class KueueSettings(TypedDict):
+    "Kueue: its pinned Helm release."
+    release_name: NotRequired[str]
+    "Helm release name. Default: `kueue`."
+    namespace: NotRequired[str]
+    "Namespace of Kueue. Default: `kueue-system`."
+    repository: NotRequired[str]
+    ("Helm repository of the chart: https://, or an oci:// registry (a mirror, for example). "
+     "Default: `oci://registry.k8s.io/kueue/charts`.")
+    chart_version: NotRequired[str]
+    "Pinned chart version. Default: `0.19.2`."
+    chart_path: NotRequired[str | None]
+    ("Install from this local chart (a directory from `helm pull --untar`, or a .tgz) "
+     "instead of the repository; its version must be chartVersion.")
+    image: NotRequired[ImageSettings]
+    ("Kueue's image (pinned; the integration suite builds this version). Allowed: "
+     "`{repository, tag}`, a pinned tag (never `latest`).")
+    replicas: NotRequired[int]
+    ("Kueue pods (1..5), kept available by a PodDisruptionBudget: pods in team namespaces "
+     "cannot be created while none answers its webhooks. Allowed: 1..5. Default: `2`.")
+    protection: NotRequired[ReleaseProtection]
+    ("Protected by default: the chart holds Kueue's CRDs, so uninstalling it deletes every "
+     "queue and the workloads queued in them.")
+    extra_values: NotRequired[dict[str, Any]]
+    ("Further chart values, merged over the generated ones; keys that other settings own are "
+     "refused. Default: `{}`.")
+
+
+class FlavorSettings(TypedDict):
+    "A kind of GPU node the teams' quotas are counted on (a Kueue ResourceFlavor)."
+    name: str
+    "The flavor's name, as the teams' quotas name it."
+    node_labels: NotRequired[dict[str, str]]
+    ("Labels of this flavor's GPU nodes, such as GPU Feature Discovery's "
+     "`nvidia.com/gpu.product` for one GPU model: a workload admitted on the flavor runs "
+     "only there. Empty: every GPU node. Default: `{}`.")
+
+
+class TeamSettings(TypedDict):
+    "A team: its namespaces, its share of the GPUs, and how it shares them."
+    name: str
+    "The team's name; also its ClusterQueue's."
+    namespaces: list[str]
+    ("The team's namespaces: GPU workloads there are queued for the team's quota. The "
+     "program creates them if need be, and leaves them in place when the team or the stack "
+     "is removed. Allowed: at least 1 entry.")
+    quota: dict[str, dict[str, int]]
+    ("The team's nominal quota: per flavor, per GPU resource, how many it is guaranteed, "
+     "e.g. `{gpu: {nvidia.com/gpu: 16}}`. A resource counts as the dashboard counts it: with "
+     "time-slicing, `nvidia.com/gpu` counts slices; with the mixed MIG strategy, each "
+     "`nvidia.com/mig-<profile>` counts slices of that profile. CPU and memory are not "
+     "counted (see docs/concepts/teams.md#what-a-quota-counts). Allowed: at least 1 entry.")
+    borrowing_limit: NotRequired[dict[str, dict[str, int]]]
+    ("How many more than its quota the team may borrow from other teams' idle quota, per "
+     "flavor and resource; unset: as many as are idle. Default: `{}`.")
+    lending_limit: NotRequired[dict[str, dict[str, int]]]
+    ("How much of its quota other teams may borrow while the team leaves it idle, per flavor "
+     "and resource; unset: all of it. The team gets what it lent back when it needs it: the "
+     "borrowers' workloads are preempted. Default: `{}`.")
+    fair_sharing_weight: NotRequired[int]
+    ("The team's weight when every team wants more than it has: GPUs beyond the nominal "
+     "quotas are shared in proportion to the weights (1..1000). Allowed: 1..1000. Default: "
+     "`1`.")
+
+
+class WorkloadPriorityClassSettings(TypedDict):
+    "A priority of workloads within a team (a Kueue WorkloadPriorityClass)."
+    name: str
+    "The class's name: a workload names it with the label `kueue.x-k8s.io/priority-class`."
+    value: int
+    ("Its priority: when the team's quota is full, a workload of a higher class preempts the "
+     "team's workloads of lower ones. A workload that names no class has 0. Allowed: "
+     "-1000000000..1000000000.")
+    description: NotRequired[str]
+    "What the class is for. Default: `\"\"`."
+
+
+class TeamsSettings(TypedDict):
+    ("Teams that share the GPUs through Kueue: a quota per team, borrowing and reclaim, fair "
+     "sharing and all-or-nothing admission.")
+    enabled: NotRequired[bool]
+    ("Run Kueue and give each team a queue with its quota. Needs Kubernetes 1.34 or newer. "
+     "See docs/concepts/teams.md. Default: `false`.")
+    kueue: NotRequired[KueueSettings]
+    "Kueue's release."
+    cohort: NotRequired[str]
+    ("The Kueue cohort the teams' queues form: they borrow from and lend to each other. "
+     "Default: `gpu-platform`.")
+    flavors: NotRequired[list[FlavorSettings]]
+    ("The kinds of GPU node quotas are counted on, one per GPU model where the nodes differ. "
+     "A flavor's workloads tolerate the GPU taints. Allowed: at least 1 entry. Default: "
+     "`[{\"name\": \"gpu\", \"nodeLabels\": {}}]`.")
+    teams: NotRequired[list[TeamSettings]]
+    "The teams (required when on). Default: `[]`."
+    gpu_pods_outside_teams: NotRequired[str]
+    ("A GPU pod in a namespace of no team: `refuse` (its GPUs would count against no quota), "
+     "or `admit` as without teams, for a migration period. Allowed: `refuse`, `admit`. "
+     "Default: `refuse`.")
+    wait_for_pods_ready: NotRequired[str]
+    ("All-or-nothing admission: a workload whose pods are not all running this long after it "
+     "was admitted gives its GPUs back and is queued again (Go duration). Default: `10m`.")
+    workload_priority_classes: NotRequired[list[WorkloadPriorityClassSettings]]
+    ("Priorities within a team (Kueue WorkloadPriorityClasses). Default: `[{\"name\": "
+     "\"team-high\", \"value\": 1000, \"description\": \"Urgent work of a team.\"}, "
+     "{\"name\": \"team-low\", \"value\": -1000, \"description\": \"Work a team may "
+     "postpone.\"}]`.")
+
+
 class GpuNodeFacts(TypedDict):
     "The GPU nodes, as other components need to know them."
     taints: list[Taint]
@@ -558,6 +670,16 @@ class GpuNodeFacts(TypedDict):
     names: NotRequired[list[str] | None]
     ("The GPU nodes' names (the GpuNodes component's `nodeNames` output); unset when node "
      "pools set the taint and the names are not known.")
+
+
+class AdmittedTeams(TypedDict):
+    "The teams, as the admission policy keeps GPU pods in their queues."
+    namespaces: dict[str, str]
+    ("Each team namespace, with its team (the Teams component's `teamNamespaces` output): a "
+     "GPU pod there must come through Kueue.")
+    gpu_pods_outside_teams: NotRequired[str]
+    ("A GPU pod in a namespace of no team (`teams.gpuPodsOutsideTeams`). Allowed: `refuse`, "
+     "`admit`. Default: `refuse`.")
 
 
 class MonitoredScheduler(TypedDict):
@@ -593,6 +715,14 @@ class MonitoredCompaction(TypedDict):
     "Its namespace (the GpuCompaction component's `namespace` output)."
 
 
+class MonitoredTeams(TypedDict):
+    "Kueue and the teams' queues, as Monitoring scrapes them and alerts on them."
+    namespace: str
+    "Kueue's namespace (the Teams component's `namespace` output)."
+    release_name: str
+    "Kueue's Helm release (`teams.kueue.releaseName`)."
+
+
 class GpuPlatformArgs(TypedDict):
     ("The args of GpuPlatform. The whole platform: every section of the stack settings, and "
      "which hold a secret.")
@@ -620,6 +750,8 @@ class GpuPlatformArgs(TypedDict):
     compaction: NotRequired[CompactionSettings]
     ("Moving opted-in GPU pods off lightly used GPU nodes with the descheduler, so whole "
      "nodes come free.")
+    teams: NotRequired[TeamsSettings]
+    "Teams that share the GPUs through Kueue: a quota and a queue per team."
     secret_sections: NotRequired[list[str]]
     ("Sections that hold a secret (a credential in extra chart values, the Grafana "
      "password): their Helm release's values are stored as a secret. Allowed: a list of "
@@ -688,6 +820,8 @@ class OpaAdmissionArgs(TypedDict):
      "component's `preemptibleClass` output).")
     gpu_nodes: GpuNodeFacts
     "The GPU nodes: their taints and, when known, their names."
+    teams: NotRequired[AdmittedTeams | None]
+    "The teams, when GPUs are shared through Kueue's queues."
     trusted_namespaces: NotRequired[list[str]]
     ("Namespaces of the platform's other components whose pods run on every node or need "
      "GPUs (the GPU Operator's, the monitoring stack's): never checked, as kube-system and "
@@ -716,6 +850,8 @@ class MonitoringArgs(TypedDict):
     "The admission webhooks and OPA."
     compaction: NotRequired[MonitoredCompaction | None]
     "Compaction's CronJob, when compaction is on."
+    teams: NotRequired[MonitoredTeams | None]
+    "Kueue, when teams are on."
     secret_values: NotRequired[bool]
     ("Store the release's values as a secret: set it when `monitoring.extraValues` holds a "
      "credential. Default: `false`.")
@@ -743,3 +879,18 @@ class GpuCompactionArgs(TypedDict):
     ("The MIG resources GPU nodes advertise (`nvidia.com/mig-<profile>`, with the GPU "
      "Operator's mixed strategy; the GpuOperator component's `migResources` output): each is "
      "packed as a whole GPU is. Default: `[]`.")
+
+
+class TeamsArgs(TypedDict):
+    ("The args of Teams. Kueue and the teams' queues, with the GPU nodes' taints their "
+     "flavors tolerate.")
+    image_registry_mirror: NotRequired[str | None]
+    ("Registry (`host[:port][/path]`) that mirrors every image the platform runs: each "
+     "image's registry host is replaced by it, the path kept (`nvcr.io/nvidia/gpu-operator` "
+     "becomes `<mirror>/nvidia/gpu-operator`). Unset: the images' own registries. The "
+     "`images` output lists what to mirror.")
+    teams: TeamsSettings
+    ("Teams that share the GPUs through Kueue: a quota and a queue per team (`enabled` is "
+     "GpuPlatform's switch: this component always declares them).")
+    gpu_nodes: GpuNodeFacts
+    "The GPU nodes: their taints and, when known, their names."

@@ -27,6 +27,7 @@ from .gpu_rules import (
     POD_ALLOCATED,
     STRANDED,
     WHOLE_FREE_NODES,
+    kueue_series,
 )
 from .inputs import MonitoringInputs
 from .settings import claims_webhook
@@ -204,6 +205,43 @@ def _rows(inputs: MonitoringInputs) -> list[tuple[str, list]]:
     ]
 
 
+TEAM = 'cluster_queue="$team"'
+
+
+def team_panels() -> list:
+    """One team's row (repeated for each team): its quota, what it uses, borrows and could lend,
+    what waits, and how long workloads wait to be admitted."""
+    usage = kueue_series("cluster_queue_resource_usage", "resource", f", {TEAM}")
+    nominal = kueue_series("cluster_queue_nominal_quota", "resource", f", {TEAM}")
+    lending = kueue_series("cluster_queue_lending_limit", "resource", f", {TEAM}")
+    waits = f'kueue_admission_wait_time_seconds_bucket{{{TEAM}, replica_role!="follower"}}'
+    return [
+        _stat("GPU quota", "The team's nominal quota, per GPU resource.",
+              [_query(nominal, "{{resource}}", "A", True)], width=4),
+        _timeseries("GPUs in use", "GPUs of the team's admitted workloads, against its quota.",
+                    [_query(usage, "in use {{resource}}", "A"),
+                     _query(nominal, "quota {{resource}}", "B")], width=5),
+        _timeseries("Borrowed, and idle quota others may borrow",
+                    "Borrowed: what the team uses beyond its quota, from others' idle quota "
+                    "(reclaimed when they need it). Lendable: its idle quota, up to its "
+                    "lending limit; what other teams borrow comes from such quota.",
+                    [_query(f"clamp_min({usage} - {nominal}, 0)", "borrowed {{resource}}", "A"),
+                     _query(f"clamp_min({nominal} - {usage}, 0) < {lending} or "
+                            f"{lending} <= clamp_min({nominal} - {usage}, 0)",
+                            "lendable {{resource}}", "B")], width=5),
+        _timeseries("Pending workloads",
+                    "Workloads waiting for quota: active ones are tried again as quota frees; "
+                    "inadmissible ones wait for something to change (a flavor, a quota).",
+                    [_query(f'sum by (status) (kueue_pending_workloads{{{TEAM}, '
+                            f'replica_role!="follower"}})', "{{status}}", "A")], width=5),
+        _timeseries("Admission wait", "Time from a workload's creation (or requeue) to its "
+                    "admission, p50 and p95 over an hour.",
+                    [_query(f"histogram_quantile({q}, sum by (le) (rate({waits}[1h])))",
+                            f"p{round(q * 100)}", ref)
+                     for q, ref in ((0.5, "A"), (0.95, "B"))], unit="s", width=5),
+    ]
+
+
 def admission_webhooks(inputs: MonitoringInputs) -> list[str]:
     """The webhooks that refuse: every validating webhook the admission component registers."""
     adm = inputs.admission
@@ -228,10 +266,18 @@ def dashboard(inputs: MonitoringInputs) -> dict:
                                         f"label_values({NODE_ALLOCATABLE}, node)"))
                .with_variable(_variable("model", "GPU model",
                                         "label_values(DCGM_FI_DEV_GPU_UTIL, modelName)")))
+    rows: list[tuple[str, list, str | None]] = [(title, panels, None)
+                                                for title, panels in _rows(inputs)]
+    if inputs.teams is not None:
+        builder = builder.with_variable(_variable(
+            "team", "Team", 'label_values(kueue_cluster_queue_nominal_quota{replica_role!='
+                            '"follower"}, cluster_queue)'))
+        rows.append(("Team $team", team_panels(), "team"))
     panel_id = 0
-    for title, panels in _rows(inputs):
+    for title, panels, repeat in rows:
         panel_id += 1
-        builder = builder.with_row(board.Row(title).id(panel_id))
+        row = board.Row(title).id(panel_id)
+        builder = builder.with_row(row.repeat(repeat) if repeat else row)
         for panel in panels:
             panel_id += 1
             builder = builder.with_panel(panel.id(panel_id))

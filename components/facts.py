@@ -18,6 +18,10 @@ NVIDIA_DEVICE_CLASS_SUFFIX = "nvidia.com"
 # ServiceAccount (--use-service-account-credentials) or with the controller-manager's identity.
 DAEMONSET_CONTROLLERS = ("system:serviceaccount:kube-system:daemon-set-controller",
                          "system:kube-controller-manager")
+# Who creates a Job's pods: the controller-manager's Job controller, with its own ServiceAccount
+# or with the controller-manager's identity.
+JOB_CONTROLLERS = ("system:serviceaccount:kube-system:job-controller",
+                   "system:kube-controller-manager")
 # GPU Feature Discovery (deployed by the GPU Operator) labels every node with a GPU so.
 GPU_PRESENT_LABEL = ("nvidia.com/gpu.present", "true")
 # In audit mode, pods admitted against the rules carry this label (value "violation").

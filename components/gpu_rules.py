@@ -22,6 +22,7 @@ from . import kube
 from .facts import GPU_RESOURCE
 from .inputs import MonitoringInputs
 from .settings import claims_webhook, mutating_webhook
+from .teams import deployment_name
 
 COMPONENT = "monitoring"
 RULE_NAME = "gpu-platform"
@@ -248,6 +249,47 @@ def alert_rules(inputs: MonitoringInputs, certificate_not_after: int | None = No
     ]
 
 
+# Kueue's quota gauges, from the replica that decides (every replica serves metrics; a follower's
+# are not current). GPU resources only: the queues count nothing else.
+KUEUE_GPUS = 'resource=~"nvidia[.]com/.*", replica_role!="follower"'
+
+
+def kueue_series(metric: str, by: str = "cluster_queue, resource", where: str = "") -> str:
+    return f"sum by ({by}) (kueue_{metric}{{{KUEUE_GPUS}{where}}})"
+
+
+def team_alerts(inputs: MonitoringInputs) -> list[dict]:
+    """With teams on: Kueue down (then no pod can be created in a team namespace), and a team
+    whose GPU workloads wait although they would fit in its own quota (the GPUs it lent are not
+    being reclaimed, or its quota is more than the nodes hold)."""
+    teams = inputs.teams
+    if teams is None:
+        return []
+    alerts = inputs.monitoring.alerts
+    deployment = (f'namespace="{teams.namespace}", '
+                  f'deployment="{deployment_name(teams.release_name)}"')
+    pending = kueue_series("cluster_queue_resource_pending")
+    usage = kueue_series("cluster_queue_resource_usage")
+    nominal = kueue_series("cluster_queue_nominal_quota")
+    return [
+        _alert("KueueUnavailable",
+               f"kube_deployment_status_replicas_available{{{deployment}}} < 1",
+               alerts.unavailable_for, "critical", "Kueue is down",
+               f"No Kueue pod in {teams.namespace} has been available for "
+               f"{alerts.unavailable_for}: no pod can be created in a team namespace (Kueue's "
+               "webhooks fail closed), and no queued workload is admitted."),
+        _alert("GpuTeamWaitsWithQuotaUnused",
+               f"({pending} > 0) and on (cluster_queue, resource) "
+               f"({usage} + {pending} <= {nominal})",
+               alerts.pending_for, "warning",
+               "A team waits for GPUs within its own quota",
+               "Team {{ $labels.cluster_queue }} has had {{ $value }} {{ $labels.resource }} "
+               f"pending for {alerts.pending_for}, within its nominal quota: the GPUs it lent are "
+               "not being reclaimed, or its quota is more than the GPU nodes hold. See "
+               "`kubectl get workloads -A` and the Teams rows of the dashboard."),
+    ]
+
+
 def compaction_alerts(inputs: MonitoringInputs) -> list[dict]:
     """With compaction on: a compaction that has stopped running (its pod never placed, because
     the binpack scheduler is down, or its runs failing)."""
@@ -284,6 +326,6 @@ def prometheus_rule(inputs: MonitoringInputs, certificate_not_after: int | None 
         "spec": {"groups": [
             {"name": "gpu-platform",
              "rules": recording_rules(inputs) + alert_rules(inputs, certificate_not_after)
-                      + compaction_alerts(inputs)},
+                      + compaction_alerts(inputs) + team_alerts(inputs)},
         ]},
     }

@@ -29,6 +29,7 @@ from .settings import (
     ScoringStrategy,
     StackSettings,
     Taint,
+    TeamsSettings,
     kubernetes_version_field,
     mirror_field,
     mirrored,
@@ -161,6 +162,17 @@ class BinpackSchedulerInputs(PulledImages):
         return f"{self.mirrored('registry.k8s.io/kube-scheduler')}:v{self.kubernetes_version}"
 
 
+class AdmittedTeams(Model):
+    """The teams, as the admission policy keeps GPU pods in their queues."""
+
+    namespaces: dict[str, str] = Field(
+        description="Each team namespace, with its team (the Teams component's "
+                    "`teamNamespaces` output): a GPU pod there must come through Kueue.")
+    gpu_pods_outside_teams: Literal["refuse", "admit"] = Field(
+        default="refuse",
+        description="A GPU pod in a namespace of no team (`teams.gpuPodsOutsideTeams`).")
+
+
 class OpaAdmissionInputs(PulledImages):
     """The admission policy and OPA, with what the policy checks pods against: the binpack
     scheduler's name, the preemptible class, the GPU nodes' taints and names, and the
@@ -178,6 +190,9 @@ class OpaAdmissionInputs(PulledImages):
         description="The PriorityClass of preemptible GPU pods, when one is declared (the "
                     "BinpackScheduler component's `preemptibleClass` output).")
     gpu_nodes: GpuNodeFacts = gpu_nodes_field()
+    teams: AdmittedTeams | None = Field(
+        default=None,
+        description="The teams, when GPUs are shared through Kueue's queues.")
     trusted_namespaces: NamespaceNames = Field(
         default_factory=list,
         description="Namespaces of the platform's other components whose pods run on every "
@@ -230,6 +245,14 @@ class MonitoredCompaction(Model):
                                        "`namespace` output).")
 
 
+class MonitoredTeams(Model):
+    """Kueue and the teams' queues, as Monitoring scrapes them and alerts on them."""
+
+    namespace: str = Field(description="Kueue's namespace (the Teams component's `namespace` "
+                                       "output).")
+    release_name: str = Field(description="Kueue's Helm release (`teams.kueue.releaseName`).")
+
+
 class MonitoringInputs(PulledImages):
     """kube-prometheus-stack, the GPU dashboard, rules and alerts, with the components they
     watch."""
@@ -245,6 +268,7 @@ class MonitoringInputs(PulledImages):
     admission: MonitoredAdmission = Field(description="The admission webhooks and OPA.")
     compaction: MonitoredCompaction | None = Field(
         default=None, description="Compaction's CronJob, when compaction is on.")
+    teams: MonitoredTeams | None = Field(default=None, description="Kueue, when teams are on.")
     secret_values: bool = Field(
         default=False,
         description="Store the release's values as a secret: set it when "
@@ -276,6 +300,15 @@ class GpuCompactionInputs(PulledImages):
         return scored_resources(self.scoring_strategy, self.mig_resources)
 
 
+class TeamsInputs(PulledImages):
+    """Kueue and the teams' queues, with the GPU nodes' taints their flavors tolerate."""
+
+    teams: TeamsSettings = Field(
+        description="Teams that share the GPUs through Kueue: a quota and a queue per team "
+                    "(`enabled` is GpuPlatform's switch: this component always declares them).")
+    gpu_nodes: GpuNodeFacts = gpu_nodes_field()
+
+
 class GpuPlatformInputs(StackSettings):
     """The whole platform: every section of the stack settings, and which hold a secret."""
 
@@ -295,4 +328,5 @@ COMPONENT_INPUTS: dict[str, type[Model]] = {
     "OpaAdmission": OpaAdmissionInputs,
     "Monitoring": MonitoringInputs,
     "GpuCompaction": GpuCompactionInputs,
+    "Teams": TeamsInputs,
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.metadata
 import inspect
 import json
 from collections.abc import Sequence
@@ -238,20 +239,36 @@ class Component(pulumi.ComponentResource):
 
 
 def declare(obj: dict[str, Any], parent: Component,
-            depends_on: Sequence[pulumi.Resource] | None = None) -> pulumi.CustomResource:
-    """Declare one manifest as a resource that is a child of `parent`."""
-    opts = pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on or []))
+            depends_on: Sequence[pulumi.Resource] | None = None,
+            retain: bool = False) -> pulumi.CustomResource:
+    """Declare one manifest as a resource that is a child of `parent`; with `retain`, removing
+    it from the stack leaves the object in the cluster."""
+    opts = pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on or []),
+                                  retain_on_delete=retain or None)
     if immutable := _IMMUTABLE_FIELDS.get((obj["apiVersion"], obj["kind"])):
         opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
             replace_on_changes=immutable, delete_before_replace=True))
     fields = {_FIELD_ARGS.get(key, key): value for key, value in obj.items()
               if key not in ("apiVersion", "kind")}
     resource_class = _KINDS.get((obj["apiVersion"], obj["kind"]))
+    if resource_class is None and set(obj) - {"apiVersion", "kind", "metadata", "spec"}:
+        return _CustomResourceWithFields(parent.child_name(logical_name(obj)), obj, opts)
     if resource_class is None:
         return k8s.apiextensions.CustomResource(
             parent.child_name(logical_name(obj)), api_version=obj["apiVersion"],
             kind=obj["kind"], opts=opts, **fields)
     return resource_class(parent.child_name(logical_name(obj)), opts=opts, **fields)
+
+
+class _CustomResourceWithFields(pulumi.CustomResource):
+    """An object of a custom resource with fields beside `spec` (a WorkloadPriorityClass's
+    `value`), which pulumi-kubernetes' CustomResource does not take: the provider applies every
+    field it is given."""
+
+    def __init__(self, name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions):
+        version = pulumi.ResourceOptions(version=importlib.metadata.version("pulumi-kubernetes"))
+        super().__init__(f"kubernetes:{obj['apiVersion']}:{obj['kind']}", name, dict(obj),
+                         pulumi.ResourceOptions.merge(opts, version))
 
 
 def declare_all(objs: Sequence[dict], parent: Component,

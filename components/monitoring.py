@@ -12,6 +12,8 @@ from .facts import AUDIT_LABEL
 from .gpu_operator import DCGM_METRICS_PORT, DCGM_SERVICE_LABELS
 from .inputs import MonitoringInputs
 from .settings import STACK, Receiver
+from .teams import METRICS_PORT_NAME as TEAMS_METRICS_PORT
+from .teams import metrics_service_labels
 from .validation import Subject, args_subject, validated
 
 CHART = "kube-prometheus-stack"
@@ -203,6 +205,23 @@ def scheduler_service_monitor(inputs: MonitoringInputs) -> dict:
     })
 
 
+def kueue_service_monitor(inputs: MonitoringInputs) -> dict | None:
+    """With teams on: scrapes Kueue's metrics Service as the scheduler's, with Prometheus'
+    ServiceAccount token (Kueue checks it through the API server) and without verifying the
+    certificate Kueue makes itself."""
+    teams = inputs.teams
+    if teams is None:
+        return None
+    return scrape_monitor(inputs, "ServiceMonitor", "kueue", teams.namespace,
+                          metrics_service_labels(teams.release_name), {
+        "port": TEAMS_METRICS_PORT,
+        "scheme": "https",
+        "interval": inputs.monitoring.scrape_interval,
+        "bearerTokenFile": SERVICE_ACCOUNT_TOKEN,
+        "tlsConfig": {"insecureSkipVerify": True},
+    })
+
+
 def dashboard_config_map(inputs: MonitoringInputs) -> dict:
     return {
         "apiVersion": "v1",
@@ -269,6 +288,8 @@ class Monitoring(kube.Component):
         self.opa_monitor = kube.declare(opa_pod_monitor(inputs), self, [self.release])
         self.scheduler_monitor = kube.declare(scheduler_service_monitor(inputs), self,
                                               [self.release])
+        if kueue := kueue_service_monitor(inputs):
+            self.kueue_monitor = kube.declare(kueue, self, [self.release])
 
         self.grafana_url = f"http://{grafana_service(inputs)}.{mon.namespace}.svc:{GRAFANA_PORT}"
         self.grafana_port_forward = (f"kubectl -n {mon.namespace} port-forward "

@@ -26,11 +26,13 @@ from .facts import (
     DAEMONSET_CONTROLLERS,
     DEVICE_ANNOTATION_PREFIXES,
     DEVICE_HOST_PATHS,
+    JOB_CONTROLLERS,
     NVIDIA_DEVICE_CLASS_SUFFIX,
     PRIVILEGED_CAPABILITIES,
 )
 from .inputs import OpaAdmissionInputs
-from .settings import Taint
+from .settings import KUEUE_DEFAULT_QUEUE, Taint
+from .teams import ADMISSION_GATE, PODSET_LABEL
 from .validation import args_subject, validated
 
 COMPONENT = "admission"
@@ -103,6 +105,22 @@ def policy_params(inputs: OpaAdmissionInputs) -> dict:
         "maxGpuPodPriority": adm.max_gpu_pod_priority,
         # "" when the class is not declared: then no pod can name it.
         "preemptibleClass": inputs.preemptible_class or "",
+        "teams": team_params(inputs),
+    }
+
+
+def team_params(inputs: OpaAdmissionInputs) -> dict:
+    """What the policy keeps GPU pods in the teams' queues with: the team of each namespace,
+    what Kueue marks the pods it manages with, and who creates the pods of the Jobs it admits."""
+    teams = inputs.teams
+    return {
+        "enabled": teams is not None,
+        "namespaces": teams.namespaces if teams else {},
+        "gpuPodsOutsideTeams": teams.gpu_pods_outside_teams if teams else "admit",
+        "queue": KUEUE_DEFAULT_QUEUE,
+        "admissionGate": ADMISSION_GATE,
+        "podSetLabel": PODSET_LABEL,
+        "jobControllers": list(JOB_CONTROLLERS),
     }
 
 

@@ -9,12 +9,13 @@ from .kube import PACKAGE
 from .monitoring import Monitoring
 from .opa_admission import OpaAdmission
 from .platform import GpuPlatform
+from .teams import Teams
 
 # The release: `v<VERSION>` is the git tag that pins it (`pulumi package add <repo>@v<VERSION>`),
 # and CHANGELOG.md's newest release heading (docs/developers/releasing.md).
 VERSION = "0.1.0"
 
 COMPONENTS = [GpuPlatform, GpuNodes, GpuOperator, BinpackScheduler, OpaAdmission, Monitoring,
-              GpuCompaction]
+              GpuCompaction, Teams]
 
 __all__ = ["COMPONENTS", "PACKAGE", "VERSION"]

@@ -8,7 +8,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi.runtime import config as runtime_config
 
-from . import charts, cluster_version, gpu_operator, kube, monitoring
+from . import charts, cluster_version, gpu_operator, kube, monitoring, teams
+from .args import AdmittedTeams as AdmittedTeamsArgs
 from .args import (
     BinpackSchedulerArgs,
     GpuCompactionArgs,
@@ -17,11 +18,13 @@ from .args import (
     GpuPlatformArgs,
     MonitoringArgs,
     OpaAdmissionArgs,
+    TeamsArgs,
 )
 from .args import GpuNodeFacts as GpuNodeFactsArgs
 from .args import MonitoredAdmission as MonitoredAdmissionArgs
 from .args import MonitoredCompaction as MonitoredCompactionArgs
 from .args import MonitoredScheduler as MonitoredSchedulerArgs
+from .args import MonitoredTeams as MonitoredTeamsArgs
 from .args import Taint as TaintArgs
 from .binpack_scheduler import BinpackScheduler
 from .gpu_compaction import GpuCompaction
@@ -35,6 +38,7 @@ from .inputs import (
     GpuPlatformInputs,
     MonitoringInputs,
     OpaAdmissionInputs,
+    TeamsInputs,
 )
 from .monitoring import Monitoring
 from .opa_admission import OpaAdmission
@@ -46,6 +50,7 @@ from .settings import (
     load_settings,
     retired_settings,
 )
+from .teams import Teams
 from .validation import SettingsError, Subject, args_subject, validated
 
 # The config keys whose settings may hold secrets (free-form chart values, the Grafana password),
@@ -102,6 +107,7 @@ class ComponentArgs:
     admission: OpaAdmissionArgs
     monitoring: MonitoringArgs
     compaction: GpuCompactionArgs
+    teams: TeamsArgs
 
 
 def component_args(settings: StackSettings, secret_sections: Collection[str] = ()
@@ -115,7 +121,7 @@ def component_args(settings: StackSettings, secret_sections: Collection[str] = (
     gpu_nodes = GpuNodeFactsArgs(
         taints=[TaintArgs(**taint.model_dump()) for taint in nodes.taints],
         names=list(nodes.names) if nodes.tainted_by == "program" else None)
-    compaction = settings.compaction
+    compaction, teams = settings.compaction, settings.teams
     return ComponentArgs(
         gpu_nodes=GpuNodesArgs(gpu_nodes=dump(nodes)),
         gpu_operator=GpuOperatorArgs(
@@ -129,6 +135,9 @@ def component_args(settings: StackSettings, secret_sections: Collection[str] = (
             preemptible_class=(sched.preemptible_class.name
                                if sched.preemptible_class.enabled else None),
             gpu_nodes=gpu_nodes,
+            teams=(AdmittedTeamsArgs(namespaces=teams.team_namespaces,
+                                     gpu_pods_outside_teams=teams.gpu_pods_outside_teams)
+                   if teams.enabled else None),
             trusted_namespaces=[op.namespace, settings.monitoring.namespace], **mirror),
         monitoring=MonitoringArgs(
             monitoring=dump(settings.monitoring), kubernetes_version=settings.kubernetes_version,
@@ -141,12 +150,16 @@ def component_args(settings: StackSettings, secret_sections: Collection[str] = (
             compaction=(MonitoredCompactionArgs(name=compaction.name,
                                                 namespace=compaction.namespace)
                         if compaction.enabled else None),
+            teams=(MonitoredTeamsArgs(namespace=teams.kueue.namespace,
+                                      release_name=teams.kueue.release_name)
+                   if teams.enabled else None),
             secret_values="monitoring" in secret_sections, **mirror),
-        # Declared only when compaction.enabled.
+        # Declared only when compaction.enabled, and teams.enabled.
         compaction=GpuCompactionArgs(
             compaction=dump(compaction), scheduler_name=sched.name,
             scoring_strategy=dump(sched.scoring_strategy), mig_resources=op.mig.resources,
             **mirror),
+        teams=TeamsArgs(teams=dump(teams), gpu_nodes=gpu_nodes, **mirror),
     )
 
 
@@ -165,6 +178,7 @@ class ComponentInputs:
     admission: OpaAdmissionInputs
     monitoring: MonitoringInputs
     compaction: GpuCompactionInputs
+    teams: TeamsInputs
 
 
 def component_inputs(args: ComponentArgs) -> ComponentInputs:
@@ -177,7 +191,8 @@ def component_inputs(args: ComponentArgs) -> ComponentInputs:
         scheduler=inputs(BinpackSchedulerInputs, "BinpackScheduler", args.scheduler),
         admission=inputs(OpaAdmissionInputs, "OpaAdmission", args.admission),
         monitoring=inputs(MonitoringInputs, "Monitoring", args.monitoring),
-        compaction=inputs(GpuCompactionInputs, "GpuCompaction", args.compaction))
+        compaction=inputs(GpuCompactionInputs, "GpuCompaction", args.compaction),
+        teams=inputs(TeamsInputs, "Teams", args.teams))
 
 
 def check_chart_values(inputs: ComponentInputs, subject: Subject) -> None:
@@ -185,6 +200,8 @@ def check_chart_values(inputs: ComponentInputs, subject: Subject) -> None:
     that may not)."""
     gpu_operator.chart_values(inputs.gpu_operator, subject)
     monitoring.chart_values(inputs.monitoring, subject)
+    if inputs.teams.teams.enabled:
+        teams.chart_values(inputs.teams, subject)
 
 
 class GpuPlatform(kube.Component):
@@ -248,9 +265,12 @@ class GpuPlatform(kube.Component):
                                     child(self.nodes))
         self.scheduler = BinpackScheduler(self.child_name("binpack-scheduler"),
                                           components.scheduler, child())
+        # Kueue's webhooks answer before the policy sends GPU pods in team namespaces to them.
+        self.teams = (Teams(self.child_name("teams"), components.teams, child())
+                      if settings.teams.enabled else None)
         # Never force GPU pods onto a scheduler that is not running.
         self.admission = OpaAdmission(self.child_name("opa-admission"), components.admission,
-                                      child(self.scheduler))
+                                      child(self.scheduler, *([self.teams] if self.teams else [])))
         # The DCGM exporter Service the ServiceMonitor selects is created by the operator.
         monitored_admission: MonitoredAdmissionArgs = {
             **components.monitoring["admission"],
@@ -302,6 +322,8 @@ def required_images(inputs: ComponentInputs) -> list[str]:
         compaction_images.append(compaction.image(compaction.compaction.image))
         if compaction.compaction.plan_threshold:
             compaction_images.append(compaction.image(compaction.compaction.plan_image))
+    if (teams_ := inputs.teams).teams.enabled:
+        compaction_images.append(teams_.image(teams_.teams.kueue.image))
     operator = inputs.gpu_operator
     return sorted({inputs.scheduler.scheduler_image,
                    inputs.admission.image(inputs.admission.admission.opa), *compaction_images,
@@ -310,11 +332,12 @@ def required_images(inputs: ComponentInputs) -> list[str]:
 
 
 def required_charts(inputs: ComponentInputs) -> list[str]:
-    op, mon = inputs.gpu_operator.gpu_operator, inputs.monitoring.monitoring
-    return [charts.chart_reference(gpu_operator.CHART, op.chart_version, op.repository,
-                                   op.chart_path),
-            charts.chart_reference(monitoring.CHART, mon.chart_version, mon.repository,
-                                   mon.chart_path)]
+    releases = [(gpu_operator.CHART, inputs.gpu_operator.gpu_operator),
+                (monitoring.CHART, inputs.monitoring.monitoring)]
+    if inputs.teams.teams.enabled:
+        releases.append((teams.CHART, inputs.teams.teams.kueue))
+    return [charts.chart_reference(chart, release.chart_version, release.repository,
+                                   release.chart_path) for chart, release in releases]
 
 
 def check_cluster(settings: StackSettings) -> None:

@@ -58,6 +58,7 @@ SECTION_PAGES: dict[str, list[tuple[str, str]]] = {
     "monitoring": [("Monitoring concepts", "../concepts/monitoring.md"),
                    ("Dashboard and alerts", "monitoring.md")],
     "compaction": [("GPU compaction", "../concepts/compaction.md")],
+    "teams": [("Teams", "../concepts/teams.md"), ("Running teams", "teams.md")],
 }
 
 # Models written as one value in the stack file rather than as a section of their own.

@@ -8,6 +8,7 @@ import pytest
 from test_settings import MINIMAL, with_changes
 
 import harness
+from components.settings import KUEUE_API
 
 COMPONENT = "gpu-platform:index:"
 K8S = "kubernetes:"
@@ -96,6 +97,20 @@ EXPECTED = [
      f"{COMPONENT}Monitoring"),
     (f"{K8S}monitoring.coreos.com/v1:ServiceMonitor", "monitoring/gpu-binpack-scheduler",
      f"{COMPONENT}Monitoring"),
+    (f"{K8S}monitoring.coreos.com/v1:ServiceMonitor", "monitoring/kueue", f"{COMPONENT}Monitoring"),
+    (f"{COMPONENT}Teams", "teams", f"{COMPONENT}GpuPlatform"),
+    (f"{K8S}core/v1:Namespace", "kueue-system", f"{COMPONENT}Teams"),
+    (f"{K8S}core/v1:ResourceQuota", "kueue-system/critical-pods", f"{COMPONENT}Teams"),
+    (f"{K8S}helm.sh/v3:Release", "kueue", f"{COMPONENT}Teams"),
+    (f"{K8S}{KUEUE_API}:ResourceFlavor", "gpu", f"{COMPONENT}Teams"),
+    (f"{K8S}{KUEUE_API}:WorkloadPriorityClass", "team-high", f"{COMPONENT}Teams"),
+    (f"{K8S}{KUEUE_API}:WorkloadPriorityClass", "team-low", f"{COMPONENT}Teams"),
+    (f"{K8S}{KUEUE_API}:ClusterQueue", "research", f"{COMPONENT}Teams"),
+    (f"{K8S}{KUEUE_API}:ClusterQueue", "vision", f"{COMPONENT}Teams"),
+    *[(f"{K8S}core/v1:Namespace", namespace, f"{COMPONENT}Teams")
+      for namespace in ("research", "vision", "vision-serving")],
+    *[(f"{K8S}{KUEUE_API}:LocalQueue", f"{namespace}/default", f"{COMPONENT}Teams")
+      for namespace in ("research", "vision", "vision-serving")],
 ]
 
 
@@ -139,6 +154,7 @@ WEBHOOK = (f"{K8S}admissionregistration.k8s.io/v1:ValidatingWebhookConfiguration
            "gpu-platform-admission")
 KPS = (f"{K8S}helm.sh/v3:Release", "kube-prometheus-stack")
 OPERATOR = (f"{K8S}helm.sh/v3:Release", "gpu-operator")
+KUEUE = (f"{K8S}helm.sh/v3:Release", "kueue")
 OPA_NOT_READY = "a webhook registered before OPA answers rejects or stalls pod creation"
 
 EDGES = [
@@ -163,6 +179,13 @@ EDGES = [
                          "monitoring/gpu-platform"))],
     ((f"{K8S}monitoring.coreos.com/v1:ServiceMonitor", "monitoring/nvidia-dcgm-exporter"),
      OPERATOR, "the DCGM exporter Service it selects is created by the operator"),
+    ((f"{K8S}{KUEUE_API}:ResourceFlavor", "gpu"), KUEUE,
+     "Kueue's CRDs and webhooks come with its chart: applying a flavor asks its webhooks, so "
+     "`pulumi up` stops there when the API server cannot reach Kueue"),
+    *[((f"{K8S}{KUEUE_API}:LocalQueue", f"{ns}/default"), (f"{K8S}core/v1:Namespace", ns),
+       "a team's queue lives in its namespace") for ns in ("research", "vision")],
+    (WEBHOOK, (f"{K8S}{KUEUE_API}:ResourceFlavor", "gpu"),
+     "the policy sends team namespaces' GPU pods through Kueue: its webhooks answer first"),
 ]
 
 
@@ -255,12 +278,13 @@ def test_generated_grafana_password_fills_the_admin_secret(example_run):
     assert len(password) == generated.inputs["length"] >= 32
 
 
-def test_minimal_stack_declares_the_whole_platform_but_compaction():
-    """Compaction evicts running pods, so a stack has it only when it asks for it."""
+def test_minimal_stack_declares_the_whole_platform_but_compaction_and_teams():
+    """Compaction evicts running pods, and teams put every GPU pod in a queue, so a stack has
+    them only when it asks for them."""
     recording = harness.run_program(harness.stack_file_config(MINIMAL))
     components = {r.type for r in recording.registrations if r.type.startswith(COMPONENT)}
     assert components == {t for t, _, _ in EXPECTED if t.startswith(COMPONENT)} - {
-        f"{COMPONENT}GpuCompaction"}
+        f"{COMPONENT}GpuCompaction", f"{COMPONENT}Teams"}
 
 
 # --- secrets in settings ----------------------------------------------------------------------

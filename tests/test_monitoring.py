@@ -13,7 +13,7 @@ from pathlib import Path
 import promql_parser
 import pytest
 import yaml
-from test_settings import raw, with_changes
+from test_settings import TEAMS, raw, with_changes
 
 import tools
 from components import dashboard, gpu_rules, monitoring
@@ -21,11 +21,12 @@ from components.settings import load_settings
 from harness import monitoring_of
 
 FIXTURES = Path(__file__).parent / "fixtures"
-SETTINGS = load_settings(raw(with_changes()))
+# Teams on, so that Kueue's series are read too.
+SETTINGS = load_settings(raw(with_changes(teams=TEAMS)))
 WITH_COMPACTION = load_settings(raw(with_changes(compaction={"enabled": True})))
 
 # Grafana replaces these before a query reaches Prometheus.
-GRAFANA_VARIABLES = {"$namespace": ".*", "$node": ".*", "$model": ".*"}
+GRAFANA_VARIABLES = {"$namespace": ".*", "$node": ".*", "$model": ".*", "$team": "research"}
 
 
 @pytest.fixture(scope="module")
@@ -306,6 +307,44 @@ def test_a_critical_pods_quota_nearly_full_is_reported(promtool_bin, tmp_path):
                                             *quota("gpu-scheduler", 5, 5, name="other")],
          "alert_rule_test": [fires("GpuPlatformQuotaNearlyFull", "20m", [])]},
     ])
+
+
+def kueue(metric: str, team: str, value: str, role: str = "leader", **labels: str) -> dict:
+    """A Kueue gauge of a team's ClusterQueue, for nvidia.com/gpu unless said otherwise."""
+    labels = {"cluster_queue": team, "resource": "nvidia.com/gpu", **labels}
+    text = ", ".join(f'{k}="{v}"' for k, v in labels.items())
+    return {"series": f'kueue_{metric}{{{text}, replica_role="{role}"}}', "values": value}
+
+
+def test_a_team_waiting_within_its_own_quota_is_reported(promtool_bin, tmp_path):
+    """Research (quota 5) has 2 GPUs pending while it uses 2: they would fit, so after the
+    pending duration the alert fires. Vision's pending 3 on top of 2 in use exceeds its quota
+    of 3 (it waits to borrow: nothing is wrong), and a follower's stale gauges do not count."""
+    waiting = [kueue("cluster_queue_nominal_quota", "research", "5x30", flavor="gpu"),
+               kueue("cluster_queue_resource_usage", "research", "2x30", flavor="gpu"),
+               kueue("cluster_queue_resource_pending", "research", "2x30"),
+               kueue("cluster_queue_nominal_quota", "vision", "3x30", flavor="gpu"),
+               kueue("cluster_queue_resource_usage", "vision", "2x30", flavor="gpu"),
+               kueue("cluster_queue_resource_pending", "vision", "3x30"),
+               kueue("cluster_queue_resource_pending", "vision", "1x30", role="follower")]
+    run_promtool_tests(promtool_bin, tmp_path, [
+        {"interval": "1m", "input_series": waiting,
+         "alert_rule_test": [fires("GpuTeamWaitsWithQuotaUnused", "14m", []),
+                             fires("GpuTeamWaitsWithQuotaUnused", "15m", [{
+                                 "cluster_queue": "research", "resource": "nvidia.com/gpu",
+                                 "severity": "warning"}])]}])
+
+
+def test_kueue_down_is_critical(promtool_bin, tmp_path):
+    available = 'kube_deployment_status_replicas_available{namespace="kueue-system", ' \
+                'deployment="kueue-controller-manager"}'
+    run_promtool_tests(promtool_bin, tmp_path, [
+        {"interval": "1m", "input_series": [{"series": available, "values": "2x20"}],
+         "alert_rule_test": [fires("KueueUnavailable", "10m", [])]},
+        {"interval": "1m", "input_series": [{"series": available, "values": "0x20"}],
+         "alert_rule_test": [fires("KueueUnavailable", "5m", [{
+             "namespace": "kueue-system", "deployment": "kueue-controller-manager",
+             "severity": "critical"}])]}])
 
 
 def test_thresholds_are_stack_settings(promtool_bin, tmp_path):

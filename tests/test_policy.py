@@ -9,11 +9,11 @@ import subprocess
 
 import jsonpatch
 import pytest
-from test_settings import with_changes
+from test_settings import TEAMS, with_changes
 
 import harness
-from components import opa_admission
-from components.facts import AUDIT_LABEL
+from components import opa_admission, teams
+from components.facts import AUDIT_LABEL, JOB_CONTROLLERS
 from policy_harness import (
     K8S,
     MODES,
@@ -692,3 +692,83 @@ def test_claims_on_a_listed_device_class_are_admitted(opa_bin, tmp_path_factory)
     assert decide(opa_bin, listed, narrowed)["allowed"] is True
     gpu = claim(requests_of({"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}))
     assert decide(opa_bin, listed, gpu)["allowed"] is False
+
+
+# --- teams: a team's GPUs only through its queue ------------------------------------------------
+
+TEAM_NAMESPACE = "research"
+KUEUE_GATE = {"schedulingGates": [{"name": teams.ADMISSION_GATE}]}
+KUEUE_CONTROLLER = "system:serviceaccount:kueue-system:kueue-controller-manager"
+
+
+@pytest.fixture(scope="module")
+def deployed_teams(tmp_path_factory):
+    """Teams on, and GPU pods outside their namespaces refused (the default)."""
+    return deployed_for(tmp_path_factory, kubernetesVersion="1.35.10", teams=TEAMS)
+
+
+def team_pod(spec: dict, **kwargs) -> dict:
+    return review(spec, namespace=TEAM_NAMESPACE, **kwargs)
+
+
+def gated(spec: dict) -> dict:
+    """A pod as Kueue's webhook leaves it: held by its admission gate, labelled as managed."""
+    return {**spec, **KUEUE_GATE}
+
+
+def test_a_gpu_pod_in_a_team_namespace_outside_its_queue_is_refused_naming_the_queue(
+        opa_bin, deployed_teams):
+    response = decide(opa_bin, deployed_teams, team_pod(binpack(container(limits=GPU))))
+    assert not response["allowed"]
+    message = response["status"]["message"]
+    assert 'namespace "research" of team "research"' in message
+    assert "LocalQueue research/default" in message
+    # In audit mode it is admitted, with the same words as a warning.
+    audited = decide(opa_bin, deployed_teams, team_pod(binpack(container(limits=GPU))),
+                     mode="audit")
+    assert audited["allowed"] and any("LocalQueue research/default" in w
+                                      for w in audited["warnings"])
+
+
+def test_a_pod_kueue_holds_for_the_teams_quota_is_admitted_without_a_toleration_hint(
+        opa_bin, deployed_teams):
+    """Kueue gives the pods it admits the flavor's tolerations of the GPU taint itself."""
+    spec = gated({"schedulerName": BINPACK, "containers": [container(limits=GPU)]})
+    response = decide(opa_bin, deployed_teams, team_pod(spec))
+    assert response == {"uid": response["uid"], "allowed": True}
+
+
+def test_the_pods_of_a_job_kueue_admitted_are_admitted_and_a_forged_one_is_not(
+        opa_bin, deployed_teams):
+    admitted = {"labels": {teams.PODSET_LABEL: "main"}}
+    spec = binpack(container(limits=GPU))
+    from_controller = team_pod(spec, metadata=admitted, user=JOB_CONTROLLERS[0])
+    assert decide(opa_bin, deployed_teams, from_controller)["allowed"]
+    # The same labels on a pod a user creates prove nothing.
+    forged = team_pod(spec, metadata=admitted)
+    assert not decide(opa_bin, deployed_teams, forged)["allowed"]
+
+
+def test_kueue_letting_a_pod_go_is_admitted(opa_bin, deployed_teams):
+    """At admission Kueue removes its gate and adds the flavor's node labels and tolerations."""
+    old = gated({"schedulerName": BINPACK, "containers": [container(limits=GPU)]})
+    new = {**binpack(container(limits=GPU)), "nodeSelector": {"nvidia.com/gpu.present": "true"}}
+    request_ = team_pod(new, operation="UPDATE", old_spec=old, user=KUEUE_CONTROLLER)
+    assert decide(opa_bin, deployed_teams, request_)["allowed"]
+
+
+def test_a_gpu_pod_in_a_namespace_of_no_team_is_refused_or_admitted_as_the_stack_says(
+        opa_bin, deployed_teams, deployed):
+    pod = review(binpack(container(limits=GPU)), namespace="team-a")
+    refused = decide(opa_bin, deployed_teams, pod)
+    assert not refused["allowed"]
+    assert 'namespace "team-a", which belongs to no team' in refused["status"]["message"]
+    assert "(research, vision)" in refused["status"]["message"]
+    # The example stack admits them during a migration.
+    assert deployed["settings"].teams.gpu_pods_outside_teams == "admit"
+    assert decide(opa_bin, deployed, pod)["allowed"]
+
+
+def test_a_pod_without_gpus_in_a_team_namespace_needs_no_queue(opa_bin, deployed_teams):
+    cpu = team_pod({"containers": [container(requests=CPU)]})
+    assert decide(opa_bin, deployed_teams, cpu)["allowed"]

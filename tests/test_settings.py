@@ -34,8 +34,50 @@ def raw(settings: dict) -> dict:
     return {key: harness.engine_value(value) for key, value in settings.items()}
 
 
+# Two teams on the minimal stack's one GPU node, of 8 GPUs.
+TEAMS = {"enabled": True, "teams": [
+    {"name": "research", "namespaces": ["research"], "quota": {"gpu": {"nvidia.com/gpu": 5}}},
+    {"name": "vision", "namespaces": ["vision"], "quota": {"gpu": {"nvidia.com/gpu": 3}}}]}
+
+
+def with_team(**changes) -> dict:
+    """TEAMS with the first team changed."""
+    teams = copy.deepcopy(TEAMS)
+    teams["teams"][0] |= changes
+    return teams
+
+
 # (case id, settings, the setting named, a fragment of the value shown, a fragment of "allowed")
 MISTAKES = [
+    ("teams on a Kubernetes Kueue does not support",
+     with_changes(kubernetesVersion="1.33.5", teams=TEAMS),
+     "gpu-platform:teams.enabled", "true", "kubernetesVersion 1.34.0 or newer"),
+    ("teams on without a team", with_changes(teams={"enabled": True}),
+     "gpu-platform:teams.teams", "[]", "at least one team"),
+    ("quotas above what the named GPU nodes hold",
+     with_changes(gpuNodes={"names": ["gpu-node-1"], "gpusPerNode": 4}, teams=TEAMS),
+     "gpu-platform:teams.teams", "8", "quotas that add up to 4 or less"),
+    ("a namespace in two teams",
+     with_changes(teams=with_team(namespaces=["research", "vision"])),
+     "gpu-platform:teams.teams[1].namespaces", '"vision"', "each namespace in one team"),
+    ("a team namespace the webhook never sees",
+     with_changes(teams=TEAMS, admission={"exemptNamespaces": ["research"]}),
+     "gpu-platform:teams.teams[0].namespaces", '"research"', "a namespace of the team's own"),
+    ("a quota of CPUs", with_changes(teams=with_team(quota={"gpu": {"cpu": 8}})),
+     "gpu-platform:teams.teams[0].quota.gpu.cpu", "8", "NVIDIA's resources"),
+    ("a quota on a flavor that does not exist",
+     with_changes(teams=with_team(quota={"h100": {"nvidia.com/gpu": 2}})),
+     "gpu-platform:teams.teams[0].quota.h100", "2", "one of gpu"),
+    ("lending more than the quota",
+     with_changes(teams=with_team(lendingLimit={"gpu": {"nvidia.com/gpu": 9}})),
+     "gpu-platform:teams.teams[0].lendingLimit.gpu.nvidia.com/gpu", "9", "0..5"),
+    ("a MIG quota without the mixed strategy",
+     with_changes(teams=with_team(quota={"gpu": {"nvidia.com/mig-1g.10gb": 4}})),
+     "gpu-platform:teams.teams[0].quota.gpu.nvidia.com/mig-1g.10gb", "4",
+     "mixed MIG strategy is off"),
+    ("GPU pods outside teams neither refused nor admitted",
+     with_changes(teams={**TEAMS, "gpuPodsOutsideTeams": "ignore"}),
+     "gpu-platform:teams.gpuPodsOutsideTeams", '"ignore"', "'refuse' or 'admit'"),
     ("kubernetes version missing", with_changes(kubernetesVersion=None),
      "gpu-platform:kubernetesVersion", "required", ""),
     ("kubernetes too old", with_changes(kubernetesVersion="1.29.9"),

@@ -110,6 +110,7 @@ toleration_patch := [{"op": "add", "path": "/spec/tolerations", "value": missing
 missing_tolerations := [toleration_for(taint) |
 	is_create
 	gpu_pod
+	not kueue_managed
 	some taint in params.gpuTaints
 	not tolerated(pod_spec, taint)
 ]
@@ -578,6 +579,51 @@ nvidia_class(name) if {
 	endswith(name, suffix)
 }
 
+# --- teams: a team's GPUs are reached only through its queue -------------------------------------
+
+# A pod Kueue holds until it admits it against its team's quota (a bare pod, and the pods of
+# Deployments, StatefulSets and LeaderWorkerSets), or one the Job controller creates for a
+# workload Kueue admitted (Jobs, JobSets: Kueue writes the admission into the Job's template).
+kueue_managed if {
+	some gate in array_at(pod_spec, "schedulingGates")
+	gate.name == params.teams.admissionGate
+}
+
+kueue_managed if {
+	input.request.userInfo.username in params.teams.jobControllers
+	object.get(object.get(input.request.object.metadata, "labels", {}), params.teams.podSetLabel, "") != ""
+}
+
+violations contains {
+	"rule": "team-queue",
+	"fixable": false,
+	"message": sprintf(
+		"pod %q requests %s in namespace %q of team %q without going through the team's queue, so no quota would count it: submit it through Kueue, to the LocalQueue %s/%s (every Job, JobSet, Deployment, StatefulSet and pod of the namespace that names no other queue goes there)",
+		[pod_name, concat(", ", sort(requested_gpu_resources)), input.request.namespace, owner, input.request.namespace, params.teams.queue],
+	),
+} if {
+	is_create
+	gpu_pod
+	params.teams.enabled
+	owner := params.teams.namespaces[input.request.namespace]
+	not kueue_managed
+}
+
+violations contains {
+	"rule": "team-namespace",
+	"fixable": false,
+	"message": sprintf(
+		"pod %q requests %s in namespace %q, which belongs to no team: GPU pods run in the namespaces of a team (%s), whose quota counts them",
+		[pod_name, concat(", ", sort(requested_gpu_resources)), input.request.namespace, concat(", ", sort(object.keys(params.teams.namespaces)))],
+	),
+} if {
+	is_create
+	gpu_pod
+	params.teams.enabled
+	params.teams.gpuPodsOutsideTeams == "refuse"
+	not params.teams.namespaces[input.request.namespace]
+}
+
 # --- hints: not violations, but a pod that would never run --------------------------------------
 
 hints contains sprintf(
@@ -586,6 +632,7 @@ hints contains sprintf(
 ) if {
 	is_create
 	gpu_pod
+	not kueue_managed
 	some taint in params.gpuTaints
 	not tolerated(pod_spec, taint)
 }
