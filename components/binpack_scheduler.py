@@ -9,7 +9,6 @@ from . import kube
 from .args import BinpackSchedulerArgs
 from .inputs import BinpackSchedulerInputs
 from .settings import ResourceWeight, ScoringStrategy
-from .validation import args_subject, validated
 
 COMPONENT = "scheduler"
 CONFIG_DIR = "/etc/kubernetes/gpu-binpack-scheduler"
@@ -279,7 +278,7 @@ class BinpackScheduler(kube.Component):
 
     def __init__(self, name: str, args: BinpackSchedulerArgs,
                  opts: pulumi.ResourceOptions | None = None):
-        inputs = validated(BinpackSchedulerInputs, args, args_subject("BinpackScheduler"))
+        inputs = self.inputs(BinpackSchedulerInputs, args)
         super().__init__(name, opts)
         objects = scheduler_objects(inputs)
         namespace = kube.declare(objects[0], self)

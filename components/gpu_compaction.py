@@ -17,7 +17,6 @@ from .args import GpuCompactionArgs
 from .binpack_scheduler import scoring_strategy
 from .facts import GPU_RESOURCE
 from .inputs import GpuCompactionInputs
-from .validation import args_subject, validated
 
 COMPONENT = "compaction"
 POLICY_DIR = "/policy-dir"
@@ -210,7 +209,7 @@ class GpuCompaction(kube.Component):
 
     def __init__(self, name: str, args: GpuCompactionArgs,
                  opts: pulumi.ResourceOptions | None = None):
-        inputs = validated(GpuCompactionInputs, args, args_subject("GpuCompaction"))
+        inputs = self.inputs(GpuCompactionInputs, args)
         super().__init__(name, opts)
         objects = compaction_objects(inputs)
         namespace = kube.declare(objects[0], self)

@@ -13,7 +13,6 @@ import pulumi
 from . import kube
 from .args import GpuNodesArgs
 from .inputs import GpuNodesInputs
-from .validation import args_subject, validated
 
 # Field manager of the node patches, so `kubectl get node -o yaml --show-managed-fields` shows
 # which fields the platform owns.
@@ -48,7 +47,7 @@ class GpuNodes(kube.Component):
 
     def __init__(self, name: str, args: GpuNodesArgs,
                  opts: pulumi.ResourceOptions | None = None):
-        inputs = validated(GpuNodesInputs, args, args_subject("GpuNodes"))
+        inputs = self.inputs(GpuNodesInputs, args)
         super().__init__(name, opts)
         nodes = inputs.gpu_nodes
         self.patches = [kube.declare(node_patch(inputs, node), self) for node in nodes.names]

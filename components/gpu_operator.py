@@ -10,7 +10,7 @@ from .args import GpuOperatorArgs
 from .facts import GPU_RESOURCE
 from .inputs import GpuOperatorInputs
 from .settings import STACK, to_snake
-from .validation import Subject, args_subject, validated
+from .validation import Subject
 
 CHART = "gpu-operator"
 COMPONENT = "gpu-operator"
@@ -237,9 +237,8 @@ class GpuOperator(kube.Component):
 
     def __init__(self, name: str, args: GpuOperatorArgs,
                  opts: pulumi.ResourceOptions | None = None):
-        subject = args_subject("GpuOperator")
-        inputs = validated(GpuOperatorInputs, args, subject)
-        values = chart_values(inputs, subject)
+        inputs = self.inputs(GpuOperatorInputs, args)
+        values = chart_values(inputs, self.args_subject())
         super().__init__(name, opts)
         op = inputs.gpu_operator
         namespace = kube.declare(operator_namespace(inputs), self)

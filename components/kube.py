@@ -15,6 +15,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
+from .validation import Subject, Validated, args_subject, validated
+
 PART_OF = "gpu-platform"
 
 # Typed classes for the built-in kinds the program declares; anything else (custom resources
@@ -236,6 +238,16 @@ class Component(pulumi.ComponentResource):
     def child_name(self, name: str) -> str:
         """The logical name of a child of this component."""
         return self._child_prefix + name
+
+    @classmethod
+    def args_subject(cls) -> Subject:
+        """The component's args, as errors name them."""
+        return args_subject(cls.__name__)
+
+    @classmethod
+    def inputs(cls, model: type[Validated], args: Any) -> Validated:
+        """`args` validated as `model` (before anything is registered), or SettingsError."""
+        return validated(model, args, cls.args_subject())
 
 
 def declare(obj: dict[str, Any], parent: Component,

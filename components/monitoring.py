@@ -14,7 +14,7 @@ from .inputs import MonitoringInputs
 from .settings import STACK, Receiver
 from .teams import METRICS_PORT_NAME as TEAMS_METRICS_PORT
 from .teams import metrics_service_labels
-from .validation import Subject, args_subject, validated
+from .validation import Subject
 
 CHART = "kube-prometheus-stack"
 COMPONENT = "monitoring"
@@ -259,9 +259,8 @@ class Monitoring(kube.Component):
 
     def __init__(self, name: str, args: MonitoringArgs,
                  opts: pulumi.ResourceOptions | None = None):
-        subject = args_subject("Monitoring")
-        inputs = validated(MonitoringInputs, args, subject)
-        values = chart_values(inputs, subject)
+        inputs = self.inputs(MonitoringInputs, args)
+        values = chart_values(inputs, self.args_subject())
         super().__init__(name, opts)
         mon = inputs.monitoring
         namespace = kube.declare(kube.namespace(mon.namespace, "privileged", COMPONENT), self)

@@ -33,7 +33,6 @@ from .facts import (
 from .inputs import OpaAdmissionInputs
 from .settings import KUEUE_DEFAULT_QUEUE, Taint
 from .teams import ADMISSION_GATE, PODSET_LABEL
-from .validation import args_subject, validated
 
 COMPONENT = "admission"
 POLICY_DIR = Path(__file__).resolve().parent.parent / "policy"
@@ -492,7 +491,7 @@ class OpaAdmission(kube.Component):
 
     def __init__(self, name: str, args: OpaAdmissionArgs,
                  opts: pulumi.ResourceOptions | None = None):
-        inputs = validated(OpaAdmissionInputs, args, args_subject("OpaAdmission"))
+        inputs = self.inputs(OpaAdmissionInputs, args)
         super().__init__(name, opts)
         adm = inputs.admission
         certs = adm.certificate

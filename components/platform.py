@@ -45,13 +45,12 @@ from .opa_admission import OpaAdmission
 from .settings import (
     CONFIG_NAMESPACE,
     STACK,
-    Model,
     StackSettings,
     load_settings,
     retired_settings,
 )
 from .teams import Teams
-from .validation import SettingsError, Subject, args_subject, validated
+from .validation import SettingsError, Subject
 
 # The config keys whose settings may hold secrets (free-form chart values, the Grafana password),
 # with the inputs that then carry them: those Helm releases' values, marked secret as a whole.
@@ -182,17 +181,15 @@ class ComponentInputs:
 
 
 def component_inputs(args: ComponentArgs) -> ComponentInputs:
-    def inputs(model: type[Model], component: str, value: Any) -> Any:
-        return validated(model, value, args_subject(component))
-
+    """Each component's args validated as the component validates them."""
     return ComponentInputs(
-        gpu_nodes=inputs(GpuNodesInputs, "GpuNodes", args.gpu_nodes),
-        gpu_operator=inputs(GpuOperatorInputs, "GpuOperator", args.gpu_operator),
-        scheduler=inputs(BinpackSchedulerInputs, "BinpackScheduler", args.scheduler),
-        admission=inputs(OpaAdmissionInputs, "OpaAdmission", args.admission),
-        monitoring=inputs(MonitoringInputs, "Monitoring", args.monitoring),
-        compaction=inputs(GpuCompactionInputs, "GpuCompaction", args.compaction),
-        teams=inputs(TeamsInputs, "Teams", args.teams))
+        gpu_nodes=GpuNodes.inputs(GpuNodesInputs, args.gpu_nodes),
+        gpu_operator=GpuOperator.inputs(GpuOperatorInputs, args.gpu_operator),
+        scheduler=BinpackScheduler.inputs(BinpackSchedulerInputs, args.scheduler),
+        admission=OpaAdmission.inputs(OpaAdmissionInputs, args.admission),
+        monitoring=Monitoring.inputs(MonitoringInputs, args.monitoring),
+        compaction=GpuCompaction.inputs(GpuCompactionInputs, args.compaction),
+        teams=Teams.inputs(TeamsInputs, args.teams))
 
 
 def check_chart_values(inputs: ComponentInputs, subject: Subject) -> None:
@@ -236,8 +233,8 @@ class GpuPlatform(kube.Component):
 
     def __init__(self, name: str, args: GpuPlatformArgs,
                  opts: pulumi.ResourceOptions | None = None):
-        subject = args_subject("GpuPlatform")
-        settings = validated(GpuPlatformInputs, args, subject)
+        subject = self.args_subject()
+        settings = self.inputs(GpuPlatformInputs, args)
         # Every component's inputs and chart values are checked before anything is registered,
         # so bad args leave the run with nothing declared.
         components = component_args(settings, settings.secret_sections)

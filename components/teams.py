@@ -19,7 +19,7 @@ from .args import TeamsArgs
 from .facts import GPU_PRESENT_LABEL
 from .inputs import TeamsInputs
 from .settings import KUEUE_API, KUEUE_DEFAULT_QUEUE, STACK, Quota, TeamSettings
-from .validation import Subject, args_subject, validated
+from .validation import Subject
 
 CHART = "kueue"
 COMPONENT = "teams"
@@ -34,9 +34,6 @@ LEASE = "c1f6bfd2.kueue.x-k8s.io"
 # LeaderWorkerSet) start when their CRDs appear.
 FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset", "leaderworkerset.x-k8s.io/leaderworkerset",
               "pod", "deployment", "statefulset")
-# Topology-aware scheduling picks nodes itself and pins pods to them with a nodeSelector, which
-# would override the binpack scheduler's packing: off.
-FEATURE_GATES = {"TopologyAwareScheduling": False}
 # What Kueue puts on the pods it manages, and what the Job controller's pods of a workload it
 # admitted carry (the admission policy reads both).
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
@@ -89,7 +86,6 @@ def kueue_configuration(inputs: TeamsInputs) -> dict:
         # CPU and memory are not counted: only the GPU resources the queues declare are.
         "resources": {"quotaCheckStrategy": "IgnoreUndeclared"},
         "integrations": {"frameworks": list(FRAMEWORKS)},
-        "featureGates": dict(FEATURE_GATES),
     }
 
 
@@ -98,7 +94,6 @@ def chart_values(inputs: TeamsInputs, subject: Subject = STACK) -> dict:
     generated = {
         "controllerManager": {
             "replicas": kueue.replicas,
-            "featureGates": [{"name": name, "enabled": on} for name, on in FEATURE_GATES.items()],
             "manager": {
                 "image": {"repository": inputs.mirrored(kueue.image.repository),
                           "tag": kueue.image.tag, "pullPolicy": "IfNotPresent"},
@@ -122,7 +117,10 @@ def quota_resources(quota: Quota) -> list[str]:
 
 def resource_flavor(inputs: TeamsInputs, name: str, node_labels: dict[str, str]) -> dict:
     """A flavor of GPU node: its labels (every GPU node's, and the flavor's own), and the
-    tolerations of the GPU taints, which Kueue gives the pods it admits on it."""
+    tolerations of the GPU taints, which Kueue gives the pods it admits on it. It names no
+    topology: Kueue's topology-aware scheduling, which picks nodes itself and pins pods to them
+    with a nodeSelector (overriding the binpack scheduler's packing), acts only on flavors that
+    do."""
     return {
         "apiVersion": KUEUE_API, "kind": "ResourceFlavor",
         "metadata": {"name": name, "labels": kube.labels(name, COMPONENT)},
@@ -201,9 +199,8 @@ class Teams(kube.Component):
 
     def __init__(self, name: str, args: TeamsArgs,
                  opts: pulumi.ResourceOptions | None = None):
-        subject = args_subject("Teams")
-        inputs = validated(TeamsInputs, args, subject)
-        values = chart_values(inputs, subject)
+        inputs = self.inputs(TeamsInputs, args)
+        values = chart_values(inputs, self.args_subject())
         super().__init__(name, opts)
         teams, kueue = inputs.teams, inputs.teams.kueue
         namespace = kube.declare(kube.namespace(kueue.namespace, "restricted", COMPONENT), self)

@@ -14,7 +14,7 @@ import harness
 import tools
 from components import binpack_scheduler, dashboard, gpu_operator, monitoring, opa_admission
 from components.facts import GPU_RESOURCE, resource_matches
-from components.settings import load_settings
+from components.settings import KueueSettings, load_settings
 from harness import monitoring_of, operator_of
 
 K8S = "kubernetes:"
@@ -220,3 +220,10 @@ def test_audit_label_agrees_between_policy_metrics_and_dashboard(run):
     assert f"pods=[{label}]" in values["kube-state-metrics"]["metricLabelsAllowlist"]
     exprs = " ".join(dashboard.queries(dashboard.dashboard(monitoring_of(settings))))
     assert "label_" + re.sub(r"[^a-zA-Z0-9]", "_", label) in exprs
+
+
+def test_kueues_chart_and_image_are_the_same_release():
+    """The chart deploys the image of its own appVersion unless told otherwise; the platform
+    sets the image, and tests/tools.py builds that version: they must be one release."""
+    kueue = KueueSettings()
+    assert kueue.image.tag == f"v{kueue.chart_version}"

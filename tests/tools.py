@@ -23,7 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import harness  # noqa: E402
-from components.settings import AdmissionSettings, CompactionSettings  # noqa: E402
+from components.settings import (  # noqa: E402
+    AdmissionSettings,
+    CompactionSettings,
+    KueueSettings,
+)
 
 TOOLS_DIR = Path(os.environ.get("GPU_PLATFORM_TOOLS",
                                 Path.home() / ".cache" / "gpu-platform-tools"))
@@ -322,18 +326,23 @@ def descheduler() -> Path:
 
 # The Kueue the platform will deploy: the chart oci://registry.k8s.io/kueue/charts/kueue 0.19.2
 # runs this version of its controller-manager.
-KUEUE_VERSION = "v0.19.2"
 KUEUE_MODULE = "sigs.k8s.io/kueue"
 
 
+def kueue_version() -> str:
+    """The version of the image the platform deploys (teams.kueue.image)."""
+    return KueueSettings().image.tag
+
+
 def kueue() -> Path:
-    return go_build(GoTool("kueue", KUEUE_MODULE, KUEUE_VERSION, f"{KUEUE_MODULE}/cmd/kueue",
-                           stamp={f"{KUEUE_MODULE}/pkg/version.GitVersion": KUEUE_VERSION}))
+    version = kueue_version()
+    return go_build(GoTool("kueue", KUEUE_MODULE, version, f"{KUEUE_MODULE}/cmd/kueue",
+                           stamp={f"{KUEUE_MODULE}/pkg/version.GitVersion": version}))
 
 
 def kueue_source() -> Path:
     """Kueue's module, whose CRDs and webhook manifests the integration suite applies."""
-    return module_source(KUEUE_MODULE, KUEUE_VERSION)
+    return module_source(KUEUE_MODULE, kueue_version())
 
 
 SUITES = {

@@ -40,7 +40,9 @@ WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration
 NODE_PATCH_TYPE = "kubernetes:core/v1:NodePatch"
 # API groups whose CustomResourceDefinitions come with a chart (which cannot be fetched here).
 CHART_CRD_GROUPS = {"monitoring.coreos.com": "kube-prometheus-stack (Prometheus Operator CRDs)",
-                    "nvidia.com": "gpu-operator"}
+                    "nvidia.com": "gpu-operator",
+                    # Applied with Kueue running by test_teams.py.
+                    "kueue.x-k8s.io": "kueue"}
 
 
 @dataclass

@@ -14,8 +14,12 @@ from harness import admission_of  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def control_plane():
-    cp = ControlPlane().start()
+def control_plane(request):
+    """A fresh control plane for the module, its API server started with the module's
+    APISERVER_ARGS, if it has any (a module whose webhooks are called at their Services'
+    ready endpoints, as on a cluster, sets --enable-aggregator-routing: a ClusterIP would need
+    a proxy to route it)."""
+    cp = ControlPlane(apiserver_args=getattr(request.module, "APISERVER_ARGS", ())).start()
     yield cp
     cp.stop()
 

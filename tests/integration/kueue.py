@@ -12,8 +12,9 @@ its CA into the webhook configurations and the CRDs' conversion webhooks. What a
 do is done here: the Secret, once filled, is written into the certificate directory in the
 kubelet's volume layout, where Kueue waits for it.
 
-Kueue runs with a client certificate of its ServiceAccount's name in system:masters, so that no
-RBAC has to be set up (the chart's ClusterRole is what a cluster needs). Its visibility server
+It runs the Configuration the platform generates. Kueue runs with a client certificate of its
+ServiceAccount's name in system:masters, so that no RBAC has to be set up (the chart's
+ClusterRole is what a cluster needs). Its visibility server
 is off: it writes its serving certificate to the fixed path /visibility and is reached through
 an APIService, neither of which the smoke tests need."""
 
@@ -49,12 +50,6 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 MANAGED_LABEL = "kueue.x-k8s.io/managed"        # on the pods Kueue's pod integration manages
 ADMISSION_GATE = "kueue.x-k8s.io/admission"     # the scheduling gate it holds them with
 
-# The integrations GPU workloads come through. Those whose CRDs are not installed (JobSet,
-# LeaderWorkerSet) have their webhooks served at once and their controllers started when the
-# CRD appears (jobframework.SetupControllers). Deployment, StatefulSet and LeaderWorkerSet
-# would turn the pod integration on by themselves.
-FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset", "pod", "deployment", "statefulset",
-              "leaderworkerset.x-k8s.io/leaderworkerset")
 # The chart fails pod, Deployment and StatefulSet admission only while that integration is on;
 # its other webhooks always fail closed.
 FAIL_ONLY_WHEN_ENABLED = {"/mutate--v1-pod": "pod", "/validate--v1-pod": "pod",
@@ -115,24 +110,19 @@ def webhook_configurations(namespace_selector: dict, frameworks: Iterable[str]) 
     return configurations
 
 
-def namespaces_selector(namespaces: Iterable[str]) -> dict:
-    return {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
-                                  "values": sorted(namespaces)}]}
-
-
 class Kueue:
-    """Kueue v0.19.2 managing the jobs of `managed_namespaces` only, with jobs without a queue
-    name managed there too, every workload given `pods_ready_timeout` to have its pods ready,
-    and fair sharing on. `start()` returns once its webhooks answer; `stop()` ends the process,
-    removes the webhook configurations (as an uninstall does, so that nothing is refused for
-    want of Kueue afterwards) and releases the address."""
+    """Kueue v0.19.2 running `configuration`, the Configuration the platform generates
+    (teams.kueue_configuration), with only what a pod's place in a cluster decides changed:
+    the addresses it listens on, where its certificates are, and its namespace. `start()`
+    returns once its webhooks answer; `stop()` ends the process, removes the webhook
+    configurations (as an uninstall does, so that nothing is refused for want of Kueue
+    afterwards) and releases the address."""
 
-    def __init__(self, cp: ControlPlane, managed_namespaces: Iterable[str], *,
-                 pods_ready_timeout: str = "5m", frameworks: Iterable[str] = FRAMEWORKS):
+    def __init__(self, cp: ControlPlane, configuration: dict):
         self.cp, self.kube = cp, cp.admin
-        self.namespace_selector = namespaces_selector(managed_namespaces)
-        self.pods_ready_timeout = pods_ready_timeout
-        self.frameworks = tuple(frameworks)
+        self.platform_configuration = configuration
+        self.namespace_selector = configuration["managedJobsNamespaceSelector"]
+        self.frameworks = tuple(configuration["integrations"]["frameworks"])
         self.network = PodNetwork()
         self.address = ""
         self.metrics_port = self.health_port = 0
@@ -144,39 +134,21 @@ class Kueue:
     # configuration
 
     def configuration(self) -> dict:
-        """The Configuration (config.kueue.x-k8s.io/v1beta2): the chart's defaults, with the
-        listening addresses moved to this process's own."""
-        return {
-            "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
-            "namespace": NAMESPACE,
-            "health": {"healthProbeBindAddress": f"{self.address}:{self.health_port}"},
-            "metrics": {"bindAddress": f"{self.address}:{self.metrics_port}",
-                        # The ClusterQueues' quota and usage gauges are off by default.
-                        "enableClusterQueueResources": True},
-            "webhook": {"port": WEBHOOK_PORT, "host": self.address,
-                        "certDir": str(self.cert_dir)},
-            # The Lease is in the pod's namespace, which in a pod it reads from the mounted
-            # ServiceAccount.
-            "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io",
-                               "resourceNamespace": NAMESPACE},
-            "controller": {"groupKindConcurrency": {
-                "Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 10,
-                "LocalQueue.kueue.x-k8s.io": 5, "ClusterQueue.kueue.x-k8s.io": 5,
-                "ResourceFlavor.kueue.x-k8s.io": 1}},
-            "clientConnection": {"qps": 300, "burst": 500},
-            "internalCertManagement": {"enable": True, "webhookServiceName": WEBHOOK_SERVICE,
-                                       "webhookSecretName": WEBHOOK_SECRET},
-            "manageJobsWithoutQueueName": True,
-            "managedJobsNamespaceSelector": self.namespace_selector,
-            "waitForPodsReady": {"timeout": self.pods_ready_timeout, "blockAdmission": False,
-                                 "requeuingStrategy": {"timestamp": "Eviction",
-                                                       "backoffBaseSeconds": 60,
-                                                       "backoffMaxSeconds": 3600}},
-            "integrations": {"frameworks": list(self.frameworks)},
-            "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare",
-                                                     "LessThanInitialShare"]},
-            "featureGates": {"VisibilityOnDemand": False},
-        }
+        """The platform's Configuration, with the listening addresses moved to this process's
+        own and the pod's namespace made explicit."""
+        config = copy.deepcopy(self.platform_configuration)
+        config["namespace"] = NAMESPACE
+        config["health"]["healthProbeBindAddress"] = f"{self.address}:{self.health_port}"
+        config["metrics"]["bindAddress"] = f"{self.address}:{self.metrics_port}"
+        config["webhook"] |= {"host": self.address, "certDir": str(self.cert_dir)}
+        # The Lease is in the pod's namespace, which in a pod it reads from the mounted
+        # ServiceAccount.
+        config["leaderElection"]["resourceNamespace"] = NAMESPACE
+        config["internalCertManagement"] = {"enable": True, "webhookServiceName": WEBHOOK_SERVICE,
+                                            "webhookSecretName": WEBHOOK_SECRET}
+        # The visibility server writes its certificate to the fixed path /visibility.
+        config["featureGates"] = {**config.get("featureGates", {}), "VisibilityOnDemand": False}
+        return config
 
     # lifecycle
 
@@ -265,9 +237,13 @@ class Kueue:
                 return False
             raise
 
-    def stop(self) -> None:
+    def kill(self) -> None:
+        """Kueue gone, as when its pods are: its webhook configurations stay registered."""
         if self.process is not None:
             self.process.stop()
+
+    def stop(self) -> None:
+        self.kill()
         for kind, name in WEBHOOK_CONFIGURATIONS.items():
             try:
                 self.kube.delete("admissionregistration.k8s.io/v1", kind, name)

@@ -44,13 +44,8 @@ from harness import admission_of
 USER_NAMESPACE = "team-a"
 
 
-@pytest.fixture(scope="module")
-def control_plane():
-    """A control plane whose API server calls webhooks at their Services' ready endpoints, as
-    on a cluster (a ClusterIP would need a proxy to route it)."""
-    cp = ControlPlane(apiserver_args=("--enable-aggregator-routing=true",)).start()
-    yield cp
-    cp.stop()
+# Webhooks are called at their Services' ready endpoints (conftest.control_plane).
+APISERVER_ARGS = ("--enable-aggregator-routing=true",)
 
 
 @dataclass

@@ -3,9 +3,10 @@ real kube-controller-manager running the Jobs, Deployments and their pods, a kub
 the default profile binding them, and a fake kubelet running them: quotas of GPUs admit, hold
 back, and let through jobs and pods as Kueue's Configuration says.
 
-Two team namespaces are managed by Kueue, each with a LocalQueue of its own ClusterQueue of
-4 GPUs: team-a's queue is named, team-b's is the namespace's `default` queue, which Kueue gives
-to the jobs that name none. A third namespace is not managed."""
+Kueue runs the Configuration the platform generates for two teams, whose namespaces it manages,
+each with a LocalQueue of its own ClusterQueue of 4 GPUs: team-a's queue is named, team-b's is
+the namespace's `default` queue, which Kueue gives to the jobs that name none. A third namespace
+is not managed. (tests/integration/test_teams.py runs the queues the platform declares.)"""
 
 import base64
 import re
@@ -22,6 +23,7 @@ from kueue import (
     WEBHOOK_SECRET,
     Kueue,
 )
+from test_settings import raw, with_changes
 
 from cluster import (
     DEFAULT_SCHEDULER,
@@ -37,8 +39,10 @@ from cluster import (
     scheduler_with_strategy,
     workloads_running,
 )
-from components.settings import GPU_PRESENT_LABEL
-from controlplane import ControlPlane, Kube, wait_until
+from components import teams
+from components.settings import GPU_PRESENT_LABEL, load_settings
+from controlplane import Kube, wait_until
+from harness import inputs_of
 
 TEAM_A, TEAM_B, UNMANAGED = "team-a", "team-b", "platform-jobs"
 TEAM_A_QUEUE = "gpus"
@@ -46,15 +50,16 @@ FLAVOR = "gpu-nodes"
 GPU_NODE = "gpu-node-1"
 GPUS_PER_TEAM = 4
 ADMITTED_TIMEOUT = 30.0
+# Two teams, as the platform's Configuration for Kueue sees them (their queues are this module's).
+SETTINGS = load_settings(raw(with_changes(teams={
+    "enabled": True, "waitForPodsReady": "2m",
+    "teams": [{"name": team, "namespaces": [team], "quota": {"gpu": {GPU: GPUS_PER_TEAM}}}
+              for team in (TEAM_A, TEAM_B)]})))
 SUSPENDED_BY_PARENT = "kueue.x-k8s.io/pod-suspending-parent"
 
 
-@pytest.fixture(scope="module")
-def control_plane():
-    """A control plane whose API server calls webhooks at their Services' endpoints."""
-    cp = ControlPlane(apiserver_args=("--enable-aggregator-routing=true",)).start()
-    yield cp
-    cp.stop()
+# Webhooks are called at their Services' ready endpoints (conftest.control_plane).
+APISERVER_ARGS = ("--enable-aggregator-routing=true",)
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +73,7 @@ def kueue(control_plane, example_settings) -> Iterator[Kueue]:
     Scheduler(cp, DEFAULT_SCHEDULER, scheduler_with_strategy(DEFAULT_SCHEDULER),
               kubeconfig=cp.kubeconfig(DEFAULT_SCHEDULER))
     with workloads_running(cp):
-        running = Kueue(cp, [TEAM_A, TEAM_B], pods_ready_timeout="2m").start()
+        running = Kueue(cp, teams.kueue_configuration(inputs_of(SETTINGS).teams)).start()
         try:
             taints = example_settings.gpu_nodes.taints
             kube.create({"apiVersion": API_VERSION, "kind": "ResourceFlavor",
@@ -89,16 +94,14 @@ def kueue(control_plane, example_settings) -> Iterator[Kueue]:
 
 
 def cluster_queue(name: str, gpus: int) -> dict:
-    """A ClusterQueue of `gpus` GPUs on the GPU flavor, with the CPU and memory a GPU job asks
-    for beside them: Kueue refuses a workload that requests a resource its queue does not cover
-    (quotaCheckStrategy BlockUndeclared)."""
+    """A ClusterQueue of `gpus` GPUs on the GPU flavor, and nothing else: Kueue ignores the CPU
+    and memory the pods ask for beside them (quotaCheckStrategy IgnoreUndeclared, as the
+    platform configures it)."""
     return {"apiVersion": API_VERSION, "kind": "ClusterQueue", "metadata": {"name": name},
             "spec": {"namespaceSelector": {},
                      "resourceGroups": [{
-                         "coveredResources": ["cpu", "memory", GPU],
+                         "coveredResources": [GPU],
                          "flavors": [{"name": FLAVOR, "resources": [
-                             {"name": "cpu", "nominalQuota": str(gpus * 8)},
-                             {"name": "memory", "nominalQuota": f"{gpus * 64}Gi"},
                              {"name": GPU, "nominalQuota": str(gpus)}]}]}]}}
 
 

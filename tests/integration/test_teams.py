@@ -1,0 +1,315 @@
+"""Teams on a real control plane, as the platform declares them: the real Kueue running the
+Configuration the program generates, the ResourceFlavor, ClusterQueues, LocalQueues and team
+namespaces the program declares (applied through Kueue's webhooks), the binpack scheduler as
+declared, OPA's pods (kubelet.py) behind the declared webhooks, a real kube-controller-manager
+running Jobs and Deployments, and a fake kubelet.
+
+Two teams of 12 GPUs each share three nodes of 8: their quotas add up to what the nodes hold."""
+
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+import pytest
+from kubelet import ProcessKubelet
+from kueue import API_VERSION, Kueue
+from test_settings import with_changes
+
+import cluster
+import harness
+import tools
+from components import opa_admission, teams
+from components.facts import GPU_RESOURCE
+from components.settings import StackSettings
+from controlplane import ControlPlane, Kube, wait_until
+
+RESEARCH, VISION, NO_TEAM = "research", "vision", "team-a"
+GPU_NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3")
+PODS_READY_TIMEOUT = 20
+KUEUE_KINDS = ("ResourceFlavor", "WorkloadPriorityClass", "ClusterQueue", "LocalQueue")
+STACK = with_changes(
+    gpuNodes={"names": list(GPU_NODES)},
+    admission={"replicas": 2},
+    teams={"enabled": True, "waitForPodsReady": f"{PODS_READY_TIMEOUT}s",
+           "teams": [{"name": RESEARCH, "namespaces": [RESEARCH],
+                      "quota": {"gpu": {GPU_RESOURCE: 12}}},
+                     {"name": VISION, "namespaces": [VISION, "vision-serving"],
+                      "quota": {"gpu": {GPU_RESOURCE: 12}}}]})
+
+
+# Webhooks are called at their Services' ready endpoints (conftest.control_plane).
+APISERVER_ARGS = ("--enable-aggregator-routing=true",)
+
+
+@dataclass
+class Platform:
+    cp: ControlPlane
+    settings: StackSettings
+    kueue: Kueue
+    scheduler: str
+
+
+@pytest.fixture(scope="module")
+def platform(control_plane) -> Iterator[Platform]:
+    cp, kube = control_plane, control_plane.admin
+    config = harness.stack_file_config(STACK)
+    settings = harness.settings_of(config)
+    inputs = harness.inputs_of(settings)
+    declared = cluster.declared(harness.run_program(config),
+                                cluster.TestCertificates(inputs.admission)).objects
+    webhooks = [o for o in declared if o["kind"] in cluster.WEBHOOK_KINDS]
+    probe = cluster.find(declared, "ConfigMap", opa_admission.REACHABILITY_PROBE)
+    with ExitStack() as stack:
+        # Kueue first: its CRDs, and its webhooks, which decide the queues' objects.
+        running = Kueue(cp, teams.kueue_configuration(inputs.teams)).start()
+        stack.callback(running.stop)
+        cluster.apply_declared(kube, [o for o in declared if o["kind"] not in cluster.WEBHOOK_KINDS
+                              and o is not probe])
+        kubelet = ProcessKubelet(cp, {settings.admission.opa.repository: tools.opa()})
+        stack.callback(kubelet.stop)
+        stack.enter_context(cluster.workloads_running(cp, leave_out=kubelet.runs))
+        cluster.Scheduler(cp, "default-scheduler",
+                          cluster.scheduler_with_strategy("default-scheduler"),
+                          kubeconfig=cp.kubeconfig("default-scheduler"))
+        cluster.start_binpack_scheduler(cp, settings.scheduler, declared)
+        cluster.create_node(kube, "cpu-node-1")
+        wait_until(lambda: len(opa_ready(kube, settings)) == settings.admission.replicas,
+                   "OPA's pods ready behind its Service", timeout=90)
+        for webhook in webhooks:
+            kube.apply(webhook, cluster.TEST_MANAGER)
+        for team in (RESEARCH, VISION):
+            wait_until(lambda team=team: status(kube, "ClusterQueue", team, "Active") == "True",
+                       f"ClusterQueue {team} to be active")
+        # The webhook takes effect within moments: a GPU pod of no team is refused.
+        cluster.ensure_namespace(kube, NO_TEAM)
+        wait_until(lambda: "belongs to no team" in refusal(kube, gpu_pod("probe", NO_TEAM,
+                                                                          settings)),
+                   "the admission webhook to take effect", timeout=15)
+        for node in GPU_NODES:
+            cluster.create_gpu_node(kube, settings, node, gpus=8)
+        yield Platform(cp, settings, running, settings.scheduler.name)
+
+
+def opa_ready(kube: Kube, settings: StackSettings) -> list[str]:
+    slices = kube.list("discovery.k8s.io/v1", "EndpointSlice", settings.admission.namespace,
+                       labelSelector=f"kubernetes.io/service-name={opa_admission.SERVICE}")
+    return [a for s in slices for e in s.get("endpoints") or []
+            if e.get("conditions", {}).get("ready") for a in e["addresses"]]
+
+
+def status(kube: Kube, kind: str, name: str, condition: str,
+           namespace: str | None = None) -> str | None:
+    obj = kube.get(API_VERSION, kind, name, namespace)
+    return next((c["status"] for c in obj.get("status", {}).get("conditions", [])
+                 if c["type"] == condition), None)
+
+
+def refusal(kube: Kube, obj: dict) -> str:
+    """The API server's refusal of `obj` (a dry run), or "" when it would be created."""
+    try:
+        kube.create(obj, dry_run=True)
+        return ""
+    except cluster.ApiError as error:
+        return error.message
+
+
+def gpu_pod(name: str, namespace: str, settings: StackSettings, gpus: int = 1,
+            owner: dict | None = None) -> dict:
+    """A GPU pod on the binpack scheduler; with `owner`, claiming to be that Job's pod."""
+    obj = cluster.pod(name, namespace, gpus=gpus, settings=settings,
+                      scheduler=settings.scheduler.name)
+    if owner:
+        obj["metadata"]["ownerReferences"] = [{
+            "apiVersion": "batch/v1", "kind": "Job", "name": owner["metadata"]["name"],
+            "uid": owner["metadata"]["uid"], "controller": True}]
+    return obj
+
+
+def gpu_job(name: str, namespace: str, platform: Platform, pods: int, gpus: int) -> dict:
+    """A Job of `pods` pods of `gpus` GPUs on the binpack scheduler, naming no queue and
+    tolerating nothing: the team's flavor gives it the tolerations."""
+    template = cluster.pod_template({"app": name}, gpus=gpus)
+    template["spec"]["schedulerName"] = platform.scheduler
+    return cluster.job(name, namespace, template, parallelism=pods, completions=pods)
+
+
+def job_pods(kube: Kube, namespace: str, name: str) -> list[dict]:
+    return [p for p in kube.list("v1", "Pod", namespace, labelSelector=f"job-name={name}")
+            if not p["metadata"].get("deletionTimestamp")]
+
+
+def running_on(kube: Kube, namespace: str, name: str) -> list[str]:
+    """The nodes of the job's running pods."""
+    return sorted(p["spec"]["nodeName"] for p in job_pods(kube, namespace, name)
+                  if p.get("status", {}).get("phase") == "Running")
+
+
+def workload_of(kube: Kube, namespace: str, owner: str) -> dict | None:
+    for workload in kube.list(API_VERSION, "Workload", namespace):
+        if any(ref["name"] == owner for ref in workload["metadata"].get("ownerReferences", [])):
+            return workload
+    return None
+
+
+def workload_condition(kube: Kube, namespace: str, owner: str, condition: str) -> dict | None:
+    workload = workload_of(kube, namespace, owner)
+    return next((c for c in (workload or {}).get("status", {}).get("conditions", [])
+                 if c["type"] == condition), None)
+
+
+def queues_state(kube: Kube) -> str:
+    """What Kueue and the pods say, for a wait that timed out."""
+    lines = []
+    for namespace in (RESEARCH, VISION):
+        for workload in kube.list(API_VERSION, "Workload", namespace):
+            conditions = {c["type"]: f"{c['status']} {c.get('reason', '')} {c.get('message', '')}"
+                          for c in workload.get("status", {}).get("conditions", [])}
+            lines.append(f"workload {namespace}/{workload['metadata']['name']}: {conditions}")
+        for p in kube.list("v1", "Pod", namespace):
+            lines.append(f"pod {namespace}/{p['metadata']['name']}: "
+                         f"{p.get('status', {}).get('phase')} on {p['spec'].get('nodeName')} "
+                         f"gates={p['spec'].get('schedulingGates')} "
+                         f"deleting={bool(p['metadata'].get('deletionTimestamp'))}")
+    return "\n".join(lines)
+
+
+def finish(kube: Kube, namespace: str, *names: str) -> None:
+    for name in names:
+        kube.delete("batch/v1", "Job", name, namespace, propagation="Background")
+    wait_until(lambda: not any(job_pods(kube, namespace, n) for n in names),
+               f"the pods of {', '.join(names)} to be gone", timeout=60)
+
+
+def test_the_queues_the_platform_declares_are_active_in_kueue(platform):
+    kube = platform.cp.admin
+    for namespace in (RESEARCH, VISION, "vision-serving"):
+        assert status(kube, "LocalQueue", "default", "Active", namespace) == "True"
+    flavor = kube.get(API_VERSION, "ResourceFlavor", "gpu")
+    assert "kueue.x-k8s.io/resource-in-use" in flavor["metadata"].get("finalizers", [])
+
+
+def test_admitted_pods_still_land_on_the_busiest_gpu_node(platform):
+    kube = platform.cp.admin
+    kube.create(gpu_job("first", RESEARCH, platform, pods=1, gpus=2))
+    wait_until(lambda: running_on(kube, RESEARCH, "first"), "the first job to run", timeout=60)
+    (busiest,) = running_on(kube, RESEARCH, "first")
+    kube.create(gpu_job("second", RESEARCH, platform, pods=2, gpus=1))
+    wait_until(lambda: len(running_on(kube, RESEARCH, "second")) == 2, "the second job to run",
+               timeout=60)
+    assert running_on(kube, RESEARCH, "second") == [busiest, busiest]
+    finish(kube, RESEARCH, "first", "second")
+
+
+def test_a_team_borrows_idle_gpus_and_the_lender_gets_them_back_when_it_needs_them(platform):
+    """Vision runs three 8-GPU jobs on its 12 and research's idle 12 (every node full);
+    research's own 8-GPU job then reclaims them: a vision job is preempted and research's
+    runs."""
+    kube = platform.cp.admin
+    for index in range(3):
+        kube.create(gpu_job(f"vision-{index}", VISION, platform, pods=1, gpus=8))
+    wait_until(lambda: sum(len(running_on(kube, VISION, f"vision-{i}")) for i in range(3)) == 3,
+               "vision's three jobs to run, one on borrowed GPUs", timeout=90)
+    started = time.monotonic()
+    kube.create(gpu_job("reclaim", RESEARCH, platform, pods=1, gpus=8))
+    wait_until(lambda: running_on(kube, RESEARCH, "reclaim"), "research's job to run on the GPUs "
+               "it lent", timeout=90, explain=lambda: queues_state(kube))
+    print(f"\nresearch's job ran {time.monotonic() - started:.1f} s after it was submitted")
+    preempted = [i for i in range(3) if (workload_condition(
+        kube, VISION, f"vision-{i}", "Evicted") or {}).get("reason") == "Preempted"]
+    assert len(preempted) == 1
+    assert sum(len(running_on(kube, VISION, f"vision-{i}")) for i in range(3)) == 2
+    finish(kube, VISION, *(f"vision-{i}" for i in range(3)))
+    finish(kube, RESEARCH, "reclaim")
+
+
+def test_a_job_beyond_the_quotas_starts_nothing(platform):
+    """Four 8-GPU pods: more than the cohort's 24 GPUs. Kueue admits none of them."""
+    kube = platform.cp.admin
+    kube.create(gpu_job("too-big", RESEARCH, platform, pods=4, gpus=8))
+    wait_until(lambda: workload_of(kube, RESEARCH, "too-big"), "its workload")
+    time.sleep(5)
+    assert (workload_condition(kube, RESEARCH, "too-big", "QuotaReserved") or {}).get(
+        "status") != "True"
+    assert not job_pods(kube, RESEARCH, "too-big")
+    finish(kube, RESEARCH, "too-big")
+
+
+def test_a_job_that_cannot_run_whole_gives_all_its_gpus_back_within_the_timeout(platform):
+    """Three 8-GPU pods, admitted by quota (12 own and 12 borrowed), with one of the three
+    nodes cordoned: two run and one finds no node. After waitForPodsReady's timeout the whole
+    job is evicted and queued again: none of its pods holds GPUs."""
+    kube = platform.cp.admin
+    cluster.cordon(kube, [GPU_NODES[2]], True)
+    try:
+        kube.create(gpu_job("partial", RESEARCH, platform, pods=3, gpus=8))
+        wait_until(lambda: len(running_on(kube, RESEARCH, "partial")) == 2,
+                   "two of its three pods to run", timeout=60,
+                   explain=lambda: queues_state(kube))
+        admitted = time.monotonic()
+        wait_until(lambda: not running_on(kube, RESEARCH, "partial"),
+                   "the job to give its GPUs back", timeout=PODS_READY_TIMEOUT + 40,
+                   explain=lambda: queues_state(kube))
+        held = time.monotonic() - admitted
+        print(f"\nthe job held 16 GPUs for {held:.1f} s after its pods ran "
+              f"(waitForPodsReady {PODS_READY_TIMEOUT} s)")
+        evicted = workload_condition(kube, RESEARCH, "partial", "Evicted")
+        assert evicted and evicted["reason"] == "PodsReadyTimeout"
+        assert held <= PODS_READY_TIMEOUT + 20
+    finally:
+        cluster.cordon(kube, [GPU_NODES[2]], False)
+    finish(kube, RESEARCH, "partial")
+
+
+def test_a_serving_deployment_counts_against_its_team(platform):
+    kube = platform.cp.admin
+    template = cluster.pod_template({"app": "serve"}, gpus=2)
+    template["spec"]["schedulerName"] = platform.scheduler
+    kube.create({"apiVersion": "apps/v1", "kind": "Deployment",
+                 "metadata": {"name": "serve", "namespace": "vision-serving"},
+                 "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "serve"}},
+                          "template": template}})
+
+    def used() -> int:
+        usage = kube.get(API_VERSION, "ClusterQueue", VISION).get("status", {}).get(
+            "flavorsUsage", [])
+        return sum(int(r["total"]) for f in usage for r in f["resources"]
+                   if r["name"] == cluster.GPU)
+    wait_until(lambda: used() == 4, "the Deployment's 4 GPUs counted in vision's queue",
+               timeout=60)
+    metrics = platform.kueue.metrics()
+    line = next(line for line in metrics.splitlines()
+                if line.startswith("kueue_cluster_queue_resource_usage{")
+                and f'cluster_queue="{VISION}"' in line and f'resource="{cluster.GPU}"' in line)
+    assert line.rsplit(" ", 1)[1] == "4"
+    kube.delete("apps/v1", "Deployment", "serve", "vision-serving", propagation="Background")
+
+
+def test_the_series_the_dashboard_and_alerts_read_are_what_kueue_serves(platform):
+    served = {line.split("{")[0].split(" ")[0] for line in platform.kueue.metrics().splitlines()
+              if not line.startswith("#")}
+    for name in ("kueue_cluster_queue_nominal_quota", "kueue_cluster_queue_lending_limit",
+                 "kueue_cluster_queue_resource_usage", "kueue_cluster_queue_resource_pending",
+                 "kueue_pending_workloads", "kueue_admission_wait_time_seconds_bucket"):
+        assert name in served, name
+
+
+def test_a_gpu_pod_that_bypasses_the_queue_is_refused_naming_the_teams_queue(platform):
+    """A pod that claims to be a queued Job's is left alone by Kueue's webhook, as the pods of
+    the Jobs it manages are; OPA refuses it, as its creator is not the Job controller. A bare
+    GPU pod, which Kueue holds for the team's quota, is admitted."""
+    kube, settings = platform.cp.admin, platform.settings
+    queued = kube.create(gpu_job("queued", RESEARCH, platform, pods=1, gpus=1))
+    message = refusal(kube, gpu_pod("bypass", RESEARCH, settings, owner=queued))
+    assert 'namespace "research" of team "research"' in message
+    assert "LocalQueue research/default" in message
+    assert refusal(kube, gpu_pod("bare", RESEARCH, settings)) == ""
+    finish(kube, RESEARCH, "queued")
+
+
+def test_with_kueue_stopped_team_namespaces_take_no_pods_and_others_are_untouched(platform):
+    kube, settings = platform.cp.admin, platform.settings
+    platform.kueue.kill()
+    message = refusal(kube, gpu_pod("while-down", RESEARCH, settings))
+    assert "failed calling webhook" in message
+    assert refusal(kube, cluster.pod("cpu-elsewhere", "default")) == ""
