@@ -300,6 +300,9 @@ def test_a_gpu_pod_that_bypasses_the_queue_is_refused_naming_the_teams_queue(pla
     GPU pod, which Kueue holds for the team's quota, is admitted."""
     kube, settings = platform.cp.admin, platform.settings
     queued = kube.create(gpu_job("queued", RESEARCH, platform, pods=1, gpus=1))
+    # Kueue's pod webhook looks the owner up in its cache: once the Job has its Workload, the
+    # cache has the Job (before, the webhook refuses the pod for a Job "not found").
+    wait_until(lambda: workload_of(kube, RESEARCH, "queued"), "the Job's Workload")
     message = refusal(kube, gpu_pod("bypass", RESEARCH, settings, owner=queued))
     assert 'namespace "research" of team "research"' in message
     assert "LocalQueue research/default" in message
