@@ -243,3 +243,70 @@ def test_a_job_evicted_again_and_again_waits_longer_each_time_for_its_replacemen
     assert outcome.job_backoff_hours() * 3600 == pytest.approx(
         (10 + 20 + 40 + 80 + 160 + 320 + 600) + 10)
     assert binpack.RealCluster.SETTLE_TIMEOUT > 600, "the replay outwaits the longest wait"
+
+
+# --- the benchmark with teams ---------------------------------------------------------------
+
+def test_team_quotas_are_their_shares_and_add_up_to_every_gpu():
+    import teams
+    for total in (32, 128, 130, 512):
+        quotas = teams.nominal_quotas(total)
+        assert sum(quotas.values()) == total
+        for team, share in teams.SHARES.items():
+            assert abs(quotas[team] - share * total) < 1
+
+
+def test_each_team_asks_for_its_share_of_the_load_in_bursts():
+    """Over a long trace each team's GPU-time asked for is close to its share, and a team's
+    arrivals come about BUSY / (2 - BUSY) times as often in its busy phases as in its quiet
+    ones; the other fields of the jobs are workload.generate's."""
+    import teams
+    traced = teams.generate("synthetic", 3, 8000, 128, 0.9, 0.25)
+    base = workload.generate("synthetic", 3, 8000, 128, 0.9, 0.25)
+    assert sorted((j.id, j.task, j.duration) for j in traced.trace.jobs) == \
+        sorted((j.id, j.task, j.duration) for j in base.jobs)
+    asked = Counter()
+    for job in traced.trace.jobs:
+        asked[traced.job_team[job.id]] += job.gpu_hours
+    for team, share in teams.SHARES.items():
+        assert asked[team] / sum(asked.values()) == pytest.approx(share, abs=0.03)
+        arrivals = Counter(traced.busy_at(team, job.arrival) for job in traced.trace.jobs
+                           if traced.job_team[job.id] == team)
+        phases = Counter(traced.busy[team])
+        ratio = (arrivals[True] / phases[True]) / (arrivals[False] / phases[False])
+        assert ratio == pytest.approx(teams.BUSY / (2 - teams.BUSY), rel=0.25)
+    assert all(0 <= j.arrival <= traced.trace.horizon for j in traced.trace.jobs)
+
+
+def test_contended_hours_are_those_in_which_every_team_wants_more_than_its_quota():
+    import teams
+    traced = teams.generate("synthetic", 1, 64, 32, 0.9, 0.25)
+    over = {t: q + 1 for t, q in traced.quotas.items()}
+    under = dict(over, research=0)
+    samples = [teams.TeamSample(0.2, {}, over), teams.TeamSample(0.7, {}, over),
+               teams.TeamSample(1.5, {}, over), teams.TeamSample(1.9, {}, under)]
+    assert teams.contended_hours(traced, samples) == [0]
+
+
+def test_every_busy_and_quiet_combination_of_the_teams_comes_once_in_each_block_of_phases():
+    import teams
+    names = list(teams.SHARES)
+    schedule = teams.phase_schedule(names, 20, random.Random(5))
+    blocks = [list(zip(*(schedule[t][start:start + 8] for t in names), strict=True))
+              for start in (0, 8)]
+    for block in blocks:
+        assert sorted(block) == sorted(itertools.product((True, False), repeat=3))
+
+
+def test_few_uneven_items_are_still_split_by_the_teams_shares():
+    """Ten inference services, and jobs whose GPU-hours differ a hundredfold, go to the teams
+    in proportion to their shares, each team's part off by less than one job."""
+    import teams
+    services = teams.apportion(range(10), lambda s: 1, teams.SHARES)
+    assert Counter(services.values()) == {"research": 5, "vision": 3, "speech": 2}
+    sizes = [random.Random(i).choice((0.5, 8, 50)) for i in range(300)]
+    given = Counter()
+    for i, team in teams.apportion(range(300), lambda i: sizes[i], teams.SHARES).items():
+        given[team] += sizes[i]
+    for team, share in teams.SHARES.items():      # off by less than one item
+        assert abs(given[team] - share * sum(sizes)) <= max(sizes)

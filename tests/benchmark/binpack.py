@@ -67,6 +67,9 @@ class PodRecord:
     resumed_at: float | None = None  # a job's replacement pod: hours of work checkpointed
     preemptible: bool = False           # in the platform's preemptible priority class
     nominated: str | None = None     # the node kube-scheduler preempted pods on for it
+    namespace: str = NAMESPACE
+    admitted: float | None = None    # with teams: when its team's queue let it start
+    within_quota: bool | None = None  # with teams: its team asked for no more than its quota
 
     @property
     def remaining(self) -> float:
@@ -481,6 +484,8 @@ class RealCluster(Backend):
     # Longer than the Job controller's longest wait before it replaces a failed pod, which a
     # Job evicted again and again reaches (JOB_BACKOFF_MAX_SECONDS).
     SETTLE_TIMEOUT = JOB_BACKOFF_MAX_SECONDS + 60.0
+    WATCHED_NAMESPACE: str | None = NAMESPACE     # None: every namespace
+    SETTLE_POLL = 1.0       # seconds to wait for a pod event before looking again
 
     def __init__(self, cp: ControlPlane, config: dict, nodes: dict[str, NodeShape],
                  trace: Trace, settings: StackSettings,
@@ -506,6 +511,7 @@ class RealCluster(Backend):
         self.services = {s.id: s for s in trace.services}
         self.pending_finish: set[str] = set()
         self.checkpointed: dict[int, float] = {}         # hours of work saved, by evicted job
+        self.evicted_at: dict[int, float] = {}           # when it last lost its pod, by job
         self.labelled: set[str] = set()                  # pods given the opt-in label
         self.now = 0.0
         for name, shape in nodes.items():
@@ -514,22 +520,31 @@ class RealCluster(Backend):
         cluster.ensure_namespace(self.kube, NAMESPACE)
         if preemptible_jobs:
             self.kube.create(preemptible_priority_class(scheduler_of(settings)))
-        self.watch = cluster.PodWatch(self.kube, NAMESPACE)
+        self.watch = cluster.PodWatch(self.kube, self.WATCHED_NAMESPACE)
         for service in trace.services:
             self._create_service(service)
         self.controllers = cluster.ControllerManager(cp)
         self.scheduler = cluster.Scheduler(cp, "scheduler", config,
                                            kubeconfig=cp.kubeconfig("scheduler"))
 
+    # where the trace's workloads go
+
+    def job_namespace(self, job: BatchJob) -> str:
+        return NAMESPACE
+
+    def service_namespace(self, service: int) -> str:
+        return NAMESPACE
+
     # trace events
 
     def _create_service(self, service) -> None:
         labels = {"app": f"svc-{service.id}"}
+        namespace = self.service_namespace(service.id)
         self.kube.create({"apiVersion": "v1", "kind": "Service",
-                          "metadata": {"name": f"svc-{service.id}", "namespace": NAMESPACE},
+                          "metadata": {"name": f"svc-{service.id}", "namespace": namespace},
                           "spec": {"selector": labels, "ports": [{"port": 80}]}})
         self.kube.create({"apiVersion": "apps/v1", "kind": "Deployment",
-                          "metadata": {"name": f"svc-{service.id}", "namespace": NAMESPACE},
+                          "metadata": {"name": f"svc-{service.id}", "namespace": namespace},
                           "spec": {"replicas": 0, "selector": {"matchLabels": labels},
                                    "template": pod_template(labels, service.task,
                                                             self.scheduler_name,
@@ -545,7 +560,7 @@ class RealCluster(Backend):
         if preemptible:
             template["spec"]["priorityClassName"] = self.settings.scheduler.preemptible_class.name
         self.kube.create(cluster.job(
-            name, NAMESPACE, template, resumes_after_eviction=preemptible or (
+            name, self.job_namespace(job), template, resumes_after_eviction=preemptible or (
                 bool(self.compaction) and self.compaction.moves(job=job))))
         self.jobs_by_name[name] = job
 
@@ -553,14 +568,15 @@ class RealCluster(Backend):
         self.now = now
         self.replicas[service] = replicas
         self.kube.merge_patch("apps/v1", "Deployment", f"svc-{service}",
-                              {"spec": {"replicas": replicas}}, NAMESPACE, "scale",
+                              {"spec": {"replicas": replicas}},
+                              self.service_namespace(service), "scale",
                               what=f"scale svc-{service} to {replicas}")
 
     def finish(self, record: PodRecord, now: float) -> None:
         self.now = now
         self.pending_finish.add(record.name)
         pod = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": record.name, "namespace": NAMESPACE}}
+               "metadata": {"name": record.name, "namespace": record.namespace}}
         self.kube.patch_status(pod, {"phase": "Succeeded", "conditions": [
             {"type": "Ready", "status": "False", "reason": "PodCompleted"}]})
 
@@ -647,6 +663,7 @@ class RealCluster(Backend):
         ran = self.now - started
         saved = ran // self.checkpoint_every * self.checkpoint_every
         self.checkpointed[job.id] = (record.resumed_at or 0.0) + saved
+        self.evicted_at[job.id] = self.now
         self.lost_gpu_hours += record.task.gpus * (ran - saved)
         self.expected_jobs.add(job.id)
 
@@ -658,13 +675,16 @@ class RealCluster(Backend):
             self.expected_jobs.discard(job.id)
             preemptible = job.id in self.preemptible_jobs
             if job.id in self.checkpointed:
-                record = PodRecord(name, job.task, self.now, job=job,
+                # Waiting since the eviction (a suspended Job's replacement comes only when
+                # its queue admits it again).
+                record = PodRecord(name, job.task, self.evicted_at[job.id], job=job,
                                    resumed_at=self.checkpointed[job.id], preemptible=preemptible)
             else:
                 record = PodRecord(name, job.task, job.arrival, job=job, preemptible=preemptible)
         else:
             service = int(labels["app"].removeprefix("svc-"))
             record = PodRecord(name, self.services[service].task, self.now, service=service)
+        record.namespace = pod["metadata"]["namespace"]
         self.records.append(record)
         self.by_name[name] = record
         self.waiting[name] = record
@@ -680,7 +700,7 @@ class RealCluster(Backend):
             return f"Deployments {off} not at their replica count"
         if self.pending_finish:
             return f"{len(self.pending_finish)} finished pods not seen as finished"
-        fitting = [r.name for r in self.waiting.values() if self.ledger.fits_somewhere(r.task)]
+        fitting = [r.name for r in self.placeable() if self.ledger.fits_somewhere(r.task)]
         if fitting:
             return f"waiting pods that fit on a node: {fitting[:5]}"
         if self.preemptible_jobs:
@@ -688,6 +708,10 @@ class RealCluster(Backend):
             if preempting:
                 return f"waiting pods that preemption would make room for: {preempting[:5]}"
         return ""
+
+    def placeable(self) -> Iterable[PodRecord]:
+        """The waiting pods the scheduler may place."""
+        return self.waiting.values()
 
     def _could_preempt(self) -> list[str]:
         """Waiting pods, not yet nominated, that would fit on a node once its preemptible pods
@@ -711,12 +735,16 @@ class RealCluster(Backend):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the cluster did not settle at simulated hour {now:.2f}: "
                                    f"{reason}\n{self.scheduler.process.tail()}")
-            event = self.watch.next(timeout=1.0)
+            event = self.watch.next(timeout=self.SETTLE_POLL)
             if event is not None:
                 self._on_event(*event, started)
 
     def sample(self, now: float) -> Sample:
         return self.ledger.sample(now, self.waiting.values())
+
+    def figures(self, cp: ControlPlane) -> dict:
+        """The run's own figures, read before the control plane goes: the scheduler's."""
+        return scrape(self.scheduler, cp)
 
     def stop(self) -> None:
         self.watch.stop()
@@ -845,14 +873,24 @@ def replay(label: str, config: dict, trace: Trace, nodes: dict[str, NodeShape],
     `compaction`: the descheduler's runs as well; the jobs in `preemptible` run in the
     platform's preemptible class). A job that is evicted or preempted resumes from its last
     checkpoint, taken every `checkpoint_every` simulated hours."""
-    cp = ControlPlane().start()
+    return on_control_plane(label, trace, nodes, lambda cp: RealCluster(
+        cp, config, nodes, trace, settings, compaction, preemptible, checkpoint_every),
+        progress)[0]
+
+
+def on_control_plane(label: str, trace: Trace, nodes: dict[str, NodeShape],
+                     cluster_on: Callable[[ControlPlane], RealCluster],
+                     progress: Callable[[int, int], None] = lambda done, total: None,
+                     apiserver_args: tuple[str, ...] = ()) -> tuple[Outcome, RealCluster]:
+    """The trace played on the cluster `cluster_on` sets up on a fresh control plane; the
+    outcome, and the cluster (stopped) for what else it recorded."""
+    cp = ControlPlane(apiserver_args).start()
     backend = None
     try:
-        backend = RealCluster(cp, config, nodes, trace, settings, compaction, preemptible,
-                              checkpoint_every)
+        backend = cluster_on(cp)
         outcome = play(label, trace, backend, sum(s.gpus for s in nodes.values()), progress)
-        outcome.scheduler_metrics = scrape(backend.scheduler, cp)
-        return outcome
+        outcome.scheduler_metrics = backend.figures(cp)
+        return outcome, backend
     finally:
         if backend is not None:
             backend.stop()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import binpack
 import scheduling
+import teams
 import workload
 from report import (
     DOCS,
@@ -26,11 +27,14 @@ from report import (
     RESULTS_PAGE,
     SCHEDULING_PAGE,
     SCHEDULING_RESULTS,
+    TEAMS_PAGE,
+    TEAMS_RESULTS,
     kept,
     latency_page,
     results_page,
     scheduling_page,
     table,
+    teams_page,
 )
 
 import harness  # noqa: E402  (on the path binpack sets)
@@ -315,6 +319,10 @@ def main(argv: list[str]) -> None:
                         help="with --scheduling: pending 1-GPU pods of the throughput burst")
     parser.add_argument("--crashes", type=int, default=5,
                         help="with --scheduling: leader crashes per set of lease timings")
+    parser.add_argument("--teams", action="store_true",
+                        help="instead: replay each trace split over three teams with bursty "
+                             "demand, with the real Kueue in the loop, against the same trace "
+                             "without teams and the reference")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help="where runs.jsonl is kept")
     parser.add_argument("--docs", type=Path,
@@ -339,6 +347,16 @@ def main(argv: list[str]) -> None:
         page = scheduling_page(kept(args.out, SCHEDULING_RESULTS))
         args.docs.mkdir(parents=True, exist_ok=True)
         (args.docs / SCHEDULING_PAGE).write_text(page)
+        print(page)
+        return
+    if args.teams:
+        if not args.report:
+            teams.measure(args.out, harness.example_settings(), args.mixes, args.nodes,
+                          args.seeds, args.jobs_per_gpu, args.load, args.inference_share,
+                          progress_printer)
+        page = teams_page(kept(args.out, TEAMS_RESULTS))
+        args.docs.mkdir(parents=True, exist_ok=True)
+        (args.docs / TEAMS_PAGE).write_text(page)
         print(page)
         return
     if not args.report:

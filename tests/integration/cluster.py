@@ -329,18 +329,19 @@ class ControllerManager:
 
 
 class PodWatch:
-    """Every change to the pods of one namespace, from a watch stream read by a thread."""
+    """Every change to the pods of one namespace (None: of every namespace), from a watch
+    stream read by a thread."""
 
-    def __init__(self, kube, namespace: str):
-        self.kube, self.namespace = kube, namespace
+    def __init__(self, kube, namespace: str | None):
+        self.kube = kube
+        self.pods = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
         self.events: queue.Queue[tuple[str, dict]] = queue.Queue()
         self.session = requests.Session()
         self.session.trust_env = False
         self.session.verify = kube.session.verify
         self.session.cert = kube.session.cert
         self.session.headers.update(kube.session.headers)
-        listing = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods",
-                               what="list benchmark pods")
+        listing = kube.request("GET", self.pods, what="list benchmark pods")
         self.resource_version = listing["metadata"]["resourceVersion"]
         self.stopped = threading.Event()
         self.reply: requests.Response | None = None
@@ -351,7 +352,7 @@ class PodWatch:
         while not self.stopped.is_set():
             try:
                 with self.session.get(
-                        f"{self.kube.server}/api/v1/namespaces/{self.namespace}/pods",
+                        f"{self.kube.server}{self.pods}",
                         params={"watch": "true", "resourceVersion": self.resource_version,
                                 "timeoutSeconds": "300"}, stream=True, timeout=(5, 330)) as reply:
                     self.reply = reply

@@ -4,7 +4,9 @@ kube-controller-manager. The project's profile starts more GPU-time on arrival, 
 waiting less and delivers more GPU-time than the default profile, and with the smaller jobs
 preemptible the 8-GPU jobs of its batch part wait less still. (The fragmentation example is
 in test_scheduling.py, owned workloads in test_workloads.py; the full benchmark is
-`bash tests/run benchmark`.)"""
+`bash tests/run benchmark`.) Split over three teams, with the real Kueue admitting the trace
+against the queues the platform declares, it runs about as much GPU-time as without teams, and a
+team asking within its quota is admitted at once, by reclaim where need be."""
 
 import sys
 from pathlib import Path
@@ -13,6 +15,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmark"))
 import binpack  # noqa: E402
+import report  # noqa: E402
+import teams  # noqa: E402
 import workload  # noqa: E402
 
 NODES = workload.CLUSTERS["homogeneous"](4)
@@ -67,3 +71,23 @@ def test_preemptible_jobs_make_room_for_whole_node_jobs_on_the_small_trace(examp
     assert all(r.job is not None and r.job.id in preemptible and r.job.task.gpus < 8
                for r in resumed)
     assert sum(preempting.waits(8)) < sum(shipped.waits(8))
+
+
+def test_with_teams_no_gpu_time_is_given_up_and_a_team_within_its_quota_is_admitted_at_once(
+        example_settings):
+    """The small trace's load split over the three teams in bursts, replayed without teams and
+    with the real Kueue in the loop: with teams, at least 95% of the GPU-time runs (101.1% when
+    measured), every team's work asked for within its quota is admitted within a simulated
+    minute at p95, and Kueue reclaimed borrowed GPUs for it at least once."""
+    trace = teams.generate("synthetic", 1, 64, 32, 0.9, 0.25)
+    config = binpack.profiles(example_settings)[example_settings.scheduler.name]
+    without = binpack.replay("without teams", config, trace.trace, NODES, example_settings)
+    outcome, backend = teams.replay(config, trace, NODES)
+    row = teams.figures(trace, outcome, backend, without, binpack.reference(trace.trace, NODES))
+    print(f"\nGPU-time with teams / without: {row['delivered_vs_without_teams']:.1%}; "
+          f"by team: {row['teams']}")
+    assert row["delivered_vs_without_teams"] >= 0.95
+    for team, figures in row["teams"].items():
+        assert figures["asked_within"] > 0, f"{team} never asked within its quota"
+        assert figures["wait_within_p95"] <= 1.0, team
+    assert sum(report.preempted(f, report.RECLAIM) for f in row["teams"].values()) > 0
