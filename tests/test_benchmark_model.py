@@ -265,7 +265,7 @@ def test_each_team_asks_for_its_share_of_the_load_in_bursts():
     base = workload.generate("synthetic", 3, 8000, 128, 0.9, 0.25)
     assert sorted((j.id, j.task, j.duration) for j in traced.trace.jobs) == \
         sorted((j.id, j.task, j.duration) for j in base.jobs)
-    asked = Counter()
+    asked = dict.fromkeys(teams.SHARES, 0.0)
     for job in traced.trace.jobs:
         asked[traced.job_team[job.id]] += job.gpu_hours
     for team, share in teams.SHARES.items():
@@ -305,7 +305,7 @@ def test_few_uneven_items_are_still_split_by_the_teams_shares():
     services = teams.apportion(range(10), lambda s: 1, teams.SHARES)
     assert Counter(services.values()) == {"research": 5, "vision": 3, "speech": 2}
     sizes = [random.Random(i).choice((0.5, 8, 50)) for i in range(300)]
-    given = Counter()
+    given = dict.fromkeys(teams.SHARES, 0.0)
     for i, team in teams.apportion(range(300), lambda i: sizes[i], teams.SHARES).items():
         given[team] += sizes[i]
     for team, share in teams.SHARES.items():      # off by less than one item

@@ -68,6 +68,12 @@ def test_scheduling_tables_are_current():
         "docs/benchmarks/scheduling.md is stale: run bash tests/run benchmark --scheduling"
 
 
+def test_teams_tables_are_current():
+    rendered = report.teams_page(report.kept(report.RESULTS, report.TEAMS_RESULTS))
+    assert (report.DOCS / report.TEAMS_PAGE).read_text() == rendered, \
+        "docs/benchmarks/teams.md is stale: run bash tests/run benchmark --teams --report"
+
+
 def test_benchmark_report_needs_no_plotting_library():
     assert "matplotlib" not in (ROOT / "tests" / "benchmark" / "report.py").read_text()
 

@@ -175,20 +175,20 @@ def teams_page(rows: list[dict]) -> str:
     brackets."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["mix"], r["nodes"], r["gpus"], r["jobs"]), []).append(r)
-    overall = ["| mix | nodes (GPUs) | seeds | GPU-time with teams / without | with teams / "
+        groups.setdefault((r["mix"], r["nodes"], r["gpus"], r["load"]), []).append(r)
+    overall = ["| mix | nodes (GPUs) | load | seeds | GPU-time with teams / without | with teams / "
                "reference | without teams / reference | hours when every team wanted more "
                "than its quota |",
-               "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    per_team = ["| mix | nodes | team | quota (share) | GPU-time / entitlement | admission wait "
-                "within quota, p50 / p95 (min) | beyond quota, p50 / p95 (min) | preempted "
-                "per hour: reclaim / fair sharing | GPU-hours lost to preemption | contended "
-                "hours: worst gap to its share, GPUs running / quota held (pp) | contended hours "
-                "within 5 pp |",
-                "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for (mix, nodes, gpus, _jobs), runs in groups.items():
+               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    per_team = ["| mix | nodes | load | team | quota (share) | GPU-time / entitlement | "
+                "admission wait within quota, p50 / p95 (min) | beyond quota, p50 / p95 (min) | "
+                "preempted per hour: reclaim / fair sharing | GPU-hours lost to preemption | "
+                "contended hours: worst gap to its share, GPUs running / quota held (pp) | "
+                "contended hours within 5 pp (%) | preempted before starting, never queued again |",
+                "| --- | ---: | ---: | --- |" + " ---: |" * 9]
+    for (mix, nodes, gpus, load), runs in sorted(groups.items()):
         overall.append(
-            f"| {mix} | {nodes} ({gpus}) | {len(runs)} | "
+            f"| {mix} | {nodes} ({gpus}) | {load} | {len(runs)} | "
             f"{spread([100 * r['delivered_vs_without_teams'] for r in runs], '.1f')}% | "
             f"{spread([100 * r['delivered_vs_reference'] for r in runs], '.1f')}% | "
             f"{spread([100 * r['without_teams_vs_reference'] for r in runs], '.1f')}% | "
@@ -198,7 +198,8 @@ def teams_page(rows: list[dict]) -> str:
             def pp(key: str, t=t) -> list[float | None]:
                 return [None if x.get(key) is None else 100 * x[key] for x in t]
             per_team.append(
-                f"| {mix} | {nodes} | {team} | {t[0]['quota']} ({100 * t[0]['share']:.0f}%) | "
+                f"| {mix} | {nodes} | {load} | {team} | "
+                f"{t[0]['quota']} ({100 * t[0]['share']:.0f}%) | "
                 f"{spread([100 * x['gpu_time_vs_entitlement'] for x in t], '.0f')}% | "
                 f"{spread([x['wait_within_p50'] for x in t], '.1f')} / "
                 f"{spread([x['wait_within_p95'] for x in t], '.1f')} | "
@@ -209,7 +210,8 @@ def teams_page(rows: list[dict]) -> str:
                 f"{spread([x['lost_gpu_hours'] for x in t], '.1f')} | "
                 f"{spread(pp('worst_hourly_share_gap'), '.1f')} / "
                 f"{spread(pp('worst_hourly_quota_gap'), '.1f')} | "
-                f"{spread(pp('hours_within_5pp'), '.0f')}% |")
+                f"{spread(pp('hours_within_5pp'), '.0f')} | "
+                f"{spread([x.get('never_requeued') for x in t], '.0f')} |")
     overall_table, team_table = "\n".join(overall), "\n".join(per_team)
     return f"""# Binpack benchmark with teams
 

@@ -170,6 +170,15 @@ def condition(obj: dict, kind: str) -> bool:
     return true_condition(obj, kind) is not None
 
 
+def requeued(workload: dict) -> bool:
+    """Whether Kueue has the pending Workload in its queue: not when it evicted it and has not
+    queued it again (Requeued False). Kueue v0.19.2 left a serving pod's Workload so after it
+    preempted it before letting its pod through, and the pod stayed gated (seen for over ten
+    minutes, with a team's quota free for it)."""
+    return not any(c["type"] == "Requeued" and c["status"] == "False"
+                   for c in workload.get("status", {}).get("conditions", []))
+
+
 @dataclass
 class TeamSample:
     time: float
@@ -201,6 +210,7 @@ class TeamsCluster(RealCluster):
             self.lost_by_team: Counter = Counter()
             self.team_samples: list[TeamSample] = []
             self.preemptions: dict[tuple[str, str], tuple[str, str]] = {}
+            self.never_requeued: set[tuple[str, str]] = set()   # (team, Workload uid)
             self.workloads_seen: frozenset = frozenset()
             self.workloads_seen_at = 0.0
             super().__init__(cp, config, nodes, trace.trace, settings)
@@ -330,8 +340,10 @@ class TeamsCluster(RealCluster):
                     return f"{kind} {name} admitted, its pod not let through yet"
             elif let_through:
                 return f"{kind} {name} runs without its Workload admitted"
-            else:
+            elif requeued(w):
                 pending.append((team, gpus, name))
+            else:
+                self.never_requeued.add((team, w["metadata"]["uid"]))
         missing = [n for n in self.open_jobs if ("Job", n) not in with_workload] + \
             [n for n in self.gated if ("Pod", n) not in with_workload]
         if missing:
@@ -455,6 +467,7 @@ def figures(trace: TeamTrace, outcome: binpack.Outcome, backend: TeamsCluster,
             "preempted_per_hour": {cause: n / horizon for (victim, cause), n in preempted.items()
                                    if victim == team},
             "lost_gpu_hours": backend.lost_by_team[team],
+            "never_requeued": sum(1 for t, _ in backend.never_requeued if t == team),
             "worst_hourly_share_gap": max(running_gaps, default=None),
             "hours_within_5pp": sum(g <= 0.05 for g in running_gaps) / len(hours)
             if hours else None,
