@@ -39,6 +39,8 @@ FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset", "leaderworkerset.x-k8s.io/l
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
 PODSET_LABEL = "kueue.x-k8s.io/podset"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# On each team namespace: the team it belongs to.
+TEAM_LABEL = "gpu-platform.io/team"
 
 
 def chart_fullname(release: str) -> str:
@@ -169,7 +171,7 @@ def cluster_queue(inputs: TeamsInputs, team: TeamSettings) -> dict:
 
 def team_namespace(team: TeamSettings, namespace: str) -> dict:
     return {"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": namespace, "labels": {"gpu-platform.io/team": team.name}}}
+            "metadata": {"name": namespace, "labels": {TEAM_LABEL: team.name}}}
 
 
 def local_queue(team: TeamSettings, namespace: str) -> dict:

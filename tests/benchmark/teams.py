@@ -144,10 +144,10 @@ def generate(mix: str, seed: int, jobs: int, total_gpus: int, load: float,
     return TeamTrace(trace, job_team, service_team, nominal_quotas(total_gpus, shares), busy)
 
 
-def stack_settings(trace: TeamTrace, nodes: dict[str, NodeShape]) -> StackSettings:
-    """The example stack with the replay's GPU nodes and the trace's teams: a namespace and a
-    quota of whole GPUs each, equal fair-sharing weights (the quotas carry the shares), in one
-    cohort with no borrowing or lending limits."""
+def stack_config(trace: TeamTrace, nodes: dict[str, NodeShape]) -> dict[str, str]:
+    """The config of the example stack with the replay's GPU nodes and the trace's teams: a
+    namespace and a quota of whole GPUs each, equal fair-sharing weights (the quotas carry the
+    shares), in one cohort with no borrowing or lending limits."""
     config = harness.example_config()
     gpu_nodes = json.loads(config["gpu-platform:gpuNodes"])
     gpu_nodes.update(names=sorted(nodes), gpusPerNode=max(s.gpus for s in nodes.values()))
@@ -157,8 +157,23 @@ def stack_settings(trace: TeamTrace, nodes: dict[str, NodeShape]) -> StackSettin
                    teams=[{"name": team, "namespaces": [team],
                            "quota": {FLAVOR: {GPU_RESOURCE: quota}}}
                           for team, quota in trace.quotas.items()])
-    changed = harness.stack_file_config({"gpuNodes": gpu_nodes, "teams": section})
-    return harness.settings_of(config | changed)
+    return config | harness.stack_file_config({"gpuNodes": gpu_nodes, "teams": section})
+
+
+# What the replay applies of what the program declares, in an order that applies: the team
+# namespaces (those with the team label), then Kueue's objects.
+QUEUE_KINDS = ("Namespace", "ResourceFlavor", "WorkloadPriorityClass", "ClusterQueue",
+               "LocalQueue")
+
+
+def declared_queues(stack: dict[str, str], settings: StackSettings) -> list[dict]:
+    """The team namespaces and Kueue's objects the program declares for `stack`, run under the
+    mocks as the integration suite runs it."""
+    objects = cluster.declared(harness.run_program(stack), cluster.TestCertificates(
+        harness.inputs_of(settings).admission)).objects
+    wanted = [o for o in objects if o["kind"] in QUEUE_KINDS[1:]
+              or (o["kind"] == "Namespace" and teams.TEAM_LABEL in o["metadata"].get("labels", {}))]
+    return sorted(wanted, key=lambda o: QUEUE_KINDS.index(o["kind"]))
 
 
 def true_condition(obj: dict, kind: str) -> dict | None:
@@ -197,12 +212,12 @@ class TeamsCluster(RealCluster):
     QUIET_SECONDS = 0.3
 
     def __init__(self, cp: ControlPlane, config: dict, nodes: dict[str, NodeShape],
-                 trace: TeamTrace, settings: StackSettings):
+                 trace: TeamTrace, settings: StackSettings, queues: list[dict]):
         self.team_trace = trace
-        inputs = harness.inputs_of(settings).teams
-        self.kueue = Kueue(cp, teams.kueue_configuration(inputs)).start()
+        self.kueue = Kueue(cp, teams.kueue_configuration(harness.inputs_of(settings).teams)
+                           ).start()
         try:
-            self._declare_queues(cp, inputs)
+            self._apply_queues(cp, queues)
             self.open_jobs: dict[str, BatchJob] = {}    # submitted, not finished, by Job name
             self.pod_of_job: dict[str, PodRecord] = {}   # each Job's latest pod
             self.gated: set[str] = set()                 # pods Kueue holds back
@@ -218,21 +233,15 @@ class TeamsCluster(RealCluster):
             self.kueue.stop()
             raise
 
-    def _declare_queues(self, cp: ControlPlane, inputs) -> None:
+    def _apply_queues(self, cp: ControlPlane, queues: list[dict]) -> None:
         kube = cp.admin
-        declared = [teams.resource_flavor(inputs, f.name, f.node_labels)
-                    for f in inputs.teams.flavors]
-        for team in inputs.teams.teams:
-            declared.append(teams.cluster_queue(inputs, team))
-            for namespace in team.namespaces:
-                declared += [teams.team_namespace(team, namespace),
-                             teams.local_queue(team, namespace)]
-        for obj in declared:
+        for obj in queues:
             kube.apply(obj, cluster.TEST_MANAGER)
-        for team in inputs.teams.teams:
-            wait_until(lambda name=team.name: condition(
+        for queue in (o for o in queues if o["kind"] == "ClusterQueue"):
+            name = queue["metadata"]["name"]
+            wait_until(lambda name=name: condition(
                 kube.get(API_VERSION, "ClusterQueue", name), "Active"),
-                f"ClusterQueue {team.name} to be active")
+                f"ClusterQueue {name} to be active")
 
     # where the trace's workloads go: each team's namespace is named after it
 
@@ -393,10 +402,13 @@ class TeamsCluster(RealCluster):
 
 def replay(config: dict, trace: TeamTrace, nodes: dict[str, NodeShape],
            progress=lambda done, total: None) -> tuple[binpack.Outcome, TeamsCluster]:
-    settings = stack_settings(trace, nodes)
+    stack = stack_config(trace, nodes)
+    settings = harness.settings_of(stack)
+    queues = declared_queues(stack, settings)
     outcome, backend = binpack.on_control_plane(
         "with teams (Kueue)", trace.trace, nodes,
-        lambda cp: TeamsCluster(cp, config, nodes, trace, settings), progress, APISERVER_ARGS)
+        lambda cp: TeamsCluster(cp, config, nodes, trace, settings, queues), progress,
+        APISERVER_ARGS)
     assert isinstance(backend, TeamsCluster)
     return outcome, backend
 
