@@ -77,8 +77,8 @@ def test_with_teams_no_gpu_time_is_given_up_and_a_team_within_its_quota_is_admit
         example_settings):
     """The small trace's load split over the three teams in bursts, replayed without teams and
     with the real Kueue in the loop: with teams, at least 95% of the GPU-time runs (101.1% to
-    103.6% in three runs), every team's work asked for within its quota is admitted within a simulated
-    minute at p95, and Kueue reclaimed borrowed GPUs for it at least once."""
+    103.6% in three runs), every team's work asked for within its quota is admitted within a
+    simulated minute at p95, and Kueue reclaimed borrowed GPUs for it at least once."""
     trace = teams.generate("synthetic", 1, 64, 32, 0.9, 0.25)
     config = binpack.profiles(example_settings)[example_settings.scheduler.name]
     without = binpack.replay("without teams", config, trace.trace, NODES, example_settings)
