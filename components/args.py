@@ -653,6 +653,11 @@ class TeamsSettings(TypedDict):
     wait_for_pods_ready: NotRequired[str]
     ("All-or-nothing admission: a workload whose pods are not all running this long after it "
      "was admitted gives its GPUs back and is queued again (Go duration). Default: `10m`.")
+    workload_controllers: NotRequired[list[str]]
+    ("Users that create a team's Jobs for a parent Kueue already admitted, which Kueue then "
+     "leaves running (JobSet's controller, as JobSet's release manifests name it). Anyone "
+     "else's Job in a team namespace must start suspended and is started by Kueue alone. "
+     "Default: `[\"system:serviceaccount:jobset-system:jobset-controller-manager\"]`.")
     workload_priority_classes: NotRequired[list[WorkloadPriorityClassSettings]]
     ("Priorities within a team (Kueue WorkloadPriorityClasses). Default: `[{\"name\": "
      "\"team-high\", \"value\": 1000, \"description\": \"Urgent work of a team.\"}, "
@@ -680,6 +685,12 @@ class AdmittedTeams(TypedDict):
     gpu_pods_outside_teams: NotRequired[str]
     ("A GPU pod in a namespace of no team (`teams.gpuPodsOutsideTeams`). Allowed: `refuse`, "
      "`admit`. Default: `refuse`.")
+    kueue_user: str
+    ("Kueue's identity in its requests to the API server (the Teams component's `kueueUser` "
+     "output): only Kueue lifts its gates and starts a team's Jobs.")
+    workload_controllers: NotRequired[list[str]]
+    ("Users that create a team's Jobs for a parent Kueue admitted "
+     "(`teams.workloadControllers`). Default: `[]`.")
 
 
 class MonitoredScheduler(TypedDict):

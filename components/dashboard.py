@@ -27,10 +27,10 @@ from .gpu_rules import (
     POD_ALLOCATED,
     STRANDED,
     WHOLE_FREE_NODES,
+    admission_webhooks,
     kueue_series,
 )
 from .inputs import MonitoringInputs
-from .settings import claims_webhook
 
 UID = "gpu-platform-gpus"
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -240,12 +240,6 @@ def team_panels() -> list:
                             f"p{round(q * 100)}", ref)
                      for q, ref in ((0.5, "A"), (0.95, "B"))], unit="s", width=5),
     ]
-
-
-def admission_webhooks(inputs: MonitoringInputs) -> list[str]:
-    """The webhooks that refuse: every validating webhook the admission component registers."""
-    adm = inputs.admission
-    return [adm.webhook_name, claims_webhook(adm.webhook_name)]
 
 
 def audit_label_series() -> str:

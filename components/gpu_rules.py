@@ -21,13 +21,21 @@ import re
 from . import kube
 from .facts import GPU_RESOURCE
 from .inputs import MonitoringInputs
-from .settings import claims_webhook, mutating_webhook
+from .settings import claims_webhook, mutating_webhook, workloads_webhook
 from .teams import deployment_name
 
 COMPONENT = "monitoring"
 RULE_NAME = "gpu-platform"
 # prometheus-operator names a ServiceMonitor's job after the Service it scrapes.
 DCGM_JOB = "nvidia-dcgm-exporter"
+
+
+def admission_webhooks(inputs: MonitoringInputs) -> list[str]:
+    """The webhooks that refuse: every validating webhook the admission component registers."""
+    adm = inputs.admission
+    # A team's Jobs have a webhook of their own when teams are on.
+    teams = [workloads_webhook(adm.webhook_name)] if inputs.teams is not None else []
+    return [adm.webhook_name, claims_webhook(adm.webhook_name), *teams]
 
 
 def ksm_resource(name: str) -> str:
@@ -134,7 +142,7 @@ def alert_rules(inputs: MonitoringInputs, certificate_not_after: int | None = No
         return (f'kube_deployment_status_replicas_available{{namespace="{namespace}", '
                 f'deployment="{deployment}"}} < 1')
 
-    names = (adm.webhook_name, claims_webhook(adm.webhook_name), mutating_webhook(adm.webhook_name))
+    names = (*admission_webhooks(inputs), mutating_webhook(adm.webhook_name))
     webhooks = f'name=~"{"|".join(names)}"'
     admission_severity = "critical" if adm.failure_policy == "Fail" else "warning"
     failure_effect = ("pods the policy must see are refused (failure policy Fail)"

@@ -171,6 +171,13 @@ class AdmittedTeams(Model):
     gpu_pods_outside_teams: Literal["refuse", "admit"] = Field(
         default="refuse",
         description="A GPU pod in a namespace of no team (`teams.gpuPodsOutsideTeams`).")
+    kueue_user: str = Field(
+        description="Kueue's identity in its requests to the API server (the Teams component's "
+                    "`kueueUser` output): only Kueue lifts its gates and starts a team's Jobs.")
+    workload_controllers: list[str] = Field(
+        default_factory=list,
+        description="Users that create a team's Jobs for a parent Kueue admitted "
+                    "(`teams.workloadControllers`).")
 
 
 class OpaAdmissionInputs(PulledImages):

@@ -28,11 +28,22 @@ from .facts import (
     DEVICE_HOST_PATHS,
     JOB_CONTROLLERS,
     NVIDIA_DEVICE_CLASS_SUFFIX,
+    PARENT_CONTROLLERS,
     PRIVILEGED_CAPABILITIES,
+    TOOLKIT_DEVICE_LIST_ROOT,
+    path_spellings,
 )
 from .inputs import OpaAdmissionInputs
 from .settings import KUEUE_DEFAULT_QUEUE, Taint
-from .teams import ADMISSION_GATE, PODSET_LABEL
+from .teams import (
+    ADMISSION_GATE,
+    KUEUE_PREFIX,
+    MANAGED_LABEL,
+    PARENT_ANNOTATION,
+    POD_GROUP_KEY,
+    PODSET_LABEL,
+    TOPOLOGY_GATE,
+)
 
 COMPONENT = "admission"
 POLICY_DIR = Path(__file__).resolve().parent.parent / "policy"
@@ -99,7 +110,10 @@ def policy_params(inputs: OpaAdmissionInputs) -> dict:
         "draDeviceClassSuffixes": [NVIDIA_DEVICE_CLASS_SUFFIX],
         "allowedDeviceClasses": list(adm.device_classes),
         "privilegedCapabilities": list(PRIVILEGED_CAPABILITIES),
-        "deviceHostPaths": list(DEVICE_HOST_PATHS),
+        # Each guarded host path in every spelling the node resolves to it.
+        "deviceHostPaths": [spelling for path in DEVICE_HOST_PATHS
+                            for spelling in path_spellings(path)],
+        "toolkitDeviceListRoot": TOOLKIT_DEVICE_LIST_ROOT,
         "deviceAnnotationPrefixes": list(DEVICE_ANNOTATION_PREFIXES),
         "maxGpuPodPriority": adm.max_gpu_pod_priority,
         # "" when the class is not declared: then no pod can name it.
@@ -117,8 +131,16 @@ def team_params(inputs: OpaAdmissionInputs) -> dict:
         "namespaces": teams.namespaces if teams else {},
         "gpuPodsOutsideTeams": teams.gpu_pods_outside_teams if teams else "admit",
         "queue": KUEUE_DEFAULT_QUEUE,
+        "kueueUsers": [teams.kueue_user] if teams else [],
+        "workloadControllers": list(teams.workload_controllers) if teams else [],
         "admissionGate": ADMISSION_GATE,
+        "gates": [ADMISSION_GATE, TOPOLOGY_GATE],
+        "managedLabel": MANAGED_LABEL,
+        "parentAnnotation": PARENT_ANNOTATION,
+        "parentControllers": list(PARENT_CONTROLLERS),
+        "podGroupKey": POD_GROUP_KEY,
         "podSetLabel": PODSET_LABEL,
+        "metadataPrefix": KUEUE_PREFIX,
         "jobControllers": list(JOB_CONTROLLERS),
     }
 
@@ -182,8 +204,9 @@ def pod_condition(inputs: OpaAdmissionInputs) -> str:
     to a GPU node, or to any node where GPU nodes are not named; tolerating the GPU taint,
     except a DaemonSet's pod that asks for no device path and no high priority); pods that set
     NVIDIA_VISIBLE_DEVICES, name an NVIDIA RuntimeClass or carry a device-injecting annotation.
-    UPDATE: a toleration of the GPU taint or a device-injecting annotation added. Every
-    ephemeral container added (the node is not known to the condition)."""
+    UPDATE: a toleration of the GPU taint or a device-injecting annotation added; in a team
+    namespace, a GPU pod's Kueue gate lifted or Kueue's labels or annotations changed by anyone
+    but Kueue. Every ephemeral container added (the node is not known to the condition)."""
     adm = inputs.admission
     taint = inputs.gpu_nodes.taints[0]
     visible_devices = f"has(c.env) && c.env.exists(e, e.name == '{VISIBLE_DEVICES_ENV}')"
@@ -199,14 +222,19 @@ def pod_condition(inputs: OpaAdmissionInputs) -> str:
         "has(object.metadata.annotations) && object.metadata.annotations.exists(k, "
         + " || ".join(f"k.startsWith('{prefix}')" for prefix in DEVICE_ANNOTATION_PREFIXES)
         + ")")
-    # Over-approximated: any capability added, any host path; OPA decides which count.
+    # Over-approximated: any capability added, any host path, any mount path that names the
+    # toolkit's device list directory; OPA decides which count.
+    device_list_name = TOOLKIT_DEVICE_LIST_ROOT.rsplit("/", 1)[1]
     device_path = " || ".join([
-        _cel_any_container("has(c.securityContext) && ((has(c.securityContext.privileged) && "
+        _cel_any_container("(has(c.securityContext) && ((has(c.securityContext.privileged) && "
                            "c.securityContext.privileged) || (has(c.securityContext.capabilities)"
                            " && has(c.securityContext.capabilities.add) && "
-                           "size(c.securityContext.capabilities.add) > 0))"),
+                           "size(c.securityContext.capabilities.add) > 0))) || "
+                           "(has(c.volumeMounts) && c.volumeMounts.exists(m, "
+                           f"m.mountPath.contains('{device_list_name}')))"),
         "(has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.hostPath)))",
         "(has(object.spec.hostPID) && object.spec.hostPID)",
+        "(has(object.spec.hostIPC) && object.spec.hostIPC)",
         f"({annotations})"])
     high_priority = (f"(has(object.spec.priority) && "
                      f"object.spec.priority > {adm.max_gpu_pod_priority})")
@@ -222,9 +250,69 @@ def pod_condition(inputs: OpaAdmissionInputs) -> str:
     ])
     on_update = (f"({_cel_tolerates(taint, 'object')} && "
                  f"!{_cel_tolerates(taint, 'oldObject')}) || ({annotations})")
+    if inputs.teams is not None:
+        on_update += f" || ({team_pod_update_condition(inputs)})"
     return (f"request.operation == 'CREATE' ? ({on_create}) : "
             f"(has(request.subResource) && request.subResource == 'ephemeralcontainers' ? "
             f"true : ({on_update}))")
+
+
+def _cel_changed(field: str, prefix: str) -> str:
+    """CEL: a key of metadata.<field> that starts with `prefix` added, changed or removed."""
+    new, old = f"object.metadata.{field}", f"oldObject.metadata.{field}"
+    return (f"(has({new}) && {new}.exists(k, k.startsWith('{prefix}') && !(has({old}) && "
+            f"k in {old} && {old}[k] == {new}[k]))) || (has({old}) && {old}.exists(k, "
+            f"k.startsWith('{prefix}') && !(has({new}) && k in {new})))")
+
+
+def team_pod_update_condition(inputs: OpaAdmissionInputs) -> str:
+    """CEL, on a pod UPDATE: in a team namespace, someone other than Kueue lifts a GPU pod's
+    Kueue gate or changes Kueue's labels or annotations on it."""
+    teams = inputs.teams
+    assert teams is not None
+    gate_lifted = (f"has(oldObject.spec.schedulingGates) && oldObject.spec.schedulingGates.exists("
+                   f"g, g.name in {_cel_list([ADMISSION_GATE, TOPOLOGY_GATE])} && "
+                   "!(has(object.spec.schedulingGates) && "
+                   "object.spec.schedulingGates.exists(h, h.name == g.name)))")
+    return (f"request.namespace in {_cel_list(sorted(teams.namespaces))} && "
+            f"request.userInfo.username != '{teams.kueue_user}' && "
+            f"({gpu_request_condition(inputs)}) && (({gate_lifted}) || "
+            f"{_cel_changed('labels', KUEUE_PREFIX)} || "
+            f"{_cel_changed('annotations', KUEUE_PREFIX)})")
+
+
+def _cel_workload_gpus(inputs: OpaAdmissionInputs) -> str:
+    """CEL: a Job's, or a JobSet's, pod template asks for a guarded resource."""
+    match = _cel_matches(inputs.admission.gpu_resource_names)
+    asks = ("has(c.resources) && ((has(c.resources.requests) && "
+            f"c.resources.requests.exists(r, {match})) || (has(c.resources.limits) && "
+            f"c.resources.limits.exists(r, {match})))")
+
+    def template(spec: str) -> str:
+        return " || ".join(f"({lst}.exists(c, {asks}))" for lst in (
+            f"{spec}.containers",
+            f"(has({spec}.initContainers) ? {spec}.initContainers : [])"))
+
+    return (f"request.kind.kind == 'Job' ? ({template('object.spec.template.spec')}) : "
+            "(has(object.spec.replicatedJobs) && object.spec.replicatedJobs.exists(j, "
+            f"{template('j.template.spec.template.spec')}))")
+
+
+def team_workload_condition(inputs: OpaAdmissionInputs) -> str:
+    """CEL for the webhook on a team's Jobs and JobSets: one that asks for GPUs, written by
+    anyone but Kueue, created running, started, or (a Job) grown while running."""
+    teams = inputs.teams
+    assert teams is not None
+    running = "!(has(object.spec.suspend) && object.spec.suspend)"
+    was_suspended = "has(oldObject.spec.suspend) && oldObject.spec.suspend"
+    grown = ("request.kind.kind == 'Job' && has(object.spec.parallelism) && "
+             "object.spec.parallelism > (has(oldObject.spec.parallelism) ? "
+             "oldObject.spec.parallelism : 1)")
+    return (f"request.userInfo.username != '{teams.kueue_user}' && "
+            f"({_cel_workload_gpus(inputs)}) && {running} && "
+            f"(request.operation == 'CREATE' ? "
+            f"!(request.userInfo.username in {_cel_list(teams.workload_controllers)}) : "
+            f"(({was_suspended}) || ({grown})))")
 
 
 def _meta(inputs: OpaAdmissionInputs, name: str, extra_labels: dict | None = None) -> dict:
@@ -399,6 +487,10 @@ def _pod_rules(*operations: str) -> dict:
             "resources": ["pods"], "scope": "Namespaced"}
 
 
+EPHEMERAL_CONTAINERS_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                             "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"}
+
+
 def reachability_webhook(inputs: OpaAdmissionInputs, ca_bundle: Any) -> dict:
     """The pod webhook's way to OPA (Service, port, CA, decision) for one object only: the
     reachability probe ConfigMap. It fails closed in every mode, so when the API server cannot
@@ -445,9 +537,7 @@ def webhook_configuration(inputs: OpaAdmissionInputs, ca_bundle: Any) -> dict:
     adm = inputs.admission
     pods = _webhook(
         inputs, adm.webhook_name, DECISION_PATH, ca_bundle,
-        [_pod_rules("CREATE", "UPDATE"),
-         {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
-          "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"}],
+        [_pod_rules("CREATE", "UPDATE"), EPHEMERAL_CONTAINERS_RULE],
         [{"name": "gpu-relevant", "expression": pod_condition(inputs)}])
     # Claims only at creation: their devices cannot change afterwards, and their finalizers and
     # status must stay free to change (a claim being deleted has to lose its finalizer).
@@ -456,19 +546,38 @@ def webhook_configuration(inputs: OpaAdmissionInputs, ca_bundle: Any) -> dict:
         [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["*"],
           "operations": ["CREATE"],
           "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"}], [])
+    webhooks = [pods, claims]
+    if inputs.teams is not None:
+        # A team's Jobs and JobSets: only Kueue starts them (their pods are admitted for the
+        # admission Kueue writes into them).
+        workloads = _webhook(
+            inputs, adm.workloads_webhook_name, DECISION_PATH, ca_bundle,
+            [{"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+              "resources": ["jobs"], "scope": "Namespaced"},
+             {"apiGroups": ["jobset.x-k8s.io"], "apiVersions": ["*"],
+              "operations": ["CREATE", "UPDATE"], "resources": ["jobsets"],
+              "scope": "Namespaced"}],
+            [{"name": "team-workload", "expression": team_workload_condition(inputs)}])
+        workloads["namespaceSelector"] = {"matchExpressions": [{
+            "key": "kubernetes.io/metadata.name", "operator": "In",
+            "values": sorted(set(inputs.teams.namespaces) - set(inputs.exempt_namespaces))}]}
+        webhooks.append(workloads)
     return _configuration("ValidatingWebhookConfiguration", "gpu-platform-admission",
-                          [pods, claims, reachability_webhook(inputs, ca_bundle)])
+                          [*webhooks, reachability_webhook(inputs, ca_bundle)])
 
 
 def mutating_webhook_configuration(inputs: OpaAdmissionInputs, ca_bundle: Any) -> dict | None:
-    """mutate and audit modes: the mutating webhook, on pod CREATE only (what it can fix or label
-    is set at creation). Reinvoked if a later webhook changes the pod; the patch it computes
-    then is empty."""
+    """mutate and audit modes: the mutating webhook. mutate: on pod CREATE (what it fixes is set
+    at creation); audit: on every pod write the validating webhook sees, so that a violation an
+    update makes is labelled too. Reinvoked if a later webhook changes the pod; the patch it
+    computes then is empty."""
     adm = inputs.admission
     if adm.mode == "enforce":
         return None
-    webhook = _webhook(inputs, adm.mutating_webhook_name, MUTATION_PATH, ca_bundle,
-                       [_pod_rules("CREATE")],
+    # audit: a violation an update makes is labelled too (a debug container added included).
+    rules = [_pod_rules("CREATE")] if adm.mode == "mutate" else [
+        _pod_rules("CREATE", "UPDATE"), EPHEMERAL_CONTAINERS_RULE]
+    webhook = _webhook(inputs, adm.mutating_webhook_name, MUTATION_PATH, ca_bundle, rules,
                        [{"name": "gpu-relevant", "expression": pod_condition(inputs)}])
     webhook["reinvocationPolicy"] = "IfNeeded"
     return _configuration("MutatingWebhookConfiguration", "gpu-platform-admission", [webhook])

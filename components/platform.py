@@ -49,7 +49,7 @@ from .settings import (
     load_settings,
     retired_settings,
 )
-from .teams import Teams
+from .teams import Teams, controller_user
 from .validation import SettingsError, Subject
 
 # The config keys whose settings may hold secrets (free-form chart values, the Grafana password),
@@ -135,7 +135,10 @@ def component_args(settings: StackSettings, secret_sections: Collection[str] = (
                                if sched.preemptible_class.enabled else None),
             gpu_nodes=gpu_nodes,
             teams=(AdmittedTeamsArgs(namespaces=teams.team_namespaces,
-                                     gpu_pods_outside_teams=teams.gpu_pods_outside_teams)
+                                     gpu_pods_outside_teams=teams.gpu_pods_outside_teams,
+                                     kueue_user=controller_user(
+                                         teams.kueue.namespace, teams.kueue.release_name),
+                                     workload_controllers=list(teams.workload_controllers))
                    if teams.enabled else None),
             trusted_namespaces=[op.namespace, settings.monitoring.namespace], **mirror),
         monitoring=MonitoringArgs(

@@ -782,6 +782,11 @@ def mutating_webhook(webhook_name: str) -> str:
     return f"mutate.{webhook_name}"
 
 
+def workloads_webhook(webhook_name: str) -> str:
+    """The webhook on a team's Jobs and JobSets' name, from `admission.webhookName`."""
+    return f"jobs.{webhook_name}"
+
+
 def claims_webhook(webhook_name: str) -> str:
     """The webhook on ResourceClaims' name, from `admission.webhookName`."""
     return f"dra.{webhook_name}"
@@ -889,6 +894,10 @@ class AdmissionSettings(Model):
     @property
     def claims_webhook_name(self) -> str:
         return claims_webhook(self.webhook_name)
+
+    @property
+    def workloads_webhook_name(self) -> str:
+        return workloads_webhook(self.webhook_name)
 
     @property
     def reachability_webhook_name(self) -> str:
@@ -1127,6 +1136,9 @@ KUEUE_MIN_KUBERNETES = (1, 34)
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 # The LocalQueue Kueue gives every workload of a namespace that names no queue.
 KUEUE_DEFAULT_QUEUE = "default"
+# Who creates the Jobs of a JobSet: its controller, as JobSet's release manifests install it
+# (namespace jobset-system, ServiceAccount jobset-controller-manager).
+JOBSET_CONTROLLER = "system:serviceaccount:jobset-system:jobset-controller-manager"
 
 
 class FlavorSettings(Model):
@@ -1266,6 +1278,12 @@ class TeamsSettings(Model):
         description="All-or-nothing admission: a workload whose pods are not all running "
                     "this long after it was admitted gives its GPUs back and is queued again "
                     "(Go duration).")
+    workload_controllers: list[str] = Field(
+        default_factory=lambda: [JOBSET_CONTROLLER],
+        description="Users that create a team's Jobs for a parent Kueue already admitted, which "
+                    "Kueue then leaves running (JobSet's controller, as JobSet's release "
+                    "manifests name it). Anyone else's Job in a team namespace must start "
+                    "suspended and is started by Kueue alone.")
     workload_priority_classes: list[WorkloadPriorityClassSettings] = Field(
         default_factory=lambda: [
             WorkloadPriorityClassSettings(name="team-high", value=1000,

@@ -35,10 +35,19 @@ LEASE = "c1f6bfd2.kueue.x-k8s.io"
 FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset", "leaderworkerset.x-k8s.io/leaderworkerset",
               "pod", "deployment", "statefulset")
 # What Kueue puts on the pods it manages, and what the Job controller's pods of a workload it
-# admitted carry (the admission policy reads both).
-ADMISSION_GATE = "kueue.x-k8s.io/admission"
-PODSET_LABEL = "kueue.x-k8s.io/podset"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# admitted carry (the admission policy reads them; Kueue 0.19.2, pkg/controller/jobs/pod). The
+# admission gate holds a pod until Kueue admits it; the topology gate (topology-aware scheduling,
+# on by default) until Kueue has placed it. The managed label marks a pod Kueue's pod integration
+# took over; the parent annotation one a Deployment's, StatefulSet's or LeaderWorkerSet's
+# template holds for Kueue; the group key joins pods into one workload.
+KUEUE_PREFIX = "kueue.x-k8s.io/"
+ADMISSION_GATE = KUEUE_PREFIX + "admission"
+TOPOLOGY_GATE = KUEUE_PREFIX + "topology"
+MANAGED_LABEL = KUEUE_PREFIX + "managed"
+PARENT_ANNOTATION = KUEUE_PREFIX + "pod-suspending-parent"
+POD_GROUP_KEY = KUEUE_PREFIX + "pod-group-name"
+PODSET_LABEL = KUEUE_PREFIX + "podset"
+QUEUE_LABEL = KUEUE_PREFIX + "queue-name"
 # On each team namespace: the team it belongs to.
 TEAM_LABEL = "gpu-platform.io/team"
 
@@ -46,6 +55,11 @@ TEAM_LABEL = "gpu-platform.io/team"
 def chart_fullname(release: str) -> str:
     """The chart's name for a release's objects: the release's, when it contains `kueue`."""
     return release if CHART in release else f"{release}-{CHART}"
+
+
+def controller_user(namespace: str, release: str) -> str:
+    """Kueue's identity in the API server's requests: its controller-manager's ServiceAccount."""
+    return f"system:serviceaccount:{namespace}:{deployment_name(release)}"
 
 
 def deployment_name(release: str) -> str:
@@ -198,6 +212,8 @@ class Teams(kube.Component):
     "Kueue's namespace."
     team_namespaces: dict[str, str]
     "Each team namespace, with its team."
+    kueue_user: str
+    "Kueue's identity in its requests to the API server (its ServiceAccount's user name)."
 
     def __init__(self, name: str, args: TeamsArgs,
                  opts: pulumi.ResourceOptions | None = None):
@@ -229,5 +245,7 @@ class Teams(kube.Component):
                              [queue, created, *classes.values()])
         self.namespace = kueue.namespace
         self.team_namespaces = teams.team_namespaces
+        self.kueue_user = controller_user(kueue.namespace, kueue.release_name)
         self.register_outputs({"namespace": self.namespace,
-                               "teamNamespaces": self.team_namespaces})
+                               "teamNamespaces": self.team_namespaces,
+                               "kueueUser": self.kueue_user})

@@ -96,8 +96,18 @@ def as_kueue_leaves_it(manifest: dict, settings) -> dict:
     template carrying the admission Kueue wrote into it, with the flavor's tolerations."""
     manifest = copy.deepcopy(manifest)
     if manifest["kind"] in ("Pod", "Deployment", "StatefulSet"):
-        spec = manifest["spec"] if manifest["kind"] == "Pod" else pod_template(manifest)["spec"]
-        spec["schedulingGates"] = [{"name": teams.ADMISSION_GATE}]
+        # Kueue 0.19.2: its pod webhook gates the pod and labels a bare one as managed; the
+        # Deployment and StatefulSet webhooks mark the template as held by its parent (and a
+        # Deployment's as managed), which the ReplicaSet and StatefulSet controllers then copy.
+        pod = manifest if manifest["kind"] == "Pod" else pod_template(manifest)
+        pod["spec"]["schedulingGates"] = [{"name": teams.ADMISSION_GATE},
+                                          {"name": teams.TOPOLOGY_GATE}]
+        metadata = pod.setdefault("metadata", {})
+        if manifest["kind"] != "StatefulSet":
+            metadata.setdefault("labels", {})[teams.MANAGED_LABEL] = "true"
+        if manifest["kind"] != "Pod":
+            metadata.setdefault("annotations", {})[teams.PARENT_ANNOTATION] = \
+                manifest["kind"].lower()
     else:
         template = pod_template(manifest)
         template.setdefault("metadata", {}).setdefault("labels", {})[teams.PODSET_LABEL] = "main"

@@ -610,7 +610,8 @@ def test_dashboard_answers_the_platform_teams_questions():
         # The API server counts a webhook's denials with error_type="no_error".
         "Requests refused by the GPU admission policy":
             'apiserver_admission_webhook_rejection_count{name=~"gpu-scheduler-policy.gpu-platform.io'
-            '|dra.gpu-scheduler-policy.gpu-platform.io", error_type="no_error"}',
+            '|dra.gpu-scheduler-policy.gpu-platform.io|jobs.gpu-scheduler-policy.gpu-platform.io"'
+            ', error_type="no_error"}',
         # kube-state-metrics writes label gpu-platform.io/admission-audit as this.
         # The binpack scheduler's own histogram, scraped by the platform's ServiceMonitor.
         "GPU pods preempted per hour":

@@ -74,6 +74,14 @@ def host_path(path: str) -> list[dict]:
     return [{"name": "host", "hostPath": {"path": path}}]
 
 
+EMPTY_DIR = [{"name": "scratch", "emptyDir": {}}]
+
+
+def mounting(c: dict, mount_path: str, volume: str = "scratch") -> dict:
+    """A container with the volume mounted at `mount_path`."""
+    return {**c, "volumeMounts": [{"name": volume, "mountPath": mount_path}]}
+
+
 def annotated(spec: dict, annotations: dict, **kwargs):
     return review(spec, metadata={"annotations": annotations}, **kwargs)
 
@@ -254,6 +262,48 @@ CASES = [
      False, ["mounts the host path /run/containerd/containerd.sock"]),
     ("gpu pod mounting a host directory of its own",
      review(binpack(container(limits=GPU), volumes=host_path("/mnt/datasets"))), True, []),
+    # host paths as the node resolves them, whatever their spelling
+    *[(f"gpu pod mounting {path!r}, {what}",
+       review(binpack(container(limits=GPU), volumes=host_path(path))),
+       False, [f"mounts the host path {path}, which holds GPU devices or driver files"])
+      for path, what in [
+          ("//dev", "the device nodes with a doubled slash"),
+          ("/./dev/nvidia0", "a GPU's device node through a dot segment"),
+          ("/dev//nvidia0/", "a GPU's device node with repeated and trailing slashes"),
+          ("dev", "the device nodes, relative"),
+          ("//", "the host's root with a doubled slash"),
+          ("/.", "the host's root through a dot segment"),
+          ("/var/run/containerd/containerd.sock", "containerd's socket through /var/run"),
+          ("/var//run/./containerd", "containerd's directory spelled around"),
+          ("/run/k3s/containerd/containerd.sock", "k3s and RKE2's containerd socket"),
+          ("/var/run/crio/crio.sock", "CRI-O's socket"),
+          ("/var/run/docker.sock", "Docker's socket"),
+          ("/var/run/cri-dockerd.sock", "cri-dockerd's socket"),
+          ("/run/dockershim.sock", "Bottlerocket's link to containerd's socket"),
+          ("/local/var/lib/kubelet/device-plugins", "the kubelet's device plugins on Bottlerocket"),
+          ("/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's pod-resources socket"),
+          ("/var/lib/kubelet/plugins/gpu.nvidia.com", "NVIDIA's DRA plugin"),
+          ("/lib/x86_64-linux-gnu", "the driver's libraries through merged /usr"),
+          ("/mnt/stateful_partition/home/kubernetes/bin/nvidia", "GKE's driver, bind-mounted"),
+          ("/tmp/nvidia-mps", "GKE's MPS pipes"),
+          ("/var", "a directory that holds the kubelet's sockets"),
+      ]],
+    ("gpu pod sharing the host's IPC namespace",
+     review(binpack(container(limits=GPU), hostIPC=True)),
+     False, ["spec.hostIPC shares the node's shared memory", "leave hostIPC unset"]),
+    ("cpu pod sharing the host's IPC namespace", review({"hostIPC": True,
+                                                         "containers": [container()]}), True, []),
+    *[(f"gpu pod mounting at {mount_path!r}",
+       review(binpack(mounting(container(limits=GPU), mount_path), volumes=EMPTY_DIR)),
+       False, [f'container "main" mounts "scratch" at {mount_path}, where the NVIDIA container '
+               "toolkit reads which GPUs to give it", "mount it elsewhere"])
+      for mount_path in ["/var/run/nvidia-container-devices/all",
+                         "//var/run/./nvidia-container-devices//all/",
+                         "/var/run/nvidia-container-devicesall",
+                         "var/run/nvidia-container-devices/all",
+                         "/scratch/../var/run/nvidia-container-devices/all"]],
+    ("gpu pod mounting its scratch space at /scratch",
+     review(binpack(mounting(container(limits=GPU), "/scratch"), volumes=EMPTY_DIR)), True, []),
     ("gpu pod sharing the host's processes",
      review(binpack(container(limits=GPU), hostPID=True)),
      False, ["spec.hostPID shares the node's processes", "leave hostPID unset"]),
@@ -636,6 +686,14 @@ DEBUG_ON = {"nodeName": "node-7", "containers": [container()]}
 NAMED_OR_NOT = [
     ("pod bound by name, asking for no device path",
      review({"nodeName": "node-7", "containers": [container()]}), True, True, []),
+    ("pod bound by name, mounting the runtime's socket spelled around the rule",
+     review({"nodeName": "node-7", "volumes": host_path("//run//containerd/containerd.sock"),
+             "containers": [container()]}), True, False,
+     ["mounts the host path //run//containerd/containerd.sock", 'spec.nodeName "node-7" may be '
+      "a GPU node"]),
+    ("pod bound by name, sharing the host's IPC namespace",
+     review({"nodeName": "node-7", "hostIPC": True, "containers": [container()]}), True, False,
+     ["spec.hostIPC"]),
     ("pod bound by name, sharing the host's processes",
      review({"nodeName": "node-7", "hostPID": True, "containers": [container()]}), True, False,
      ['spec.hostPID', 'spec.nodeName "node-7" may be a GPU node (GPU nodes are not named in '
@@ -712,8 +770,18 @@ def team_pod(spec: dict, **kwargs) -> dict:
 
 
 def gated(spec: dict) -> dict:
-    """A pod as Kueue's webhook leaves it: held by its admission gate, labelled as managed."""
-    return {**spec, **KUEUE_GATE}
+    """A pod spec as Kueue's webhook leaves it: held by its admission and topology gates."""
+    return {**spec, "schedulingGates": [{"name": teams.ADMISSION_GATE},
+                                        {"name": teams.TOPOLOGY_GATE}]}
+
+
+MANAGED = {"labels": {teams.MANAGED_LABEL: "true", teams.QUEUE_LABEL: "default"}}
+
+
+def queued(spec: dict, metadata: dict | None = None, **kwargs) -> dict:
+    """A bare GPU pod as Kueue's webhook leaves it in a team namespace: gated, labelled as the
+    pod Kueue manages."""
+    return team_pod(gated(spec), metadata=metadata or MANAGED, **kwargs)
 
 
 def test_a_gpu_pod_in_a_team_namespace_outside_its_queue_is_refused_naming_the_queue(
@@ -733,8 +801,8 @@ def test_a_gpu_pod_in_a_team_namespace_outside_its_queue_is_refused_naming_the_q
 def test_a_pod_kueue_holds_for_the_teams_quota_is_admitted_without_a_toleration_hint(
         opa_bin, deployed_teams):
     """Kueue gives the pods it admits the flavor's tolerations of the GPU taint itself."""
-    spec = gated({"schedulerName": BINPACK, "containers": [container(limits=GPU)]})
-    response = decide(opa_bin, deployed_teams, team_pod(spec))
+    response = decide(opa_bin, deployed_teams,
+                      queued({"schedulerName": BINPACK, "containers": [container(limits=GPU)]}))
     assert response == {"uid": response["uid"], "allowed": True}
 
 
@@ -749,12 +817,180 @@ def test_the_pods_of_a_job_kueue_admitted_are_admitted_and_a_forged_one_is_not(
     assert not decide(opa_bin, deployed_teams, forged)["allowed"]
 
 
+ADMITTED = {"labels": {**MANAGED["labels"], teams.PODSET_LABEL: "main",
+                       "kueue.x-k8s.io/local-queue-name": "default"},
+            "annotations": {"kueue.x-k8s.io/workload": "pod-train-0-3b9f"}}
+
+
 def test_kueue_letting_a_pod_go_is_admitted(opa_bin, deployed_teams):
-    """At admission Kueue removes its gate and adds the flavor's node labels and tolerations."""
+    """At admission Kueue removes its gates, adds the flavor's node labels and tolerations, and
+    its own labels and annotation (one merge patch, by its ServiceAccount)."""
     old = gated({"schedulerName": BINPACK, "containers": [container(limits=GPU)]})
     new = {**binpack(container(limits=GPU)), "nodeSelector": {"nvidia.com/gpu.present": "true"}}
-    request_ = team_pod(new, operation="UPDATE", old_spec=old, user=KUEUE_CONTROLLER)
+    request_ = team_pod(new, operation="UPDATE", old_spec=old, metadata=ADMITTED,
+                        old_metadata=MANAGED, user=KUEUE_CONTROLLER)
     assert decide(opa_bin, deployed_teams, request_)["allowed"]
+
+
+REPLICASET_CONTROLLER = "system:serviceaccount:kube-system:replicaset-controller"
+STATEFULSET_CONTROLLER = "system:serviceaccount:kube-system:statefulset-controller"
+JOBSET_CONTROLLER = "system:serviceaccount:jobset-system:jobset-controller-manager"
+
+
+def team_job(spec: dict, operation="CREATE", old: dict | None = None, gpus=True, **kwargs):
+    """A Job of the research team, its template asking for a GPU (or none)."""
+    template = {"spec": {"restartPolicy": "Never",
+                         "containers": [container(limits=GPU if gpus else CPU)]}}
+    old_spec = None if old is None else {**old, "template": template}
+    return team_pod({**spec, "template": template}, kind="Job", group="batch", name="train",
+                    operation=operation, old_spec=old_spec, **kwargs)
+
+
+def team_jobset(spec: dict, operation="CREATE", old: dict | None = None, **kwargs):
+    jobs = [{"name": "workers", "replicas": 2, "template": {"spec": {"template": {"spec": {
+        "restartPolicy": "Never", "containers": [container(limits=GPU)]}}}}}]
+    old_spec = None if old is None else {**old, "replicatedJobs": jobs}
+    return team_pod({**spec, "replicatedJobs": jobs}, kind="JobSet", group="jobset.x-k8s.io",
+                    name="train", operation=operation, old_spec=old_spec, **kwargs)
+
+
+def webhook_for(deployed, request_) -> dict | None:
+    """The validating webhook the API server calls for the request, if any: its rules match
+    the request's resource and its namespaceSelector the namespace."""
+    request = request_["request"]
+    resource = {"Pod": "pods", "Job": "jobs", "JobSet": "jobsets",
+                "ResourceClaim": "resourceclaims",
+                "ResourceClaimTemplate": "resourceclaimtemplates"}[request["kind"]["kind"]]
+    if request.get("subResource"):
+        resource += "/" + request["subResource"]
+    for webhook in deployed["webhooks"]:
+        if not any(resource in rule["resources"] and request["operation"] in rule["operations"]
+                   and request["kind"]["group"] in rule["apiGroups"]
+                   for rule in webhook["rules"]):
+            continue
+        for expression in webhook.get("namespaceSelector", {}).get("matchExpressions", []):
+            assert expression["key"] == "kubernetes.io/metadata.name"
+            inside = request["namespace"] in expression["values"]
+            if inside != (expression["operator"] == "In"):
+                break
+        else:
+            return webhook
+    return None
+
+
+GATED = gated({"schedulerName": BINPACK, "containers": [container(limits=GPU)]})
+UNGATED = binpack(container(limits=GPU))
+JOB_POD = {"labels": {teams.PODSET_LABEL: "main"}}
+
+# (case, request in a team namespace, allowed, fragments of the refusal)
+TEAM_CASES = [
+    # gates and owners at creation
+    ("a gate and a controller of the user's own making",
+     team_pod(GATED, metadata={"ownerReferences": JOB_OWNER["ownerReferences"]}), False,
+     ["it carries Kueue's gate, but Kueue's webhook did not take it over",
+      "LocalQueue research/default"]),
+    ("a parent's annotation on a pod a user made",
+     team_pod(GATED, metadata={"annotations": {teams.PARENT_ANNOTATION: "leaderworkerset"},
+                               "labels": {"leaderworkerset.sigs.k8s.io/name": "x"}}), False,
+     ["it claims a parent Kueue holds (annotation kueue.x-k8s.io/pod-suspending-parent), but "
+      "the ReplicaSet or StatefulSet controller did not create it"]),
+    ("a Deployment's pod, held for its parent",
+     team_pod(GATED, metadata={"annotations": {teams.PARENT_ANNOTATION: "deployment"},
+                               **MANAGED}, user=REPLICASET_CONTROLLER), True, []),
+    ("a StatefulSet's pod, held for its parent",
+     team_pod(GATED, metadata={"annotations": {teams.PARENT_ANNOTATION: "statefulset"}},
+              user=STATEFULSET_CONTROLLER), True, []),
+    ("a pod group of bare pods",
+     queued({"schedulerName": BINPACK, "containers": [container(limits=GPU)]},
+            metadata={"labels": {**MANAGED["labels"], teams.POD_GROUP_KEY: "gang"},
+                      "annotations": {"kueue.x-k8s.io/role-hash": "a1b2c3d4"}}), False,
+     ['it joins the Kueue pod group "gang"', "run the group as a Job, JobSet or StatefulSet"]),
+    # later: gates and Kueue's labels belong to Kueue
+    ("the admission gate lifted by the user",
+     team_pod(UNGATED, operation="UPDATE", old_spec=GATED, old_metadata=MANAGED,
+              metadata=MANAGED), False,
+     ['pod "research/train-0": only Kueue lifts its scheduling gate kueue.x-k8s.io/admission, '
+      'once it admits the pod against the quota of team "research"']),
+    ("the managed label removed by the user",
+     team_pod(GATED, operation="UPDATE", old_spec=GATED, old_metadata=MANAGED,
+              metadata={"labels": {teams.QUEUE_LABEL: "default"}}), False,
+     ["only Kueue changes its label kueue.x-k8s.io/managed"]),
+    ("a Job pod's podset label changed by the user",
+     team_pod(UNGATED, operation="UPDATE", old_spec=UNGATED, old_metadata=JOB_POD,
+              metadata={"labels": {teams.PODSET_LABEL: "other"}}), False,
+     ["only Kueue changes its label kueue.x-k8s.io/podset"]),
+    ("a group's total count annotated by the user",
+     team_pod(GATED, operation="UPDATE", old_spec=GATED, old_metadata=MANAGED,
+              metadata={**MANAGED, "annotations": {"kueue.x-k8s.io/pod-group-total-count": "1"}}),
+     False, ["only Kueue changes its annotation kueue.x-k8s.io/pod-group-total-count"]),
+    ("a label of the user's own changed on a held pod",
+     team_pod(GATED, operation="UPDATE", old_spec=GATED, old_metadata=MANAGED,
+              metadata={"labels": {**MANAGED["labels"], "app": "trainer"}}), True, []),
+    ("a finalizer removed by a controller",
+     team_pod(UNGATED, operation="UPDATE", old_spec=UNGATED, old_metadata=ADMITTED,
+              metadata=ADMITTED, user="system:serviceaccount:kube-system:generic-garbage-collector"),
+     True, []),
+    ("Kueue's labels written by Kueue on a StatefulSet's pod",
+     team_pod(GATED, operation="UPDATE", old_spec=GATED, old_metadata={},
+              metadata={"labels": {**MANAGED["labels"], teams.POD_GROUP_KEY: "web"}},
+              user=KUEUE_CONTROLLER), True, []),
+    # Jobs: only Kueue starts one, and a running one does not grow
+    ("a GPU Job created running by a user",
+     team_job({"suspend": False}), False,
+     ['Job "research/train" requests nvidia.com/gpu but was not suspended at creation',
+      "remove metadata.ownerReferences"]),
+    ("a GPU Job created suspended", team_job({"suspend": True}), True, []),
+    ("a JobSet's Job created running by JobSet's controller",
+     team_job({"suspend": False}, user=JOBSET_CONTROLLER), True, []),
+    ("a GPU Job started by a user",
+     team_job({"suspend": False}, operation="UPDATE", old={"suspend": True}), False,
+     ['Job "research/train": only Kueue starts a Job of namespace "research" (team '
+      '"research")', "leave spec.suspend to Kueue"]),
+    ("a GPU Job started by Kueue",
+     team_job({"suspend": False}, operation="UPDATE", old={"suspend": True},
+              user=KUEUE_CONTROLLER), True, []),
+    ("a running GPU Job grown by a user",
+     team_job({"suspend": False, "parallelism": 4}, operation="UPDATE",
+              old={"suspend": False, "parallelism": 1}), False,
+     ["spec.parallelism 1 -> 4 would run more GPU pods than Kueue admitted"]),
+    ("a running GPU Job shrunk by a user",
+     team_job({"suspend": False, "parallelism": 1}, operation="UPDATE",
+              old={"suspend": False, "parallelism": 4}), True, []),
+    ("a GPU JobSet started by a user",
+     team_jobset({"suspend": False}, operation="UPDATE", old={"suspend": True}), False,
+     ['JobSet "research/train": only Kueue starts a JobSet']),
+    ("a Job without GPUs created running", team_job({"suspend": False}, gpus=False), True, []),
+]
+
+
+@pytest.mark.parametrize("request_, allowed, fragments", [c[1:] for c in TEAM_CASES],
+                         ids=[c[0] for c in TEAM_CASES])
+def test_only_kueue_releases_a_teams_gpu_work(opa_bin, deployed_teams, request_, allowed,
+                                               fragments):
+    response = decide(opa_bin, deployed_teams, request_)
+    assert response["allowed"] is allowed, response
+    for fragment in fragments:
+        assert fragment in response["status"]["message"]
+    webhook = webhook_for(deployed_teams, request_)
+    if not allowed:
+        # The API server asks OPA about it, and audit mode warns (and labels a pod).
+        assert webhook is not None and sent_to_opa(webhook, request_)
+        audited = decide(opa_bin, deployed_teams, request_, "audit")
+        assert audited["allowed"] and any(fragments[0] in w for w in audited["warnings"])
+        if request_["request"]["kind"]["kind"] == "Pod":
+            labelled, _ = mutated(opa_bin, deployed_teams, request_, "audit")
+            assert labelled["request"]["object"]["metadata"]["labels"][AUDIT_LABEL] == \
+                "violation"
+
+
+def test_kueues_own_writes_never_wait_for_opa(deployed_teams):
+    for case in ("Kueue's labels written by Kueue on a StatefulSet's pod",
+                 "a GPU Job started by Kueue", "a GPU Job created suspended",
+                 "a label of the user's own changed on a held pod",
+                 "a running GPU Job shrunk by a user"):
+        request_ = next(c[1] for c in TEAM_CASES if c[0] == case)
+        webhook = webhook_for(deployed_teams, request_)
+        assert webhook is None or not sent_to_opa(webhook, request_), case
 
 
 def test_a_gpu_pod_in_a_namespace_of_no_team_is_refused_or_admitted_as_the_stack_says(
