@@ -148,7 +148,10 @@ def alert_rules(inputs: MonitoringInputs, certificate_not_after: int | None = No
     failure_effect = ("pods the policy must see are refused (failure policy Fail)"
                       if adm.failure_policy == "Fail" else
                       "pods the policy must see are admitted unchecked (failure policy Ignore)")
-    opa_deployment = f'namespace="{adm.namespace}", deployment="opa"'
+    # OPA runs as one Deployment per generation, `opa-<generation>` (two while one replaces
+    # the other): its pods count together.
+    opa_deployments = "opa-g[0-9a-f]{9}"
+    opa_deployment = f'namespace="{adm.namespace}", deployment=~"{opa_deployments}"'
     quota_namespaces = "|".join((inputs.gpu_operator_namespace, sched.namespace,
                                  adm.namespace))
 
@@ -199,7 +202,9 @@ def alert_rules(inputs: MonitoringInputs, certificate_not_after: int | None = No
                alerts.unavailable_for, "critical", "The GPU binpack scheduler is down",
                f"No pod of {sched.namespace}/{sched.name} has been available for "
                f"{alerts.unavailable_for}: new GPU pods, which must use it, are not scheduled."),
-        _alert("GpuAdmissionUnavailable", unavailable(adm.namespace, "opa"),
+        _alert("GpuAdmissionUnavailable",
+               f"sum by (namespace) (kube_deployment_status_replicas_available"
+               f"{{{opa_deployment}}}) < 1",
                alerts.unavailable_for,
                "critical" if adm.failure_policy == "Fail" else "warning",
                "The GPU admission webhook (OPA) is down",
@@ -208,8 +213,9 @@ def alert_rules(inputs: MonitoringInputs, certificate_not_after: int | None = No
                   if adm.failure_policy == "Fail" else
                   "new GPU pods are admitted unchecked (failure policy Ignore).")),
         _alert("GpuAdmissionDegraded",
-               f"kube_deployment_status_replicas_available{{{opa_deployment}}} < "
-               f"kube_deployment_spec_replicas{{{opa_deployment}}}",
+               f"sum by (namespace) (kube_deployment_status_replicas_available"
+               f"{{{opa_deployment}}}) < sum by (namespace) "
+               f"(kube_deployment_spec_replicas{{{opa_deployment}}})",
                "10m", "warning", "Some OPA pods are not ready",
                f"{{{{ $value }}}} OPA pods in {adm.namespace} are available, fewer than asked "
                "for. An OPA pod is ready only when it can decide: check the pods' events "

@@ -252,9 +252,10 @@ class Component(pulumi.ComponentResource):
 
 def declare(obj: dict[str, Any], parent: Component,
             depends_on: Sequence[pulumi.Resource] | None = None,
-            retain: bool = False) -> pulumi.CustomResource:
+            retain: bool = False, name: str | None = None) -> pulumi.CustomResource:
     """Declare one manifest as a resource that is a child of `parent`; with `retain`, removing
-    it from the stack leaves the object in the cluster."""
+    it from the stack leaves the object in the cluster. Its logical name is `name` (for an
+    object whose own name changes as a new one replaces it), else `namespace/name`."""
     opts = pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on or []),
                                   retain_on_delete=retain or None)
     if immutable := _IMMUTABLE_FIELDS.get((obj["apiVersion"], obj["kind"])):
@@ -263,13 +264,14 @@ def declare(obj: dict[str, Any], parent: Component,
     fields = {_FIELD_ARGS.get(key, key): value for key, value in obj.items()
               if key not in ("apiVersion", "kind")}
     resource_class = _KINDS.get((obj["apiVersion"], obj["kind"]))
+    resource_name = parent.child_name(name or logical_name(obj))
     if resource_class is None and set(obj) - {"apiVersion", "kind", "metadata", "spec"}:
-        return _CustomResourceWithFields(parent.child_name(logical_name(obj)), obj, opts)
+        return _CustomResourceWithFields(resource_name, obj, opts)
     if resource_class is None:
         return k8s.apiextensions.CustomResource(
-            parent.child_name(logical_name(obj)), api_version=obj["apiVersion"],
-            kind=obj["kind"], opts=opts, **fields)
-    return resource_class(parent.child_name(logical_name(obj)), opts=opts, **fields)
+            resource_name, api_version=obj["apiVersion"], kind=obj["kind"], opts=opts,
+            **fields)
+    return resource_class(resource_name, opts=opts, **fields)
 
 
 class _CustomResourceWithFields(pulumi.CustomResource):

@@ -74,8 +74,16 @@ SERVER_DATA_KEY = "opa-server.json"
 SERVER_DATA_ROOT = "opa_server"
 TLS_SECRET = "opa-tls"
 
-# A digest of everything OPA loads at start: a change rolls the pods onto it.
-POLICY_DIGEST_ANNOTATION = "gpu-platform.io/opa-policy-sha256"
+# Every OPA pod of one generation: the same policy, parameters, arguments and image. The
+# generation's Deployment, Service and ConfigMaps carry it in their names (see generation).
+GENERATION_LABEL = "gpu-platform.io/opa-generation"
+
+# How a deleted OPA pod hands over (a rollout, a drain): it keeps answering this long after
+# SIGTERM, while its endpoint is taken out of the Service and the API server stops sending to
+# it, then drains what is in flight within the grace period. The pod's grace period covers both.
+SHUTDOWN_WAIT_SECONDS = 5
+SHUTDOWN_GRACE_SECONDS = 10
+TERMINATION_GRACE_SECONDS = SHUTDOWN_WAIT_SECONDS + SHUTDOWN_GRACE_SECONDS + 5
 
 # The ConfigMap whose apply proves that the API server reaches OPA (see reachability_webhook).
 REACHABILITY_PROBE = "webhook-reachability"
@@ -151,10 +159,11 @@ def server_data() -> str:
 
 
 def service_dns_names(inputs: OpaAdmissionInputs) -> list[str]:
-    """The names the API server may use for the OPA Service; the serving certificate covers
-    them all."""
+    """The names the API server may use for OPA's Services: every generation's Service in
+    OPA's namespace (`opa-<generation>.<namespace>.svc`, which the webhooks call), which the
+    serving certificate covers, so that a new generation needs no new certificate."""
     ns = inputs.admission.namespace
-    return [SERVICE, f"{SERVICE}.{ns}", f"{SERVICE}.{ns}.svc"]
+    return [SERVICE, f"{SERVICE}.{ns}", f"*.{ns}.svc", f"{SERVICE}.{ns}.svc"]
 
 
 def _cel_matches(names: Sequence[str]) -> str:
@@ -327,17 +336,34 @@ def service_account(inputs: OpaAdmissionInputs) -> dict:
             "automountServiceAccountToken": False}
 
 
+def loaded_files(inputs: OpaAdmissionInputs) -> dict[str, dict[str, str]]:
+    """What OPA loads at start, by ConfigMap: the admission policy with its parameters, and
+    OPA's own server policy with its data."""
+    return {POLICY_CONFIGMAP: {**rego_files("admission"),
+                               PARAMS_KEY: json.dumps(policy_params(inputs), indent=2)},
+            SERVER_POLICY_CONFIGMAP: {**rego_files("opa"), SERVER_DATA_KEY: server_data()}}
+
+
+def generation(inputs: OpaAdmissionInputs) -> str:
+    """A digest of everything an OPA pod runs with: the files it loads, its arguments, its
+    image. A change is a new generation: its own ConfigMaps, Deployment and Service, named
+    after it, which the webhooks call once it is ready, while the old generation, called no
+    more, is removed (OpaAdmission)."""
+    # A letter first: a label value of digits and one `e` would read as a number in YAML.
+    return "g" + kube.content_hash(loaded_files(inputs), opa_args(inputs),
+                                   inputs.image(inputs.admission.opa))[:9]
+
+
+def generation_name(inputs: OpaAdmissionInputs, base: str) -> str:
+    """The name of a generation's ConfigMap, Deployment or Service."""
+    return f"{base}-{generation(inputs)}"
+
+
 def policy_config_maps(inputs: OpaAdmissionInputs) -> list[dict]:
-    """What OPA loads at start: the admission policy with its parameters, and OPA's own server
-    policy with its data."""
-    return [
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(inputs, POLICY_CONFIGMAP),
-         "data": {**rego_files("admission"),
-                  PARAMS_KEY: json.dumps(policy_params(inputs), indent=2)}},
-        {"apiVersion": "v1", "kind": "ConfigMap",
-         "metadata": _meta(inputs, SERVER_POLICY_CONFIGMAP),
-         "data": {**rego_files("opa"), SERVER_DATA_KEY: server_data()}},
-    ]
+    """The generation's ConfigMaps: what its pods load when they start."""
+    return [{"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": _meta(inputs, generation_name(inputs, base)), "data": data}
+            for base, data in loaded_files(inputs).items()]
 
 
 def tls_secret(inputs: OpaAdmissionInputs, *, tls_cert: Any, tls_key: Any, ca_cert: Any) -> dict:
@@ -370,35 +396,51 @@ def opa_args(inputs: OpaAdmissionInputs) -> list[str]:
         "--authentication=token",
         "--authorization=basic",
         "--log-format=json",
+        # A deleted pod answers on until the API server has stopped sending to it (see
+        # SHUTDOWN_WAIT_SECONDS), then finishes what it is answering.
+        f"--shutdown-wait-period={SHUTDOWN_WAIT_SECONDS}",
+        f"--shutdown-grace-period={SHUTDOWN_GRACE_SECONDS}",
         f"--set=decision_logs.console={str(inputs.admission.decision_logs).lower()}",
         *policy_files(),
     ]
 
 
+def generations_quota(replicas: int) -> int:
+    """OPA's pods of the critical priority: while a new generation starts, the one the webhooks
+    call serves, and the one before may still be handing over; and one more, for a pod still
+    terminating as its replacement starts."""
+    return 3 * replicas + 1
+
+
+def generation_selector(inputs: OpaAdmissionInputs) -> dict[str, str]:
+    """The labels that select the generation's pods (its Deployment's and its Service's)."""
+    return {**kube.selector_labels(SERVICE, COMPONENT), GENERATION_LABEL: generation(inputs)}
+
+
 def deployment(inputs: OpaAdmissionInputs) -> dict:
     adm = inputs.admission
     probe_port = {"port": DIAGNOSTIC_PORT, "scheme": "HTTP"}
+    names = {base: generation_name(inputs, base) for base in loaded_files(inputs)}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(inputs, SERVICE),
+        "metadata": _meta(inputs, generation_name(inputs, SERVICE)),
         "spec": {
             "replicas": adm.replicas,
-            "selector": {"matchLabels": kube.selector_labels(SERVICE, COMPONENT)},
-            # Never fewer ready replicas than asked for while rolling: the webhook stays served.
+            "selector": {"matchLabels": generation_selector(inputs)},
+            # Never fewer ready replicas than asked for while rolling (a change of replicas,
+            # or of anything else that is not a new generation): the webhook stays served.
             "strategy": {"type": "RollingUpdate",
                          "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
             "template": {
                 "metadata": {
-                    "labels": kube.labels(SERVICE, COMPONENT),
-                    # OPA loads its policies only at start: a change rolls the pods.
-                    "annotations": {POLICY_DIGEST_ANNOTATION: kube.content_hash(
-                        [config_map["data"] for config_map in policy_config_maps(inputs)],
-                        opa_args(inputs))},
+                    "labels": {**kube.labels(SERVICE, COMPONENT),
+                               GENERATION_LABEL: generation(inputs)},
                 },
                 "spec": {
                     "serviceAccountName": SERVICE,
                     "automountServiceAccountToken": False,
+                    "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
                     "priorityClassName": kube.CRITICAL_PRIORITY,
                     "securityContext": kube.RESTRICTED_POD_SECURITY,
                     "affinity": kube.spread_by_node(SERVICE, COMPONENT),
@@ -429,8 +471,8 @@ def deployment(inputs: OpaAdmissionInputs) -> dict:
                     "volumes": [
                         {"name": "tls", "secret": {"secretName": TLS_SECRET}},
                         {"name": "server-policy",
-                         "configMap": {"name": SERVER_POLICY_CONFIGMAP}},
-                        {"name": "policy", "configMap": {"name": POLICY_CONFIGMAP}},
+                         "configMap": {"name": names[SERVER_POLICY_CONFIGMAP]}},
+                        {"name": "policy", "configMap": {"name": names[POLICY_CONFIGMAP]}},
                     ],
                 },
             },
@@ -442,9 +484,9 @@ def service(inputs: OpaAdmissionInputs) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(inputs, SERVICE),
+        "metadata": _meta(inputs, generation_name(inputs, SERVICE)),
         "spec": {
-            "selector": kube.selector_labels(SERVICE, COMPONENT),
+            "selector": generation_selector(inputs),
             "ports": [{"name": "https", "port": SERVICE_PORT, "targetPort": "https",
                        "protocol": "TCP"}],
         },
@@ -463,7 +505,8 @@ def _webhook(inputs: OpaAdmissionInputs, name: str, path: Sequence[str], ca_bund
         "matchPolicy": "Equivalent",
         "clientConfig": {
             "caBundle": ca_bundle,
-            "service": {"name": SERVICE, "namespace": adm.namespace, "port": SERVICE_PORT,
+            "service": {"name": generation_name(inputs, SERVICE), "namespace": adm.namespace,
+                        "port": SERVICE_PORT,
                         "path": "/" + "/".join(path)},
         },
         "rules": rules,
@@ -632,17 +675,24 @@ class OpaAdmission(kube.Component):
 
         after_namespace = [namespace]
         account = kube.declare(service_account(inputs), self, after_namespace)
-        config_maps = kube.declare_all(policy_config_maps(inputs), self, after_namespace)
+        # A generation's objects keep their logical names (`<namespace>/<base name>`): a new
+        # generation replaces them, created first, the webhooks switched to its Service, and
+        # the old ones deleted last, once nothing calls them.
+        ns = adm.namespace
+        config_maps = {base: kube.declare(config_map, self, after_namespace,
+                                          name=f"{ns}/{base}")
+                       for base, config_map in zip(loaded_files(inputs),
+                                                   policy_config_maps(inputs), strict=True)}
         certificate = kube.declare(tls_secret(
             inputs, tls_cert=server_cert.cert_pem, tls_key=server_key.private_key_pem,
             ca_cert=self.ca.cert_pem), self, after_namespace)
-        svc = kube.declare(service(inputs), self, after_namespace)
+        svc = kube.declare(service(inputs), self, after_namespace, name=f"{ns}/{SERVICE}")
         quota = kube.declare(kube.critical_pods_quota(adm.namespace, COMPONENT,
-                                                      kube.replicas_quota(adm.replicas)),
+                                                      generations_quota(adm.replicas)),
                              self, after_namespace)
         opa = kube.declare(deployment(inputs), self,
                            [*after_namespace, quota, account, *config_maps.values(),
-                            certificate])
+                            certificate], name=f"{ns}/{SERVICE}")
         pdb = kube.declare(kube.pod_disruption_budget(SERVICE, adm.namespace, COMPONENT), self,
                            after_namespace)
         ca_bundle = self.ca.cert_pem.apply(kube.base64_text)

@@ -6,6 +6,7 @@ policy's rules) and test_docs.py (the users' example manifests)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -22,11 +23,16 @@ USER = "alice@example.com"
 
 
 def declared_object(recording: harness.Recording, type_: str, name: str,
-                    namespace: str | None = None) -> dict:
-    """The one object of `type_` a run declares under that name, whatever its logical name."""
+                    namespace: str | None = None, generation: bool = False) -> dict:
+    """The one object of `type_` a run declares under that name, whatever its logical name;
+    with `generation`, an object of OPA's generation, named `<name>-<generation>`."""
+    def named(actual: str) -> bool:
+        return (re.fullmatch(rf"{re.escape(name)}-g[0-9a-f]{{9}}", actual) is not None
+                if generation else actual == name)
+
     found = [r.inputs for r in recording.of_type(type_)
-             if (r.inputs["metadata"]["name"], r.inputs["metadata"].get("namespace"))
-             == (name, namespace)]
+             if named(r.inputs["metadata"]["name"])
+             and r.inputs["metadata"].get("namespace") == namespace]
     assert len(found) == 1, f"expected one {type_} {namespace}/{name}, found {len(found)}"
     return found[0]
 
@@ -39,7 +45,7 @@ def deployed_policy(recording: harness.Recording, settings, directory_for,
     namespace: `namespace`, or the settings' one."""
     ns = namespace or settings.admission.namespace
     policy_map = declared_object(recording, f"{K8S}core/v1:ConfigMap",
-                                 opa_admission.POLICY_CONFIGMAP, ns)
+                                 opa_admission.POLICY_CONFIGMAP, ns, generation=True)
     files = dict(policy_map["data"])
     params = json.loads(files.pop(opa_admission.PARAMS_KEY))
     dirs = {}

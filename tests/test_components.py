@@ -366,13 +366,27 @@ def test_every_file_opa_loads_is_in_a_config_map_its_pod_mounts():
         "gpu_scheduler.rego"]
 
 
-def test_a_changed_policy_or_parameter_rolls_the_opa_pods():
-    def digest(settings):
-        return opa_admission.deployment(admission_of(settings))["spec"]["template"]["metadata"][
-            "annotations"][opa_admission.POLICY_DIGEST_ANNOTATION]
-    assert digest(DEFAULT) == digest(settings_of())
-    assert digest(settings_of(admission={"mode": "mutate"})) != digest(DEFAULT)
-    assert digest(settings_of(admission={"exemptNamespaces": ["batch"]})) != digest(DEFAULT)
+def test_a_changed_policy_or_parameter_is_a_new_opa_generation_the_webhooks_switch_to():
+    """A change of what OPA loads or runs with names a new Deployment, Service and ConfigMaps
+    (which replace the old ones) and points the webhooks at the new Service; an unchanged
+    stack names the same ones."""
+    def named(settings):
+        inputs = admission_of(settings)
+        webhook = opa_admission.webhook_configuration(inputs, "Y2E=")["webhooks"][0]
+        deployment = opa_admission.deployment(inputs)
+        volumes = {v["configMap"]["name"] for v in deployment["spec"]["template"]["spec"][
+            "volumes"] if "configMap" in v}
+        assert volumes == {c["metadata"]["name"] for c in opa_admission.policy_config_maps(
+            inputs)}
+        service = opa_admission.service(inputs)
+        assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+        assert webhook["clientConfig"]["service"]["name"] == service["metadata"]["name"]
+        return deployment["metadata"]["name"], service["metadata"]["name"], sorted(volumes)
+    assert named(DEFAULT) == named(settings_of())
+    for changed in ({"mode": "mutate"}, {"exemptNamespaces": ["batch"]},
+                    {"opa": {"repository": "openpolicyagent/opa", "tag": "1.22.3-static"}}):
+        new = named(settings_of(admission=changed))
+        assert all(a != b for a, b in zip(new, named(DEFAULT), strict=True)), changed
 
 
 def test_opa_pods_are_ready_only_with_the_policy_loaded_and_kept_available():

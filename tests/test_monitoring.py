@@ -274,19 +274,25 @@ def test_scheduler_and_admission_availability(promtool_bin, tmp_path, failure_po
     run_promtool_tests(promtool_bin, tmp_path, [
         {"interval": "1m", "input_series": [
             available("gpu-scheduler", "gpu-binpack-scheduler", "1x20"),
-            available("gpu-admission", "opa", "2x20")],
+            available("gpu-admission", "opa-g012345678", "2x20")],
          "alert_rule_test": [fires("BinpackSchedulerUnavailable", "10m", []),
                              fires("GpuAdmissionUnavailable", "10m", [])]},
         {"interval": "1m", "input_series": [
             available("gpu-scheduler", "gpu-binpack-scheduler", "0x20"),
-            available("gpu-admission", "opa", "0x20")],
+            available("gpu-admission", "opa-g012345678", "0x20")],
          "alert_rule_test": [
              fires("BinpackSchedulerUnavailable", "4m", []),
              fires("BinpackSchedulerUnavailable", "5m", [{
                  "namespace": "gpu-scheduler", "deployment": "gpu-binpack-scheduler",
                  "severity": "critical"}]),
              fires("GpuAdmissionUnavailable", "5m", [{
-                 "namespace": "gpu-admission", "deployment": "opa", "severity": severity}])]},
+                 "namespace": "gpu-admission", "severity": severity}])]},
+        # A new OPA generation starting while the one the webhooks call serves: not down.
+        {"interval": "1m", "input_series": [
+            available("gpu-scheduler", "gpu-binpack-scheduler", "1x20"),
+            available("gpu-admission", "opa-g012345678", "2x20"),
+            available("gpu-admission", "opa-gabcdef012", "0x20")],
+         "alert_rule_test": [fires("GpuAdmissionUnavailable", "10m", [])]},
     ], settings=settings)
 
 
@@ -459,7 +465,7 @@ def test_admission_alerts_on_failed_calls_missing_decisions_and_many_refusals(pr
 
 def test_opa_pods_not_ready_are_reported(promtool_bin, tmp_path):
     def deployment(metric, values):
-        return {"series": f'{metric}{{namespace="gpu-admission", deployment="opa"}}',
+        return {"series": f'{metric}{{namespace="gpu-admission", deployment="opa-g012345678"}}',
                 "values": values}
     run_promtool_tests(promtool_bin, tmp_path, [
         {"interval": "1m", "input_series": [
@@ -467,8 +473,7 @@ def test_opa_pods_not_ready_are_reported(promtool_bin, tmp_path):
             deployment("kube_deployment_status_replicas_available", "1x30")],
          "alert_rule_test": [fires("GpuAdmissionDegraded", "9m", []),
                              fires("GpuAdmissionDegraded", "10m", [{
-                                 "namespace": "gpu-admission", "deployment": "opa",
-                                 "severity": "warning"}])]},
+                                 "namespace": "gpu-admission", "severity": "warning"}])]},
         {"interval": "1m", "input_series": [
             deployment("kube_deployment_spec_replicas", "2x30"),
             deployment("kube_deployment_status_replicas_available", "2x30")],

@@ -835,6 +835,7 @@ def test_kueue_letting_a_pod_go_is_admitted(opa_bin, deployed_teams):
 REPLICASET_CONTROLLER = "system:serviceaccount:kube-system:replicaset-controller"
 STATEFULSET_CONTROLLER = "system:serviceaccount:kube-system:statefulset-controller"
 JOBSET_CONTROLLER = "system:serviceaccount:jobset-system:jobset-controller-manager"
+GARBAGE_COLLECTOR = "system:serviceaccount:kube-system:generic-garbage-collector"
 
 
 def team_job(spec: dict, operation="CREATE", old: dict | None = None, gpus=True, **kwargs):
@@ -928,7 +929,7 @@ TEAM_CASES = [
               metadata={"labels": {**MANAGED["labels"], "app": "trainer"}}), True, []),
     ("a finalizer removed by a controller",
      team_pod(UNGATED, operation="UPDATE", old_spec=UNGATED, old_metadata=ADMITTED,
-              metadata=ADMITTED, user="system:serviceaccount:kube-system:generic-garbage-collector"),
+              metadata=ADMITTED, user=GARBAGE_COLLECTOR),
      True, []),
     ("Kueue's labels written by Kueue on a StatefulSet's pod",
      team_pod(GATED, operation="UPDATE", old_spec=GATED, old_metadata={},

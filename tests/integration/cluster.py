@@ -10,6 +10,7 @@ import copy
 import datetime
 import json
 import queue
+import re
 import socket
 import subprocess
 import sys
@@ -124,7 +125,12 @@ def apply_declared(kube: Kube, objects: list[dict]) -> tuple[list[dict], dict[st
 
 
 def find(objects: list[dict], kind: str, name: str) -> dict:
-    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    """The one declared object of `kind` named `name`, or of OPA's generation named after it
+    (`<name>-<generation>`)."""
+    def named(actual: str) -> bool:
+        return actual == name or re.fullmatch(rf"{re.escape(name)}-g[0-9a-f]{{9}}",
+                                               actual) is not None
+    found = [o for o in objects if o["kind"] == kind and named(o["metadata"]["name"])]
     assert len(found) == 1, f"expected one declared {kind} {name}, found {len(found)}"
     return copy.deepcopy(found[0])
 

@@ -2,22 +2,23 @@
 from the pod as the API server stores it, as a kubelet would, and reports them back.
 
 What it does as a kubelet does: each pod gets an address of its own; its ConfigMap and Secret
-volumes are written from the objects as they are when the pod starts, in the kubelet's layout
-(a timestamped directory, a `..data` link to it and a link per file); its containers run with
-their arguments, the mount paths pointing at those volumes; a container that exits is restarted
-(at once the first time, then after 10 s, doubling, as the kubelet's crash-loop back-off); the
+volumes are written from the objects as they are when the pod starts, in the kubelet's layout (a
+timestamped directory, a `..data` link to it and a link per file); its containers run with their
+arguments, the mount paths pointing at those volumes; a container that exits is restarted (at
+once the first time, then after 10 s, doubling, as the kubelet's crash-loop back-off); the
 readiness and liveness probes run as declared, a failed liveness probe restarting the container;
 the pod's status (IP, Ready condition, restart counts) is reported after each change; a pod
-being deleted has its containers stopped (SIGTERM, then SIGKILL after its grace period) and is
-removed. A real kube-controller-manager then builds the Service's EndpointSlices from those
-statuses, and the API server (with --enable-aggregator-routing) calls webhooks at the ready
-endpoints, as it calls them on a cluster.
+being deleted has its containers stopped, each pod on its own while the others go on (SIGTERM,
+then SIGKILL after its grace period), and is removed once they have exited. A real
+kube-controller-manager then builds the Service's EndpointSlices from those statuses, and the API
+server (with --enable-aggregator-routing) calls webhooks at the ready endpoints, as it calls
+them on a cluster.
 
 What differs from a node: no container runtime, so a container is the process of the image's
-program (a known binary per image repository) in this machine's network namespace, its
-listening address 0.0.0.0 narrowed to the pod's address. Pod addresses are taken from a /24 of
-10.0.0.0/8 chosen at random and added to the loopback interface, which needs CAP_NET_ADMIN
-(loopback addresses themselves cannot stand in: the API server refuses them in endpoints)."""
+program (a known binary per image repository) in this machine's network namespace, its listening
+address 0.0.0.0 narrowed to the pod's address. Pod addresses are taken from a /24 of 10.0.0.0/8
+chosen at random and added to the loopback interface, which needs CAP_NET_ADMIN (loopback
+addresses themselves cannot stand in: the API server refuses them in endpoints)."""
 
 from __future__ import annotations
 
@@ -133,6 +134,8 @@ class ProcessKubelet:
         self.network = PodNetwork()
         self.kube = Kube(cp.server, cp.ca_file, cert=cp.admin_cert)
         self.pods: dict[str, RunningPod] = {}
+        # Pods being stopped, each by a thread of its own: a pod's grace period holds up no other.
+        self.terminating: dict[str, tuple[str, threading.Thread]] = {}     # uid: (namespace, -)
         self.error: Exception | None = None
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -169,10 +172,12 @@ class ProcessKubelet:
         meta = pod["metadata"]
         running = self.pods.get(meta["uid"])
         if meta.get("deletionTimestamp"):
-            if running:
-                self._stop_pod(self.pods.pop(meta["uid"]),
-                               grace=pod["spec"].get("terminationGracePeriodSeconds", 30))
-            self._remove(pod)
+            if meta["uid"] not in self.terminating:
+                stopping = self.pods.pop(meta["uid"], None)
+                thread = threading.Thread(target=self._terminate, args=(pod, stopping),
+                                          name=f"terminate-{meta['name']}", daemon=True)
+                self.terminating[meta["uid"]] = (meta["namespace"], thread)
+                thread.start()
             return
         if running is None:
             if pod["status"].get("phase") not in (None, "Pending"):
@@ -347,6 +352,19 @@ class ProcessKubelet:
                 process.stop()
         self.network.release(running.address)
 
+    def _terminate(self, pod: dict, running: RunningPod | None) -> None:
+        """Stop a deleted pod's containers within its grace period, then remove the pod."""
+        try:
+            if running is not None:
+                self._stop_pod(running, grace=pod["spec"].get("terminationGracePeriodSeconds",
+                                                              30))
+            self._remove(pod)
+        except Exception as error:     # reported by check() and stop()
+            self.error = error
+        finally:
+            with self._lock:
+                self.terminating.pop(pod["metadata"]["uid"], None)
+
     def _remove(self, pod: dict) -> None:
         meta = pod["metadata"]
         try:
@@ -366,6 +384,11 @@ class ProcessKubelet:
         with self._lock:
             return [p for p in self.pods.values() if p.namespace == namespace and match(p.name)]
 
+    def terminating_in(self, namespace: str) -> int:
+        """How many pods of the namespace are still stopping (in their grace period)."""
+        with self._lock:
+            return sum(ns == namespace for ns, _ in self.terminating.values())
+
     def kill(self, running: RunningPod, container: str) -> None:
         """Kill a container's process at once, as the kernel's OOM killer does."""
         with self._lock:
@@ -380,6 +403,8 @@ class ProcessKubelet:
     def stop(self) -> None:
         self._stopping.set()
         self._thread.join(timeout=10)
+        for _, thread in list(self.terminating.values()):
+            thread.join(timeout=60)
         with self._lock:
             for running in self.pods.values():
                 self._stop_pod(running, grace=0)

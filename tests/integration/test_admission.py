@@ -37,6 +37,7 @@ from cluster import (
 )
 from components import opa_admission
 from components.facts import AUDIT_LABEL
+from components.inputs import OpaAdmissionInputs
 from components.settings import StackSettings
 from controlplane import ControlPlane, wait_until
 from harness import admission_of
@@ -54,16 +55,22 @@ class Admission:
     kubelet: ProcessKubelet
     settings: StackSettings
     ca_bundle: str
+    # The OPA generation the webhooks call (roll_out moves it on).
+    current: OpaAdmissionInputs
+
+    def generation_name(self, base: str = opa_admission.SERVICE) -> str:
+        return opa_admission.generation_name(self.current, base)
 
     def opa_pods(self) -> list[RunningPod]:
+        """The running pods of the generation the webhooks call."""
         return self.kubelet.pods_of(self.settings.admission.namespace,
-                                    lambda name: name.startswith(f"{opa_admission.SERVICE}-"))
+                                    lambda name: name.startswith(f"{self.generation_name()}-"))
 
     def ready_endpoints(self) -> list[str]:
         slices = self.cp.admin.list("discovery.k8s.io/v1", "EndpointSlice",
                                     self.settings.admission.namespace,
                                     labelSelector=f"kubernetes.io/service-name="
-                                                  f"{opa_admission.SERVICE}")
+                                                  f"{self.generation_name()}")
         return sorted(address for endpoints in slices for e in endpoints.get("endpoints") or []
                       if e.get("conditions", {}).get("ready") for address in e["addresses"])
 
@@ -116,7 +123,8 @@ def admission(control_plane, declared, example_settings) -> Iterator[Admission]:
         # OPA's pods land on the node without GPUs, with the pods of the tests that need none.
         create_node(cp.admin, "cpu-node-1")
         result = Admission(cp, kubelet, settings,
-                           webhooks[0]["webhooks"][0]["clientConfig"]["caBundle"])
+                           webhooks[0]["webhooks"][0]["clientConfig"]["caBundle"],
+                           admission_of(settings))
         wait_until(lambda: result.serving(settings.admission.replicas),
                    f"{settings.admission.replicas} OPA pods ready behind the Service",
                    timeout=90, explain=lambda: kubelet_state(result))
@@ -228,6 +236,15 @@ def test_nobody_may_read_or_change_opas_policy_through_its_api(admission, exampl
 
 
 # --- the ways around the rules, each closed ---------------------------------------------------
+
+def admitted(kube, obj) -> bool:
+    """Whether the API server would create `obj` now (a dry run)."""
+    try:
+        kube.create(obj, dry_run=True)
+        return True
+    except ApiError:
+        return False
+
 
 def refusal(kube, obj) -> str:
     with pytest.raises(ApiError) as refused:
@@ -460,6 +477,8 @@ def test_a_gpu_claim_made_before_the_platform_can_still_lose_its_finalizer(admis
              "spec": {"devices": {"requests": [
                  {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}
     try:
+        # The API server drops a deleted webhook within moments.
+        wait_until(lambda: admitted(kube, claim), "the webhook to be gone", timeout=15)
         kube.create(claim)
     finally:
         kube.apply(webhook, TEST_MANAGER)
@@ -510,33 +529,48 @@ def switch_mode(admission: Admission, settings: StackSettings, mode: str) -> Sta
 
 
 def roll_out(admission: Admission, changed: StackSettings, what: str) -> StackSettings:
-    """Roll the stack onto changed settings as `pulumi up` would: the policy ConfigMap, then
-    the OPA Deployment (whose pods roll, each new one loading the new parameters), then, once
-    the rollout is done, both webhook configurations, built from the changed settings."""
-    adm = changed.admission
-    cp, started = admission.cp, time.monotonic()
-    before = {running.uid for running in admission.opa_pods()}
-    policy = next(o for o in opa_admission.policy_config_maps(admission_of(changed))
-                  if o["metadata"]["name"] == opa_admission.POLICY_CONFIGMAP)
-    cp.admin.apply(policy, TEST_MANAGER)
-    cp.admin.apply(opa_admission.deployment(admission_of(changed)), TEST_MANAGER)
-    wait_until(lambda: admission.serving(adm.replicas) and not before & {
-        running.uid for running in admission.opa_pods()},
-        f"every OPA pod to be replaced by one of {what}", timeout=ROLLOUT_SECONDS,
-        explain=lambda: kubelet_state(admission))
-    print(f"\npolicy change to {what}: every OPA pod replaced and ready after "
+    """Roll the stack onto changed settings as `pulumi up` does: a new OPA generation (its
+    ConfigMaps, Service and Deployment, each replacing the old one, created first), then, once
+    its pods are ready, both webhook configurations, built from the changed settings, which
+    call its Service; the old generation's objects are deleted last."""
+    adm, inputs = changed.admission, admission_of(changed)
+    cp = admission.cp
+    # One `pulumi up` after another: the last one's old generation has handed over (an up
+    # takes longer than OPA's shutdown wait).
+    wait_until(lambda: not admission.kubelet.terminating_in(adm.namespace),
+               "the old OPA generation to be gone", timeout=60)
+    started = time.monotonic()
+    old = admission.current
+    new_generation = opa_admission.generation(inputs) != opa_admission.generation(old)
+    for obj in [*opa_admission.policy_config_maps(inputs), opa_admission.service(inputs),
+                opa_admission.deployment(inputs)]:
+        cp.admin.apply(obj, TEST_MANAGER)
+    admission.current = inputs
+    wait_until(lambda: admission.serving(adm.replicas),
+               f"the OPA pods of {what} ready behind their Service", timeout=ROLLOUT_SECONDS,
+               explain=lambda: kubelet_state(admission))
+    print(f"\npolicy change to {what}: its OPA pods ready after "
           f"{time.monotonic() - started:.1f} s")
-    changed_admission = admission_of(changed)
-    cp.admin.apply(opa_admission.webhook_configuration(changed_admission, admission.ca_bundle),
+    cp.admin.apply(opa_admission.webhook_configuration(inputs, admission.ca_bundle),
                    TEST_MANAGER)
-    mutating = opa_admission.mutating_webhook_configuration(changed_admission,
-                                                            admission.ca_bundle)
+    mutating = opa_admission.mutating_webhook_configuration(inputs, admission.ca_bundle)
     if mutating:
         cp.admin.apply(mutating, TEST_MANAGER)
     else:
         cp.admin.delete("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration",
                         "gpu-platform-admission")
+    if new_generation:
+        delete_generation(cp, old)
     return changed
+
+
+def delete_generation(cp: ControlPlane, inputs: OpaAdmissionInputs) -> None:
+    """Delete an OPA generation's objects, as the engine deletes replaced resources: its pods
+    then end gracefully (the kubelet gives them their grace period)."""
+    for obj in [opa_admission.deployment(inputs), opa_admission.service(inputs),
+                *opa_admission.policy_config_maps(inputs)]:
+        cp.admin.delete(obj["apiVersion"], obj["kind"], obj["metadata"]["name"],
+                        obj["metadata"]["namespace"], propagation="Background")
 
 
 def bare_gpu_pod(name: str) -> dict:
@@ -798,16 +832,54 @@ def test_opa_killed_mid_burst_refuses_gpu_pods_only_until_it_is_back(admission,
         assert settings.admission.webhook_name in error, error
 
 
+# Policy changes rolled out in a row while GPU pods are being created.
+ROLLOUTS = 5
+
+
+def test_policy_rollouts_under_a_burst_of_gpu_pods_refuse_none(admission, example_settings):
+    """Five policy changes rolled out, one after another, while 16 clients create GPU pods: each
+    is a new OPA generation that the webhooks switch to once it is ready, and the old one is
+    removed once nothing calls it, so no GPU pod is refused. (Each change exempts one more
+    namespace; the last rollout brings the example stack's policy back.)"""
+    settings = example_settings
+    durations: list[float] = []
+
+    def roll_in_turn() -> None:
+        for index in range(ROLLOUTS + 1):
+            exempt = [f"rollout-{i}" for i in range(index + 1)] if index < ROLLOUTS else []
+            changed = settings.model_copy(update={"admission": settings.admission.model_copy(
+                update={"exempt_namespaces": settings.admission.exempt_namespaces + exempt})})
+            started = time.monotonic()
+            roll_out(admission, changed, f"{len(exempt)} more exempt namespaces")
+            durations.append(time.monotonic() - started)
+
+    def gpu_pod(index: int) -> tuple[str, dict]:
+        return "gpu", pod(f"rolling-{index}", USER_NAMESPACE, gpus=1, settings=settings,
+                          scheduler=settings.scheduler.name)
+
+    results = create_pods(admission, gpu_pod, clients=16, dry_run=True, during=roll_in_turn)
+    refused = [error for _, _, _, error in results if error]
+    latencies = sorted(seconds for _, _, seconds, _ in results)
+    print(f"\n{len(durations)} policy rollouts ({', '.join(f'{d:.1f}' for d in durations)} s) "
+          f"under {len(results)} GPU pod creations by 16 clients: {len(refused)} refused; "
+          f"create p50 {statistics.median(latencies) * 1000:.0f} ms, p99 "
+          f"{latencies[int(len(latencies) * 0.99) - 1] * 1000:.0f} ms")
+    assert len(results) >= 1000
+    assert refused == [], refused[:3]
+
+
 def test_with_opa_down_the_failure_policy_holds_and_other_pods_still_schedule(
         admission, example_settings, declared):
     """No OPA pod at all (the Deployment scaled to zero): the next `pulumi up` stops at the
     reachability probe, GPU pods are refused, and everything else goes on."""
     kube, adm = admission.cp.admin, example_settings.admission
-    kube.merge_patch("apps/v1", "Deployment", opa_admission.SERVICE, {"spec": {"replicas": 0}},
+    kube.merge_patch("apps/v1", "Deployment", admission.generation_name(),
+                     {"spec": {"replicas": 0}},
                      adm.namespace, "scale", what="scale OPA to zero")
     try:
-        wait_until(lambda: not admission.opa_pods() and not admission.ready_endpoints(),
-                   "every OPA pod gone", timeout=30)
+        wait_until(lambda: not admission.opa_pods() and not admission.ready_endpoints()
+                   and not admission.kubelet.terminating_in(adm.namespace),
+                   "every OPA pod gone", timeout=60)
         # The next `pulumi up` (and its preview) stops at the reachability probe, naming the
         # webhook and the cause, whatever the failure policy of the pod webhook.
         for dry_run in (True, False):
@@ -830,7 +902,7 @@ def test_with_opa_down_the_failure_policy_holds_and_other_pods_still_schedule(
         kube.create(pod("web-while-opa-down", USER_NAMESPACE))
         assert placement(kube, USER_NAMESPACE, "web-while-opa-down") == "cpu-node-1"
     finally:
-        kube.merge_patch("apps/v1", "Deployment", opa_admission.SERVICE,
+        kube.merge_patch("apps/v1", "Deployment", admission.generation_name(),
                          {"spec": {"replicas": adm.replicas}}, adm.namespace, "scale",
                          what="scale OPA back")
     wait_until(lambda: admission.serving(adm.replicas), "OPA back", timeout=30)

@@ -31,7 +31,8 @@ def preview(control_plane, declared):
                                      account["metadata"]["name"])
     kube = cp.client(token)
     # The API server picks a new policy up within moments: wait until a write is refused.
-    probe = find(declared.objects, "ConfigMap", opa_admission.POLICY_CONFIGMAP)
+    probe = next(o for o in declared.objects if o["kind"] == "ConfigMap" and
+                 o["metadata"]["name"].startswith(f"{opa_admission.POLICY_CONFIGMAP}-"))
 
     def refused() -> bool:
         try:

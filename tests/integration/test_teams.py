@@ -92,8 +92,10 @@ def platform(control_plane) -> Iterator[Platform]:
 
 
 def opa_ready(kube: Kube, settings: StackSettings) -> list[str]:
+    service = opa_admission.generation_name(harness.inputs_of(settings).admission,
+                                            opa_admission.SERVICE)
     slices = kube.list("discovery.k8s.io/v1", "EndpointSlice", settings.admission.namespace,
-                       labelSelector=f"kubernetes.io/service-name={opa_admission.SERVICE}")
+                       labelSelector=f"kubernetes.io/service-name={service}")
     return [a for s in slices for e in s.get("endpoints") or []
             if e.get("conditions", {}).get("ready") for a in e["addresses"]]
 
