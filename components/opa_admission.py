@@ -617,9 +617,9 @@ def mutating_webhook_configuration(inputs: OpaAdmissionInputs, ca_bundle: Any) -
     adm = inputs.admission
     if adm.mode == "enforce":
         return None
-    # audit: a violation an update makes is labelled too (a debug container added included).
-    rules = [_pod_rules("CREATE")] if adm.mode == "mutate" else [
-        _pod_rules("CREATE", "UPDATE"), EPHEMERAL_CONTAINERS_RULE]
+    # audit: a violation an update makes is labelled too. (Not a debug container's: the API
+    # server keeps only the ephemeral containers of an ephemeralcontainers request.)
+    rules = [_pod_rules("CREATE")] if adm.mode == "mutate" else [_pod_rules("CREATE", "UPDATE")]
     webhook = _webhook(inputs, adm.mutating_webhook_name, MUTATION_PATH, ca_bundle, rules,
                        [{"name": "gpu-relevant", "expression": pod_condition(inputs)}])
     webhook["reinvocationPolicy"] = "IfNeeded"

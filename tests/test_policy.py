@@ -533,6 +533,9 @@ def test_audit_admits_every_violation_with_a_warning_and_labels_the_pod(opa_bin,
     assert response["allowed"] is True and "status" not in response
     warnings = " ".join(response["warnings"])
     assert warnings.startswith("gpu-platform audit: ")
+    # The API server's audit log records them too, whatever the request.
+    for fragment in fragments:
+        assert fragment in response["auditAnnotations"]["violations"]
     for fragment in fragments:
         assert fragment in warnings
     if request_["request"]["kind"]["kind"] == "Pod" and request_["request"]["operation"] == \

@@ -71,6 +71,22 @@ validation_response := {"uid": input.request.uid, "allowed": false, "status": {
 validation_response := {"uid": input.request.uid, "allowed": true, "warnings": sort(warned)} if {
 	count(refused) == 0
 	count(warned) > 0
+	count(audited) == 0
+}
+
+# audit: the violations also go to the API server's audit log (as
+# <webhook name>/violations), whatever the request: a Job's, a claim's, a debug container's.
+validation_response := {
+	"uid": input.request.uid, "allowed": true, "warnings": sort(warned),
+	"auditAnnotations": {"violations": concat("; ", sort(audited))},
+} if {
+	count(refused) == 0
+	count(audited) > 0
+}
+
+audited contains v.message if {
+	params.mode == "audit"
+	some v in violations
 }
 
 validation_response := {"uid": input.request.uid, "allowed": true} if {

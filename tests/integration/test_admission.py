@@ -496,6 +496,89 @@ def test_a_gpu_claim_made_before_the_platform_can_still_lose_its_finalizer(admis
                "the claim to be gone", timeout=15)
 
 
+def gpu_pod_with(settings: StackSettings, name: str, **spec) -> dict:
+    """A GPU pod on the binpack scheduler with `spec` added."""
+    obj = pod(name, USER_NAMESPACE, gpus=1, settings=settings, scheduler=settings.scheduler.name)
+    obj["spec"].update(spec)
+    return obj
+
+
+# Host paths the API server accepts, each reaching a GPU device, the driver or a runtime's
+# socket on the node under a spelling of its own.
+HOST_PATH_SPELLINGS = ["//dev", "/./dev/nvidia0", "dev", "/var//run/./containerd",
+                       "/run/k3s/containerd/containerd.sock", "/var/run/docker.sock",
+                       "/lib/x86_64-linux-gnu", "/local/var/lib/kubelet/device-plugins"]
+
+
+@pytest.mark.parametrize("path", HOST_PATH_SPELLINGS)
+def test_a_host_path_is_decided_as_the_node_resolves_it(admission, example_settings, path):
+    kube = admission.cp.admin
+    obj = gpu_pod_with(example_settings, "spelled-around",
+                       volumes=[{"name": "host", "hostPath": {"path": path}}])
+    assert f"mounts the host path {path}, which holds GPU devices or driver files" in \
+        refusal(kube, obj)
+
+
+def test_the_hosts_ipc_and_the_toolkits_device_list_are_refused(admission, example_settings):
+    kube = admission.cp.admin
+    assert "spec.hostIPC shares the node's shared memory" in refusal(
+        kube, gpu_pod_with(example_settings, "host-ipc", hostIPC=True))
+    listed = gpu_pod_with(example_settings, "device-list",
+                          volumes=[{"name": "scratch", "emptyDir": {}}])
+    listed["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "scratch", "mountPath": "//var/run/./nvidia-container-devices/all"}]
+    assert "where the NVIDIA container toolkit reads which GPUs to give it" in \
+        refusal(kube, listed)
+
+
+def test_where_node_pools_taint_the_gpu_nodes_a_pod_bound_by_name_gets_no_runtime_socket(
+        admission, example_settings):
+    """The headline way around string paths: a pod without GPUs or tolerations, bound by name,
+    mounting the container runtime's socket spelled with doubled slashes: root on any node, GPU
+    nodes among them, where node pools taint their own."""
+    kube = admission.cp.admin
+    nodes = example_settings.gpu_nodes.model_copy(update={"tainted_by": "nodePool",
+                                                          "names": [], "labels": {}})
+    roll_out(admission, example_settings.model_copy(update={"gpu_nodes": nodes}), "node pools")
+    try:
+        obj = pod("socket", USER_NAMESPACE, node_name="cpu-node-1")
+        obj["spec"]["volumes"] = [{"name": "runtime", "hostPath": {
+            "path": "//run//containerd/containerd.sock"}}]
+        message = refusal(kube, obj)
+        assert "mounts the host path //run//containerd/containerd.sock" in message
+        assert 'spec.nodeName "cpu-node-1" may be a GPU node' in message
+    finally:
+        roll_out(admission, example_settings, "named GPU nodes")
+
+
+def test_pods_without_a_gpu_concern_never_reach_opa_in_a_burst(admission, example_settings):
+    """Pods without GPUs, and their updates (labels, annotations, a finalizer), from many
+    clients: none is sent to OPA, so none waits for it."""
+    ensure_namespace(admission.cp.admin, "web")
+    before = admission.decisions()
+
+    def cpu_pod(index: int) -> tuple[str, dict]:
+        return "cpu", pod(f"web-{index}", "web")
+
+    created = create_pods(admission, cpu_pod, clients=16, dry_run=False, count=300)
+    kube = admission.cp.admin
+    for index in range(100):
+        kube.merge_patch("v1", "Pod", f"web-{index}", {"metadata": {
+            "labels": {"tier": "frontend"}, "annotations": {"example.com/owner": "web"},
+            "finalizers": ["example.com/keep"]}}, "web", what="update a pod")
+    try:
+        assert [error for _, _, _, error in created if error] == []
+        print(f"\n300 pods without GPUs and 100 updates: {admission.decisions() - before:.0f} "
+              f"decisions by OPA")
+        assert admission.decisions() == before
+    finally:
+        for index in range(100):
+            kube.merge_patch("v1", "Pod", f"web-{index}", {"metadata": {"finalizers": None}},
+                             "web", what="remove the finalizer")
+        admission.cp.admin.request("DELETE", "/api/v1/namespaces/web/pods",
+                                   params={"gracePeriodSeconds": "0"})
+
+
 def test_binpack_scheduler_cannot_touch_the_cluster_schedulers_lease(admission,
                                                                      example_settings):
     cp, sched = admission.cp, example_settings.scheduler
@@ -620,6 +703,37 @@ def test_audit_admits_with_the_warning_kubectl_shows_and_labels_the_pod(admissio
     finally:
         switch_mode(admission, example_settings, "enforce")
     assert "spec.schedulerName" in refusal(kube, bare_gpu_pod("after-audit"))
+
+
+def test_audit_labels_a_violation_an_update_makes(admission, example_settings):
+    """A toleration of the GPU taint added to a running pod without GPUs, and a privileged debug
+    container added to a GPU pod: admitted in audit mode, each with the warning, and labelled."""
+    kube = admission.cp.admin
+    kube.create(pod("web-later-tolerating", USER_NAMESPACE))
+    kube.create(gpu_pod_with(example_settings, "train-debugged"))
+    switch_mode(admission, example_settings, "audit")
+    try:
+        wait_until(lambda: admitted(kube, bare_gpu_pod("probe-audit")) and bool(kube.warnings),
+                   "audit mode to take effect", timeout=15)
+        toleration = example_settings.gpu_nodes.taint.toleration()
+        updated = kube.merge_patch("v1", "Pod", "web-later-tolerating",
+                                   {"spec": {"tolerations": [toleration]}}, USER_NAMESPACE,
+                                   what="add the GPU toleration")
+        assert any("tolerates the GPU node taint" in w for w in kube.warnings), kube.warnings
+        assert updated["metadata"]["labels"][AUDIT_LABEL] == "violation"
+        debugged = kube.request(
+            "PATCH", kube.path("v1", "Pod", USER_NAMESPACE, "train-debugged",
+                               "ephemeralcontainers"),
+            body={"spec": {"ephemeralContainers": [{"name": "root-shell", "image": "busybox:1",
+                                                    "securityContext": {"privileged": True}}]}},
+            content_type="application/strategic-merge-patch+json")
+        assert any('ephemeral container "root-shell" is privileged' in w
+                   for w in kube.warnings), kube.warnings
+        # The API server keeps only the ephemeral containers from this request: the warning,
+        # and the API server's audit log, tell of it, not a label.
+        assert AUDIT_LABEL not in debugged["metadata"].get("labels", {})
+    finally:
+        switch_mode(admission, example_settings, "enforce")
 
 
 def test_where_node_pools_taint_the_gpu_nodes_a_debug_container_gets_no_device_path(

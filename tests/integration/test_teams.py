@@ -312,6 +312,71 @@ def test_a_gpu_pod_that_bypasses_the_queue_is_refused_naming_the_teams_queue(pla
     finish(kube, RESEARCH, "queued")
 
 
+def update_refusal(kube: Kube, kind: tuple[str, str], name: str, namespace: str,
+                   patch: dict) -> str:
+    """The API server's refusal of a merge patch (by this suite's admin, a user like any
+    other), or "" when it is applied."""
+    try:
+        kube.merge_patch(*kind, name, patch, namespace, what=f"patch {kind[1]} {name}")
+        return ""
+    except cluster.ApiError as error:
+        return error.message
+
+
+POD, JOB = ("v1", "Pod"), ("batch/v1", "Job")
+
+
+def test_only_kueue_lifts_its_gates_and_writes_its_labels_on_a_teams_gpu_pod(platform):
+    """A pod Kueue holds (it asks for more GPUs than the cohort has, so Kueue never admits it): its
+    gates and Kueue's labels cannot be taken off by a user, while a label of the user's own
+    can change; a pod Kueue admits is let go by Kueue's own update and lands."""
+    kube, settings = platform.cp.admin, platform.settings
+    kube.create(gpu_pod("held", RESEARCH, settings, gpus=25))
+    held = kube.get("v1", "Pod", "held", RESEARCH)
+    assert {g["name"] for g in held["spec"]["schedulingGates"]} >= {teams.ADMISSION_GATE}
+    assert held["metadata"]["labels"][teams.MANAGED_LABEL] == "true"
+    message = update_refusal(kube, POD, "held", RESEARCH, {"spec": {"schedulingGates": []}})
+    assert "only Kueue lifts its scheduling gate kueue.x-k8s.io/admission" in message
+    assert 'quota of team "research"' in message
+    message = update_refusal(kube, POD, "held", RESEARCH,
+                             {"metadata": {"labels": {teams.MANAGED_LABEL: None}}})
+    assert "only Kueue changes its label kueue.x-k8s.io/managed" in message
+    assert update_refusal(kube, POD, "held", RESEARCH,
+                          {"metadata": {"labels": {"app": "trainer"}}}) == ""
+    kube.delete("v1", "Pod", "held", RESEARCH)
+    # Kueue's own update lifts the gates of a pod it admits.
+    kube.create(gpu_pod("let-go", RESEARCH, settings, gpus=1))
+    assert cluster.placement(kube, RESEARCH, "let-go", timeout=60) in GPU_NODES
+    kube.delete("v1", "Pod", "let-go", RESEARCH)
+
+
+def test_a_gate_and_an_owner_of_the_users_making_are_refused(platform):
+    """A pod naming a real Job of the user's as its controller is left alone by Kueue's webhook
+    (no managed label): the gate the user wrote would never be lifted against the quota."""
+    kube, settings = platform.cp.admin, platform.settings
+    owner = kube.create(gpu_job("owner", RESEARCH, platform, pods=1, gpus=1))
+    wait_until(lambda: workload_of(kube, RESEARCH, "owner"), "the Job's Workload")
+    forged = gpu_pod("forged", RESEARCH, settings, owner=owner)
+    forged["spec"]["schedulingGates"] = [{"name": teams.ADMISSION_GATE}]
+    message = refusal(kube, forged)
+    assert "it carries Kueue's gate, but Kueue's webhook did not take it over" in message
+    finish(kube, RESEARCH, "owner")
+
+
+def test_only_kueue_starts_a_teams_gpu_job_and_a_running_one_does_not_grow(platform):
+    kube = platform.cp.admin
+    kube.create(gpu_job("too-big-to-start", RESEARCH, platform, pods=4, gpus=8))
+    wait_until(lambda: workload_of(kube, RESEARCH, "too-big-to-start"), "its Workload")
+    message = update_refusal(kube, JOB, "too-big-to-start", RESEARCH, {"spec": {"suspend": False}})
+    assert 'only Kueue starts a Job of namespace "research" (team "research")' in message
+    assert not job_pods(kube, RESEARCH, "too-big-to-start")
+    kube.create(gpu_job("running", RESEARCH, platform, pods=1, gpus=1))
+    wait_until(lambda: running_on(kube, RESEARCH, "running"), "the small job to run", timeout=60)
+    message = update_refusal(kube, JOB, "running", RESEARCH, {"spec": {"parallelism": 4}})
+    assert "spec.parallelism 1 -> 4 would run more GPU pods than Kueue admitted" in message
+    finish(kube, RESEARCH, "too-big-to-start", "running")
+
+
 def test_with_kueue_stopped_team_namespaces_take_no_pods_and_others_are_untouched(platform):
     kube, settings = platform.cp.admin, platform.settings
     platform.kueue.kill()
