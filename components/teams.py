@@ -158,12 +158,14 @@ def cluster_queue(inputs: TeamsInputs, team: TeamSettings) -> dict:
             continue
         quotas = []
         for resource in resources:
-            entry: dict[str, Any] = {"name": resource,
-                                     "nominalQuota": team.quota[flavor.name].get(resource, 0)}
+            # Quantities as the API server stores them (Kueue's webhook writes them back as
+            # strings): declared as numbers, every preview would show them changed.
+            entry: dict[str, Any] = {
+                "name": resource, "nominalQuota": str(team.quota[flavor.name].get(resource, 0))}
             for key, limits in (("borrowingLimit", team.borrowing_limit),
                                 ("lendingLimit", team.lending_limit)):
                 if resource in limits.get(flavor.name, {}):
-                    entry[key] = limits[flavor.name][resource]
+                    entry[key] = str(limits[flavor.name][resource])
             quotas.append(entry)
         flavors.append({"name": flavor.name, "resources": quotas})
     return {

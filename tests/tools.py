@@ -287,8 +287,14 @@ def etcd() -> Path:
                            stamp={"go.etcd.io/etcd/api/v3/version.GitSHA": ETCD_VERSION}))
 
 
-def _kubernetes(component: str) -> Path:
-    version = f"v{kubernetes_version()}"
+# The Kubernetes release on which Dynamic Resource Allocation is the standard GPU path (device
+# classes that serve extended resources GA): the integration suite runs it beside the example
+# stack's release for the DRA path.
+DRA_KUBERNETES_VERSION = "1.37.2"
+
+
+def _kubernetes(component: str, release: str | None = None) -> Path:
+    version = f"v{release or kubernetes_version()}"
     major, minor = version.removeprefix("v").split(".")[:2]
     stamp = {}
     for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
@@ -309,6 +315,12 @@ def kube_scheduler() -> Path:
 
 def kube_controller_manager() -> Path:
     return _kubernetes("kube-controller-manager")
+
+
+def dra_control_plane() -> dict[str, Path]:
+    """kube-apiserver, kube-scheduler and kube-controller-manager of DRA_KUBERNETES_VERSION."""
+    return {component: _kubernetes(component, DRA_KUBERNETES_VERSION)
+            for component in ("kube-apiserver", "kube-scheduler", "kube-controller-manager")}
 
 
 # The descheduler the compaction component deploys (its image tag); its go.mod replaces
@@ -348,7 +360,7 @@ def kueue_source() -> Path:
 SUITES = {
     "unit": (pulumi_config, pulumi_package, typescript, opa, promtool, amtool),
     "integration": (pulumi_config, opa, etcd, kube_apiserver, kube_scheduler,
-                    kube_controller_manager, descheduler, kueue),
+                    kube_controller_manager, dra_control_plane, descheduler, kueue),
 }
 
 

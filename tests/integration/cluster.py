@@ -124,6 +124,50 @@ def apply_declared(kube: Kube, objects: list[dict]) -> tuple[list[dict], dict[st
     return applied, skipped
 
 
+def stored_differences(declared: dict, stored: Any, path: str = "") -> list[str]:
+    """Where what the API server stores differs from what the program declares: every value
+    the program sets, compared as stored (the API server, its defaulting and a webhook may add
+    fields, and leave out one at its zero value, and those are not differences; a number
+    stored as a string is). A Secret's
+    `stringData` is compared with its `data`, where the API server keeps it, encoded."""
+    if isinstance(declared, dict):
+        if not isinstance(stored, dict):
+            return [f"{path or '.'}: declared {declared!r}, stored {stored!r}"]
+        differences = []
+        for key, value in declared.items():
+            if key == "stringData" and path == "":
+                encoded = {k: base64.b64encode(v.encode()).decode() for k, v in value.items()}
+                differences += stored_differences(encoded, stored.get("data"), ".data")
+                continue
+            if key not in stored:
+                # The API server leaves out a field at its zero value (`omitempty`).
+                if value not in (False, 0, "", [], {}, None):
+                    differences.append(f"{path}.{key}: declared {value!r}, not stored")
+                continue
+            differences += stored_differences(value, stored[key], f"{path}.{key}")
+        return differences
+    if isinstance(declared, list):
+        if not isinstance(stored, list) or len(stored) != len(declared):
+            return [f"{path}: declared {declared!r}, stored {stored!r}"]
+        return [d for index, (a, b) in enumerate(zip(declared, stored, strict=True))
+                for d in stored_differences(a, b, f"{path}[{index}]")]
+    if declared != stored or type(declared) is not type(stored):
+        return [f"{path}: declared {declared!r} ({type(declared).__name__}), stored {stored!r} "
+                f"({type(stored).__name__})"]
+    return []
+
+
+def read_back_differences(kube: Kube, objects: list[dict]) -> dict[str, list[str]]:
+    """For each object, as the API server now stores it, where it differs from `objects`."""
+    found = {}
+    for obj in objects:
+        meta = obj["metadata"]
+        stored = kube.get(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+        if differences := stored_differences(obj, stored):
+            found[f"{obj['kind']} {meta.get('namespace')}/{meta['name']}"] = differences
+    return found
+
+
 def find(objects: list[dict], kind: str, name: str) -> dict:
     """The one declared object of `kind` named `name`, or of OPA's generation named after it
     (`<name>-<generation>`)."""

@@ -48,6 +48,7 @@ class Platform:
     settings: StackSettings
     kueue: Kueue
     scheduler: str
+    declared: list[dict]
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +89,7 @@ def platform(control_plane) -> Iterator[Platform]:
                    "the admission webhook to take effect", timeout=15)
         for node in GPU_NODES:
             cluster.create_gpu_node(kube, settings, node, gpus=8)
-        yield Platform(cp, settings, running, settings.scheduler.name)
+        yield Platform(cp, settings, running, settings.scheduler.name, declared)
 
 
 def opa_ready(kube: Kube, settings: StackSettings) -> list[str]:
@@ -189,6 +190,16 @@ def test_the_queues_the_platform_declares_are_active_in_kueue(platform):
         assert status(kube, "LocalQueue", "default", "Active", namespace) == "True"
     flavor = kube.get(API_VERSION, "ResourceFlavor", "gpu")
     assert "kueue.x-k8s.io/resource-in-use" in flavor["metadata"].get("finalizers", [])
+
+
+def test_what_the_program_declares_reads_back_as_declared(platform):
+    """Every object of the teams stack, as the API server (and Kueue's webhooks) store it, has
+    the values the program declares: the next preview changes nothing."""
+    kube = platform.cp.admin
+    objects = [o for o in platform.declared if kube.serves(o["apiVersion"], o["kind"])
+               and o["metadata"]["name"] != opa_admission.REACHABILITY_PROBE]
+    assert {o["kind"] for o in objects} >= set(KUEUE_KINDS)
+    assert cluster.read_back_differences(kube, objects) == {}
 
 
 def test_admitted_pods_still_land_on_the_busiest_gpu_node(platform):
