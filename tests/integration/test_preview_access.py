@@ -1,13 +1,16 @@
 """The pull-request preview identity of docs/operators/preview-access.yaml, through a real API
 server: it can dry-run everything the program declares, and can change nothing."""
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from kueue import Kueue
 
+import harness
 from cluster import TEST_MANAGER, ApiError, apply_declared, find
-from components import opa_admission
+from components import opa_admission, teams
 from controlplane import wait_until
 
 ACCESS = Path(__file__).resolve().parents[2] / "docs" / "operators" / "preview-access.yaml"
@@ -15,16 +18,31 @@ ACCESS = Path(__file__).resolve().parents[2] / "docs" / "operators" / "preview-a
 MANAGER = TEST_MANAGER
 
 
+# Kueue's webhooks are called at their Service's endpoint (conftest.control_plane).
+APISERVER_ARGS = ("--enable-aggregator-routing=true",)
+
+
 @pytest.fixture(scope="module")
-def preview(control_plane, declared):
+def preview(control_plane, declared, example_settings) -> Iterator:
     cp = control_plane
     # The platform as the first `pulumi up` leaves it (the reachability probe applied before
-    # the webhooks, no OPA running here to answer it), then the access.
-    webhooks = [o for o in declared.objects if o["kind"].endswith("WebhookConfiguration")]
-    apply_declared(cp.admin, [o for o in declared.objects if o not in webhooks])
-    apply_declared(cp.admin, webhooks)
-    for obj in yaml.safe_load_all(ACCESS.read_text()):
-        cp.admin.apply(obj, TEST_MANAGER)
+    # the webhooks, no OPA running here to answer it), with the example stack's teams: Kueue
+    # running (its CRDs, and its webhooks, which decide its objects), then the access.
+    kueue = Kueue(cp, teams.kueue_configuration(
+        harness.inputs_of(example_settings).teams)).start()
+    try:
+        webhooks = [o for o in declared.objects if o["kind"].endswith("WebhookConfiguration")]
+        apply_declared(cp.admin, [o for o in declared.objects if o not in webhooks])
+        apply_declared(cp.admin, webhooks)
+        for obj in yaml.safe_load_all(ACCESS.read_text()):
+            cp.admin.apply(obj, TEST_MANAGER)
+        yield preview_client(cp, declared)
+    finally:
+        kueue.stop()
+
+
+def preview_client(cp, declared):
+    """The preview identity's client, once the dry-run-only policy refuses its writes."""
     account = find(list(yaml.safe_load_all(ACCESS.read_text())), "ServiceAccount",
                    "gpu-platform-preview")
     token = cp.service_account_token(account["metadata"]["namespace"],
@@ -51,6 +69,9 @@ def served(kube, objects):
 def test_preview_can_dry_run_every_declared_object(preview, declared):
     objects = served(preview, declared.objects)
     assert len(objects) >= 25
+    # Kueue's kinds too: its CRDs are served here.
+    assert {"ResourceFlavor", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass"} <= {
+        o["kind"] for o in objects}
     for obj in objects:
         if obj["metadata"]["name"] == opa_admission.REACHABILITY_PROBE:
             # Allowed, and sent to OPA through its webhook; no OPA answers here, so the API
@@ -66,7 +87,8 @@ def test_preview_can_dry_run_every_declared_object(preview, declared):
 @pytest.mark.parametrize("kind, name", [("ValidatingWebhookConfiguration",
                                           "gpu-platform-admission"),
                                          ("Deployment", "opa"), ("Secret", "opa-tls"),
-                                         ("ClusterRole", "gpu-binpack-scheduler")])
+                                         ("ClusterRole", "gpu-binpack-scheduler"),
+                                         ("ClusterQueue", "research")])
 def test_preview_cannot_change_anything(preview, declared, kind, name):
     obj = find(declared.objects, kind, name)
     obj["metadata"].setdefault("labels", {})["changed-by"] = "a-pull-request"
