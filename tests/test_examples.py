@@ -16,7 +16,7 @@ import yaml
 
 import harness
 from components import teams
-from policy_harness import decide, review, sent_to_opa
+from policy_harness import decide, deployed_policy, review, sent_to_opa
 
 EXAMPLES = harness.ROOT / "docs" / "users" / "examples"
 EXPECT = re.compile(r"^# expect: (allowed|refused: (?P<fragment>.+))$")
@@ -180,6 +180,78 @@ def test_example_is_decided_as_its_first_line_says(opa_bin, deployed, path):
     documents = [d for d in yaml.safe_load_all(text) if d]
     assert len(documents) == 1, f"{path}: one object per example"
     check(opa_bin, deployed, documents[0], expected, queued=path.parent.name == "queued")
+
+
+# --- the examples under every stack shape: the defaults are what users get ----------------
+
+MINIMAL_STACK = harness.ROOT / "docs" / "operators" / "examples" / "Pulumi.minimal.yaml"
+# The queued examples' namespaces, and the team each belongs to.
+TEAM_NAMESPACES = {"research": ["research"], "vision": ["vision", "vision-serving"]}
+# Where an allowed example moves on a platform with teams (the users' page says so).
+TEAM_NAMESPACE = "research"
+
+
+def minimal_settings() -> dict:
+    """The minimal stack file's settings (keys without the `gpu-platform:` prefix)."""
+    config = yaml.safe_load(MINIMAL_STACK.read_text())["config"]
+    return {key.split(":", 1)[1]: value for key, value in config.items()}
+
+
+def teams_at_their_defaults() -> dict:
+    """The minimal stack with teams on and nothing else set: GPU pods outside the teams'
+    namespaces refused, as by default."""
+    return {**minimal_settings(), "teams": {"enabled": True, "teams": [
+        {"name": team, "namespaces": namespaces, "quota": {"gpu": {"nvidia.com/gpu": 8}}}
+        for team, namespaces in TEAM_NAMESPACES.items()]}}
+
+
+@pytest.fixture(scope="module", params=["minimal", "example", "teams at their defaults"])
+def shape(request, tmp_path_factory, deployed):
+    """The admission policy as each stack shape deploys it."""
+    if request.param == "example":
+        return request.param, deployed
+    settings = minimal_settings() if request.param == "minimal" else teams_at_their_defaults()
+    config = harness.stack_file_config(settings)
+    return request.param, deployed_policy(harness.run_program(config),
+                                          harness.settings_of(config), tmp_path_factory.mktemp)
+
+
+def in_namespace(manifest: dict, namespace: str) -> dict:
+    moved = copy.deepcopy(manifest)
+    moved["metadata"]["namespace"] = namespace
+    return moved
+
+
+@pytest.mark.parametrize("path", examples(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_example_is_decided_as_the_users_page_says_under_every_stack_shape(
+        opa_bin, shape, path):
+    """Minimal stack and example stack: as its first line says. With teams at their defaults
+    (GPU pods only in the teams' namespaces), as the users' page says: a queued example is
+    admitted once Kueue holds it; an allowed GPU example is refused in `team-a`, naming the
+    teams' namespaces, and admitted in a team's namespace once Kueue holds it; a refused one
+    is still refused for its own reason."""
+    name, policy = shape
+    text = path.read_text()
+    expected = expectation(text, str(path))
+    (manifest,) = [d for d in yaml.safe_load_all(text) if d]
+    teams_on = policy["settings"].teams.enabled
+    if path.parent.name == "queued":
+        if not teams_on:
+            pytest.skip("queued examples are for platforms with teams (the users' page says so)")
+        check(opa_bin, policy, manifest, expected, queued=True)
+        return
+    if name != "teams at their defaults" or not expected.allowed:
+        check(opa_bin, policy, manifest, expected)
+        return
+    gpus = admission_review(manifest, policy["settings"])["request"]["object"]
+    asks = any(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", "0") not in
+               ("0", 0) for c in gpus["spec"]["containers"])
+    if not asks:
+        check(opa_bin, policy, manifest, expected)
+        return
+    check(opa_bin, policy, manifest, Expectation(False, "which belongs to no team: GPU pods run "
+                                                        "in the namespaces of a team"))
+    check(opa_bin, policy, in_namespace(manifest, TEAM_NAMESPACE), expected, queued=True)
 
 
 def test_a_queued_example_outside_kueue_is_refused_naming_the_queue(opa_bin, deployed):
