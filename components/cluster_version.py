@@ -9,8 +9,10 @@ The version is read as kubectl finds the cluster (the context in the kubeconfig 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -76,6 +78,77 @@ def endpoint(cluster: ClusterSettings) -> tuple[str, dict, str | None]:
     if entry.get("proxy-url"):
         options["proxies"] = {"https": entry["proxy-url"], "http": entry["proxy-url"]}
     return entry["server"].rstrip("/"), options, made
+
+
+def user_credentials(cluster: ClusterSettings) -> tuple[dict, list[str]]:
+    """The request options that authenticate as the context's user, as kubectl would (a client
+    certificate, a token, or what an exec credential plugin such as gke-gcloud-auth-plugin or
+    `aws eks get-token` returns), and the temporary files this made (the caller removes them)."""
+    users: dict = {}
+    contexts: dict = {}
+    for path in kubeconfig_paths(cluster):
+        if not path.is_file():
+            continue
+        config = yaml.safe_load(path.read_text()) or {}
+        for entry in config.get("contexts") or []:
+            contexts.setdefault(entry["name"], entry.get("context") or {})
+        for entry in config.get("users") or []:
+            users.setdefault(entry["name"], (entry.get("user") or {}, path))
+    name = contexts.get(cluster.context, {}).get("user")
+    if name not in users:
+        raise ClusterUnreachable(f"{_where(cluster)}: the context's user {name!r} is defined in "
+                                 f"no kubeconfig")
+    user, path = users[name]
+    if user.get("exec"):
+        user = {**user, **_exec_credential(user["exec"])}
+    options: dict = {}
+    made: list[str] = []
+
+    def file_of(key: str) -> str | None:
+        if user.get(f"{key}-data"):
+            with tempfile.NamedTemporaryFile("wb", suffix=".pem", delete=False) as written:
+                written.write(base64.b64decode(user[f"{key}-data"]))
+            made.append(written.name)
+            return written.name
+        if user.get(key):
+            return str(path.parent / Path(user[key]).expanduser())
+        return None
+    certificate, key = file_of("client-certificate"), file_of("client-key")
+    if certificate and key:
+        options["cert"] = (certificate, key)
+    token = user.get("token") or (Path(user["tokenFile"]).read_text().strip()
+                                  if user.get("tokenFile") else None)
+    if token:
+        options["headers"] = {"Authorization": f"Bearer {token}"}
+    return options, made
+
+
+def _exec_credential(plugin: dict) -> dict:
+    """The credential an exec plugin prints (client.authentication.k8s.io ExecCredential), as
+    kubeconfig user fields."""
+    env = {**os.environ, **{e["name"]: e["value"] for e in plugin.get("env") or []}}
+    result = subprocess.run([plugin["command"], *(plugin.get("args") or [])], env=env,
+                            capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        raise ClusterUnreachable(f"the credential plugin {plugin['command']} failed: "
+                                 f"{result.stderr.strip()[-500:]}")
+    status = json.loads(result.stdout).get("status") or {}
+    found = {"token": status.get("token")}
+    for field, key in (("clientCertificateData", "client-certificate-data"),
+                       ("clientKeyData", "client-key-data")):
+        if status.get(field):
+            found[key] = base64.b64encode(status[field].encode()).decode()
+    return {k: v for k, v in found.items() if v}
+
+
+def api_warnings(response: requests.Response) -> list[str]:
+    """The warnings an API server's response carries (RFC 7234 `299 - "text"` headers, which
+    requests joins with ", "), as their text."""
+    raw = response.headers.get("Warning")
+    headers = [] if not raw else re.split(r', (?=299 )', raw)
+    texts = [header.split(" - ", 1)[-1].strip() for header in headers]
+    return [text[1:-1].replace('\\"', '"').replace("\\\\", "\\") if text.startswith('"')
+            else text for text in texts]
 
 
 def server_version(cluster: ClusterSettings) -> str | None:

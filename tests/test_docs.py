@@ -194,6 +194,14 @@ def test_every_docs_page_is_reachable_from_the_readme():
     assert not orphans, f"not reachable from README.md by following links: {orphans}"
 
 
+def test_troubleshooting_contents_name_every_section():
+    page = DOCS / "operators" / "troubleshooting.md"
+    text = page.read_text()
+    sections = {slug(h) for h in re.findall(r"^## (.+)$", text, re.MULTILINE)}
+    listed = {target.partition("#")[2] for target in links(text.split("\n## ", 1)[0])}
+    assert listed == sections, (sections - listed, listed - sections)
+
+
 def test_readme_is_at_most_200_lines():
     lines = len(README.read_text().splitlines())
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines; details belong in docs/"

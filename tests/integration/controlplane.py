@@ -15,7 +15,6 @@ import datetime
 import ipaddress
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -35,6 +34,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 import tools
+from components.cluster_version import api_warnings
 
 ADMIN_USER = "gpu-platform-test-admin"
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
@@ -171,18 +171,6 @@ class ApiError(Exception):
         super().__init__(f"{what}: HTTP {status}: {self.message}")
 
 
-def _warning_headers(response: requests.Response) -> list[str]:
-    # Several Warning headers arrive joined by ", " in requests; each starts with `299 - "`.
-    raw = response.headers.get("Warning")
-    return [] if not raw else re.split(r', (?=299 )', raw)
-
-
-def _warning_text(header: str) -> str:
-    """The message of an RFC 7234 warning as the API server writes it: 299 - "text"."""
-    text = header.split(" - ", 1)[-1].strip()
-    return text[1:-1].replace('\\"', '"').replace("\\\\", "\\") if text.startswith('"') else text
-
-
 class Kube:
     """A small Kubernetes REST client: discovery-based paths, server-side apply, CRUD."""
 
@@ -208,7 +196,7 @@ class Kube:
             data = yaml.safe_dump(body) if "yaml" in content_type else json.dumps(body)
         response = self.session.request(method, self.server + path, data=data, params=params,
                                         headers={"Content-Type": content_type}, timeout=60)
-        self.warnings = [_warning_text(w) for w in _warning_headers(response)]
+        self.warnings = api_warnings(response)
         try:
             payload = response.json()
         except ValueError:
