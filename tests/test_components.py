@@ -91,6 +91,16 @@ def test_extra_values_reach_the_chart_without_replacing_generated_ones():
     assert values["operator"] == {"upgradeCRD": True, "resources": {}}
 
 
+def test_gkes_driver_paths_merge_and_keep_the_toolkits_hardening():
+    """The GKE values docs/operators/managed-clusters.md gives (GKE installs the driver)."""
+    gke = "/home/kubernetes/bin/nvidia"
+    values = gpu_operator.chart_values(operator_of(settings_of(gpuOperator={"extraValues": {
+        "hostPaths": {"driverInstallDir": gke}, "toolkit": {"installDir": gke}}})))
+    assert values["hostPaths"]["driverInstallDir"] == values["toolkit"]["installDir"] == gke
+    assert values["toolkit"]["env"] == gpu_operator.chart_values(operator_of(DEFAULT))[
+        "toolkit"]["env"]
+
+
 def test_operator_namespace_allows_privileged_operands():
     labels = gpu_operator.operator_namespace(operator_of(DEFAULT))["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "privileged"

@@ -202,6 +202,26 @@ def test_troubleshooting_contents_name_every_section():
     assert listed == sections, (sections - listed, listed - sections)
 
 
+def test_contributing_lists_every_generated_file():
+    """Each file that says it is generated (or written by a command) is in CONTRIBUTING's
+    table of generated files, with the command that makes it."""
+    table = (ROOT / "CONTRIBUTING.md").read_text().split("## Generated docs", 1)[1]
+    marked = [path.relative_to(ROOT).as_posix() for path in
+              [*ROOT.glob("components/*.py"), *DOCS.rglob("*.md")]
+              if re.search(r"^(<!-- )?(Generated|Written) by", path.read_text()[:1000],
+                           re.MULTILINE)]
+    assert "docs/benchmarks/teams.md" in marked
+    assert [path for path in marked if f"`{path}`" not in table] == []
+
+
+def test_the_package_examples_name_the_example_stacks_kubernetes_version(example_settings):
+    pages = [DOCS / "operators" / "component-package.md",
+             *(DOCS / "operators" / "examples" / "typescript").glob("*.ts")]
+    versions = {version for page in pages
+                for version in re.findall(r'kubernetesVersion: "([^"]+)"', page.read_text())}
+    assert versions == {example_settings.kubernetes_version}
+
+
 def test_readme_is_at_most_200_lines():
     lines = len(README.read_text().splitlines())
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines; details belong in docs/"

@@ -8,7 +8,7 @@ const schedulerName = "gpu-binpack";
 const gpuTaint = { key: "nvidia.com/gpu", value: "present", effect: "NoSchedule" };
 
 const scheduler = new gpu.BinpackScheduler("binpack", {
-    kubernetesVersion: "1.35.10",
+    kubernetesVersion: "1.36.4",
     scheduler: { name: schedulerName, replicas: 2 },
 });
 

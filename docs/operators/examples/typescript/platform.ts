@@ -6,7 +6,7 @@ const config = new pulumi.Config();
 
 const platform = new gpu.GpuPlatform("gpu-platform", {
     cluster: { context: config.require("kubeContext") },
-    kubernetesVersion: "1.35.10",
+    kubernetesVersion: "1.36.4",
     gpuNodes: { names: ["gpu-node-1", "gpu-node-2"] },
     scheduler: { replicas: 3 },
     admission: { mode: "mutate" },
