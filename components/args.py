@@ -113,6 +113,14 @@ class GpuOperatorSettings(TypedDict):
     chart_path: NotRequired[str | None]
     ("Install from this local chart (a directory from `helm pull --untar`, or a .tgz) "
      "instead of the repository; its version must be chartVersion.")
+    gpu_path: NotRequired[str]
+    ("How pods reach GPUs. `devicePlugin`: NVIDIA's device plugin advertises "
+     "`nvidia.com/gpu` on each node. `dra`: NVIDIA's DRA driver publishes the GPUs as "
+     "ResourceSlices (the chart's GPUCluster), the device plugin, toolkit and their managers "
+     "are not deployed, and the platform declares DeviceClasses that serve `nvidia.com/gpu` "
+     "(and each MIG profile) through it, so manifests stay as they are; needs Kubernetes "
+     "1.37 or newer and a container runtime with CDI (containerd 2.0+, CRI-O 1.27+). See "
+     "docs/concepts/gpu-paths.md. Allowed: `devicePlugin`, `dra`. Default: `devicePlugin`.")
     driver: NotRequired[Switch]
     "Install the NVIDIA driver as a container (off: drivers are preinstalled on the nodes)."
     toolkit: NotRequired[Switch]
@@ -148,8 +156,9 @@ class GpuOperatorSettings(TypedDict):
     "GPU time-slicing."
     extra_values: NotRequired[dict[str, Any]]
     ("Further chart values, merged over the generated ones; keys that other settings own are "
-     "refused, and so are `draDriver`, `gpuCluster` and `clusterPolicy` (GPUs through "
-     "Dynamic Resource Allocation are not supported yet). Default: `{}`.")
+     "refused (`gpuCluster` and `clusterPolicy` follow `gpuPath`), and so is `draDriver` "
+     "unless `gpuPath` is `dra`, where its keys are checked against the pinned chart's. "
+     "Default: `{}`.")
     protection: NotRequired[ReleaseProtection]
     ("Protected by default: deleting or replacing the release uninstalls the driver, toolkit "
      "and device plugin, and every GPU pod stops. See "
@@ -831,6 +840,16 @@ class OpaAdmissionArgs(TypedDict):
      "component's `preemptibleClass` output).")
     gpu_nodes: GpuNodeFacts
     "The GPU nodes: their taints and, when known, their names."
+    gpu_path: NotRequired[str]
+    ("How pods reach GPUs (`gpuOperator.gpuPath`; the GpuOperator component's `gpuPath` "
+     "output): on `dra`, claims on NVIDIA's device classes are admitted for pods placed as "
+     "GPU pods are. Allowed: `devicePlugin`, `dra`. Default: `devicePlugin`.")
+    platform_device_classes: NotRequired[list[str]]
+    ("The platform's own DeviceClasses (the GpuOperator component's `deviceClasses` output): "
+     "claims on them are GPU claims, and only the program writes them. Default: `[]`.")
+    scheduler_user: NotRequired[str | None]
+    ("The binpack scheduler's identity in its requests (its ServiceAccount's user name): "
+     "with the cluster's scheduler, it allocates DRA claims.")
     teams: NotRequired[AdmittedTeams | None]
     "The teams, when GPUs are shared through Kueue's queues."
     trusted_namespaces: NotRequired[list[str]]
@@ -855,6 +874,10 @@ class MonitoringArgs(TypedDict):
     gpu_operator_namespace: str
     ("The GPU Operator's namespace, where the DCGM exporter Service is (the GpuOperator "
      "component's `namespace` output).")
+    gpu_path: NotRequired[str]
+    ("How pods reach GPUs (the GpuOperator component's `gpuPath` output): which DCGM "
+     "exporter to scrape, and where the GPUs' capacity is read from. Allowed: "
+     "`devicePlugin`, `dra`. Default: `devicePlugin`.")
     scheduler: MonitoredScheduler
     "The binpack scheduler."
     admission: MonitoredAdmission
@@ -905,3 +928,7 @@ class TeamsArgs(TypedDict):
      "GpuPlatform's switch: this component always declares them).")
     gpu_nodes: GpuNodeFacts
     "The GPU nodes: their taints and, when known, their names."
+    device_classes: NotRequired[dict[str, list[str]]]
+    ("On the DRA path, each GPU resource and the DeviceClasses whose claims hold it (the "
+     "GpuOperator component's `servedResources` output): Kueue counts a claim on one against "
+     "the resource's quota. Default: `{}`.")

@@ -106,7 +106,8 @@ def scheduler_rules() -> list[dict]:
         kube.rule(["storage.k8s.io"], ["csinodes", "csidrivers", "csistoragecapacities",
                                    "volumeattachments"], kube.READ),
         # Dynamic Resource Allocation, which the scheduler serves for claims it places.
-        kube.rule(["resource.k8s.io"], ["deviceclasses", "resourceslices"], kube.READ),
+        kube.rule(["resource.k8s.io"], ["deviceclasses", "resourceslices", "devicetaintrules"],
+                  kube.READ),
         kube.rule(["resource.k8s.io"], ["resourceclaims"], ["create", "delete", "patch", "update",
                                                         *kube.READ]),
         kube.rule(["resource.k8s.io"], ["resourceclaims/status"], ["patch", "update", *kube.READ]),

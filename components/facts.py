@@ -14,6 +14,35 @@ NVIDIA_RESOURCES = "nvidia.com/*"
 # Device classes of NVIDIA's Dynamic Resource Allocation driver (gpu.nvidia.com,
 # mig.nvidia.com, compute-domain-*.nvidia.com) end in this.
 NVIDIA_DEVICE_CLASS_SUFFIX = "nvidia.com"
+# Dynamic Resource Allocation (resource.k8s.io/v1), the GPU path Kubernetes 1.37 made standard:
+# a DeviceClass that names an extended resource (`extendedResourceName`, GA in 1.37) serves pods
+# that request it through the devices of its class.
+DRA_MIN_KUBERNETES = (1, 37)
+# NVIDIA's DRA driver (sigs.k8s.io/dra-driver-nvidia-gpu v0.5.0, as GPU Operator v26.7.0 runs
+# it): its driver name, the attribute that tells a whole GPU from a MIG device, and the MIG
+# device's profile attribute.
+NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
+NVIDIA_DRA_KUBELET_PLUGIN = "nvidia-dra-driver-kubeletplugin"
+# The pinned chart's DRA values (deployments/gpu-operator/values.yaml of v26.7.0): the keys
+# under draDriver a stack may set. The GPUCluster resource deploys the DRA driver when
+# gpuCluster.deployCR is on and clusterPolicy.deployCR off.
+DRA_DRIVER_VALUES = {"repository": None, "image": None, "version": None,
+                     "imagePullPolicy": None, "imagePullSecrets": None, "featureGates": None,
+                     "gpus": {"kubeletPlugin": None},
+                     "computeDomains": {"enabled": None, "controller": None,
+                                        "kubeletPlugin": None}}
+# The namespace label that lets claims there ask for adminAccess (DRA's monitoring access to
+# every device), which the operator's DCGM exporter does.
+DRA_ADMIN_ACCESS_LABEL = ("resource.kubernetes.io/admin-access", "true")
+# Who writes ResourceClaims' allocations: kube-scheduler (the cluster's, and the binpack
+# scheduler's ServiceAccount, added by the program) and the resource-claim controller, which
+# releases them.
+CLAIM_CONTROLLERS = ("system:kube-scheduler",
+                     "system:serviceaccount:kube-system:resource-claim-controller",
+                     "system:kube-controller-manager")
+# Who creates the claims of a pod's ResourceClaimTemplates: the resource-claim controller.
+CLAIM_TEMPLATE_CONTROLLERS = ("system:serviceaccount:kube-system:resource-claim-controller",
+                              "system:kube-controller-manager")
 # Who creates a DaemonSet's pods: the controller-manager's DaemonSet controller, with its own
 # ServiceAccount (--use-service-account-credentials) or with the controller-manager's identity.
 DAEMONSET_CONTROLLERS = ("system:serviceaccount:kube-system:daemon-set-controller",

@@ -7,17 +7,25 @@ import yaml
 
 from . import charts, kube
 from .args import GpuOperatorArgs
-from .facts import GPU_RESOURCE
+from .facts import (
+    DRA_ADMIN_ACCESS_LABEL,
+    DRA_DRIVER_VALUES,
+    GPU_RESOURCE,
+    NVIDIA_DRA_DRIVER,
+    mig_resource,
+)
 from .inputs import GpuOperatorInputs
-from .settings import STACK, to_snake
+from .settings import STACK, GpuOperatorSettings, to_snake
 from .validation import Subject
 
 CHART = "gpu-operator"
 COMPONENT = "gpu-operator"
 
-# Facts of the pinned chart (assets/state-dcgm-exporter at v26.7.0): the Service the operator
-# creates for the DCGM exporter. The Monitoring component's ServiceMonitor selects it.
-DCGM_SERVICE_LABELS = {"app": "nvidia-dcgm-exporter"}
+# Facts of the pinned chart (assets/state-dcgm-exporter, and manifests/state-dcgm-exporter for
+# the DRA stack, at v26.7.0): the Service the operator creates for the DCGM exporter, on each
+# GPU path. The Monitoring component's ServiceMonitor selects it.
+DCGM_SERVICE_LABELS = {"devicePlugin": {"app": "nvidia-dcgm-exporter"},
+                       "dra": {"app": "nvidia-dcgm-exporter-dra"}}
 DCGM_METRICS_PORT = "gpu-metrics"
 
 # The chart's NFD worker tolerates control-plane nodes by default; replacing its toleration list
@@ -36,6 +44,10 @@ OPERANDS_PER_SWITCH = {"driver": 1, "toolkit": 1, "devicePlugin": 1, "dcgmExport
                        "gfd": 1, "migManager": 1, "sandboxWorkloads": 2, "vgpuManager": 1,
                        "vgpuDeviceManager": 1, "vfioManager": 1}
 ALWAYS_ON_OPERANDS = 1          # nvidia-operator-validator
+# The GPUCluster (DRA) stack (manifests/state-dra-driver, state-dra-validation): the DRA
+# driver's kubelet plugin and validator on each GPU node, and the compute-domain controller.
+DRA_OPERANDS = 2
+DRA_DEPLOYMENTS = 1
 NFD_PER_NODE = 1                # the NFD worker, on every node
 NFD_DEPLOYMENTS = 2             # NFD master and garbage collector, one replica each
 OPERATOR_REPLICAS = 1
@@ -44,12 +56,14 @@ OPERATOR_REPLICAS = 1
 @dataclass(frozen=True)
 class ChartImage:
     """An image of the pinned chart: where its `repository` value is, that repository, the
-    image name and tag (None: the chart's version), and the switch that deploys it."""
+    image name and tag (None: the chart's version), the switch that deploys it, and the GPU
+    path it runs on (None: both)."""
     path: tuple[str, ...]
     repository: str
     image: str
     tag: str | None
     switch: str | None
+    gpu_path: str | None = None
 
     def ref(self, inputs: GpuOperatorInputs) -> str:
         tag = self.tag or inputs.gpu_operator.chart_version
@@ -66,12 +80,16 @@ CHART_IMAGES = (
     ChartImage(("driver",), "nvcr.io/nvidia", "driver", "595.91.07", "driver"),
     ChartImage(("driver", "manager"), "nvcr.io/nvidia/cloud-native", "k8s-driver-manager",
                "v0.12.0", "driver"),
-    ChartImage(("toolkit",), "nvcr.io/nvidia/k8s", "container-toolkit", "v1.20.0", "toolkit"),
-    ChartImage(("devicePlugin",), "nvcr.io/nvidia", "k8s-device-plugin", "v0.20.0",
+    ChartImage(("toolkit",), "nvcr.io/nvidia/k8s", "container-toolkit", "v1.20.0", "toolkit",
                "devicePlugin"),
+    ChartImage(("devicePlugin",), "nvcr.io/nvidia", "k8s-device-plugin", "v0.20.0",
+               "devicePlugin", "devicePlugin"),
+    ChartImage(("draDriver",), "nvcr.io/nvidia", "dra-driver-nvidia-gpu", "v0.5.0", None,
+               "dra"),
     ChartImage(("dcgmExporter",), "nvcr.io/nvidia/k8s", "dcgm-exporter",
                "4.6.0-4.8.3-distroless", "dcgmExporter"),
-    ChartImage(("gfd",), "nvcr.io/nvidia", "k8s-device-plugin", "v0.20.0", "gfd"),
+    ChartImage(("gfd",), "nvcr.io/nvidia", "k8s-device-plugin", "v0.20.0", "gfd",
+               "devicePlugin"),
     ChartImage(("migManager",), "nvcr.io/nvidia/cloud-native", "k8s-mig-manager", "v0.15.0",
                "migManager"),
     ChartImage(("vgpuDeviceManager",), "nvcr.io/nvidia/cloud-native", "vgpu-device-manager",
@@ -86,10 +104,11 @@ CHART_IMAGES = (
 
 
 def chart_images(inputs: GpuOperatorInputs) -> list[ChartImage]:
-    """The chart's images this stack's switches deploy."""
+    """The chart's images this stack's GPU path and switches deploy."""
     op = inputs.gpu_operator
     return [image for image in CHART_IMAGES
-            if image.switch is None or getattr(op, to_snake(image.switch)).enabled]
+            if image.gpu_path in (None, op.gpu_path)
+            and (image.switch is None or getattr(op, to_snake(image.switch)).enabled)]
 
 
 def mirror_values(inputs: GpuOperatorInputs) -> dict:
@@ -103,21 +122,18 @@ def mirror_values(inputs: GpuOperatorInputs) -> dict:
         node["repository"] = inputs.mirrored(image.repository)
     return values
 
-# Chart keys that would hand GPUs out through Dynamic Resource Allocation (gpuCluster.deployCR
-# with clusterPolicy.deployCR false, and the driver's own settings), which the admission policy,
-# the binpack scheduler's scoring and the dashboard do not cover yet.
-DRA_KEYS = ("draDriver", "gpuCluster", "clusterPolicy")
-DRA_UNSUPPORTED = ("Dynamic Resource Allocation of GPUs is not supported by this platform yet "
-                   "(its pods would bypass the binpack scheduler's scoring, the admission policy "
-                   "and the dashboard); allowed: request nvidia.com/gpu through the device plugin")
+# The DRA driver's values, on the device plugin path: they would start NVIDIA's DRA driver beside
+# the device plugin, handing the same GPUs out twice.
+DRA_ON_DEVICE_PLUGIN_PATH = ("the DRA driver's settings take effect only on the DRA path, and "
+                             "beside the device plugin it would hand the same GPUs out twice; "
+                             "allowed: gpuOperator.gpuPath: dra to run it instead")
 # The toolkit's NRI plugin injects the CDI devices a pod's annotation names
 # (nvidia.cdi.k8s.io/...), a way to a GPU other than the GPU resource; the admission policy
 # refuses the annotation, and the chart value that turns the plugin on is refused here.
 NRI_UNSUPPORTED = ("the container toolkit's NRI plugin injects the GPUs a pod annotation names, "
                    "outside the binpack scheduler and the GPU resource; allowed: leave it off "
                    "(GPUs reach containers through the device plugin)")
-UNSUPPORTED_VALUES = {**{(key,): DRA_UNSUPPORTED for key in DRA_KEYS},
-                      ("cdi", "nriPluginEnabled"): NRI_UNSUPPORTED}
+UNSUPPORTED_VALUES: dict[tuple[str, ...], str] = {("cdi", "nriPluginEnabled"): NRI_UNSUPPORTED}
 
 # Unprivileged containers see only the GPUs allocated to them. The toolkit ignores
 # NVIDIA_VISIBLE_DEVICES (which CUDA images set to `all`, and which can arrive through envFrom
@@ -186,14 +202,49 @@ def operator_values(inputs: GpuOperatorInputs) -> dict:
     }
 
 
+def gpu_path_values(inputs: GpuOperatorInputs) -> dict:
+    """Which of the chart's two stacks it deploys: the ClusterPolicy (device plugin, toolkit and
+    their managers) or the GPUCluster (NVIDIA's DRA driver, DCGM and its exporter). With the
+    DRA stack a driver the operator installs comes from an NVIDIADriver resource (the chart
+    refuses the driver otherwise)."""
+    op = inputs.gpu_operator
+    dra = op.gpu_path == "dra"
+    values: dict = {"clusterPolicy": {"deployCR": not dra}, "gpuCluster": {"deployCR": dra}}
+    if dra and op.driver.enabled:
+        values["driver"] = {"nvidiaDriverCRD": {"enabled": True, "deployDefaultCR": True}}
+    return values
+
+
+def unknown_dra_values(extra: dict, known: dict | None = None,
+                       path: tuple[str, ...] = ("draDriver",)) -> list[tuple[str, ...]]:
+    """The keys under `draDriver` that the pinned chart does not have, each as its path."""
+    known = DRA_DRIVER_VALUES if known is None else known
+    unknown = []
+    for key, value in extra.items():
+        if key not in known:
+            unknown.append((*path, key))
+        elif isinstance(known[key], dict) and isinstance(value, dict):
+            unknown += unknown_dra_values(value, known[key], (*path, key))
+    return unknown
+
+
 def chart_values(inputs: GpuOperatorInputs, subject: Subject = STACK) -> dict:
     """The values the release is installed with: generated values plus the stack's extras."""
-    generated = operator_values(inputs)
+    op = inputs.gpu_operator
+    generated = charts.deep_merge(operator_values(inputs), gpu_path_values(inputs))
     if inputs.image_registry_mirror:
         generated = charts.deep_merge(generated, mirror_values(inputs))
-    return charts.merge_values(generated, inputs.gpu_operator.extra_values,
-                               "gpuOperator.extraValues", subject,
-                               unsupported=UNSUPPORTED_VALUES)
+    unsupported = dict(UNSUPPORTED_VALUES)
+    extra_dra = op.extra_values.get("draDriver")
+    if op.gpu_path == "devicePlugin":
+        unsupported[("draDriver",)] = DRA_ON_DEVICE_PLUGIN_PATH
+    elif isinstance(extra_dra, dict):
+        known = ", ".join(sorted(DRA_DRIVER_VALUES))
+        unsupported |= {path: f"the pinned chart ({CHART} {op.chart_version}) has no such "
+                              f"DRA driver value; allowed under draDriver: {known}"
+                        for path in unknown_dra_values(extra_dra)}
+    return charts.merge_values(generated, op.extra_values, "gpuOperator.extraValues", subject,
+                               unsupported=unsupported)
 
 
 def critical_pods(inputs: GpuOperatorInputs) -> int:
@@ -202,14 +253,22 @@ def critical_pods(inputs: GpuOperatorInputs) -> int:
     DaemonSet and Deployment as a rolling update replaces at a time (one pod each), since a
     pod still terminating counts."""
     op = inputs.gpu_operator
-    operands = ALWAYS_ON_OPERANDS + sum(count for switch, count in OPERANDS_PER_SWITCH.items()
-                                        if getattr(op, to_snake(switch)).enabled)
+    if op.gpu_path == "dra":
+        # The GPUCluster stack: the DRA driver's kubelet plugin and validator on each GPU node,
+        # the DCGM exporter and the driver when on; its compute-domain controller.
+        operands = DRA_OPERANDS + sum(OPERANDS_PER_SWITCH[switch] for switch in
+                                      ("driver", "dcgmExporter")
+                                      if getattr(op, to_snake(switch)).enabled)
+    else:
+        operands = ALWAYS_ON_OPERANDS + sum(count for switch, count in OPERANDS_PER_SWITCH.items()
+                                            if getattr(op, to_snake(switch)).enabled)
     names = inputs.gpu_nodes.names
     gpu_nodes = len(names) if names is not None else op.max_cluster_nodes
     nodes = max(op.max_cluster_nodes, gpu_nodes)
     nfd = op.nfd.enabled
     per_node_kinds = operands + (NFD_PER_NODE if nfd else 0)
-    deployments = OPERATOR_REPLICAS + (NFD_DEPLOYMENTS if nfd else 0)
+    deployments = (OPERATOR_REPLICAS + (NFD_DEPLOYMENTS if nfd else 0)
+                   + (DRA_DEPLOYMENTS if op.gpu_path == "dra" else 0))
     running = operands * gpu_nodes + (NFD_PER_NODE * nodes if nfd else 0) + deployments
     return running + per_node_kinds + deployments
 
@@ -222,7 +281,52 @@ def critical_pods_quota(inputs: GpuOperatorInputs) -> dict:
 
 def operator_namespace(inputs: GpuOperatorInputs) -> dict:
     # The operands (driver, toolkit, device plugin, DCGM exporter) run privileged on the nodes.
-    return kube.namespace(inputs.gpu_operator.namespace, "privileged", COMPONENT)
+    namespace = kube.namespace(inputs.gpu_operator.namespace, "privileged", COMPONENT)
+    if inputs.gpu_operator.gpu_path == "dra":
+        # The DCGM exporter claims every GPU with adminAccess (to read them all), which the API
+        # server allows only in a namespace labelled so; the operator labels it, and the
+        # program declares it so that the two agree.
+        namespace["metadata"]["labels"][DRA_ADMIN_ACCESS_LABEL[0]] = DRA_ADMIN_ACCESS_LABEL[1]
+    return namespace
+
+
+# The platform's own DeviceClasses on the DRA path: one serves nvidia.com/gpu through the
+# whole GPUs NVIDIA's driver publishes, and one each MIG profile's nvidia.com/mig-<profile>.
+# The operator's own classes (gpu.nvidia.com, mig.nvidia.com) name no extended resource.
+GPU_DEVICE_CLASS = "gpu-platform-gpu.nvidia.com"
+
+
+def mig_device_class(profile: str) -> str:
+    return f"gpu-platform-mig-{profile}.nvidia.com"
+
+
+def served_resources(op: GpuOperatorSettings) -> dict[str, list[str]]:
+    """On the DRA path, each GPU resource the platform serves and the DeviceClasses whose claims
+    hold it: the platform's own class for it, and for whole GPUs NVIDIA's `gpu.nvidia.com`."""
+    if op.gpu_path != "dra":
+        return {}
+    return {GPU_RESOURCE: [GPU_DEVICE_CLASS, NVIDIA_DRA_DRIVER],
+            **{mig_resource(p): [mig_device_class(p)] for p in op.mig.profiles}}
+
+
+def device_classes(inputs: GpuOperatorInputs) -> list[dict]:
+    """On the DRA path, the DeviceClasses that serve the GPU resources pods ask for: a pod that
+    requests `nvidia.com/gpu` is given that many whole GPUs of NVIDIA's driver, a pod that
+    requests `nvidia.com/mig-<profile>` that many MIG devices of the profile."""
+    op = inputs.gpu_operator
+    if op.gpu_path != "dra":
+        return []
+    driver = f"device.driver == '{NVIDIA_DRA_DRIVER}'"
+    attributes = f"device.attributes['{NVIDIA_DRA_DRIVER}']"
+    served = [(GPU_DEVICE_CLASS, GPU_RESOURCE, f"{driver} && {attributes}.type == 'gpu'")]
+    served += [(mig_device_class(profile), mig_resource(profile),
+                f"{driver} && {attributes}.type == 'mig' && {attributes}.profile == '{profile}'")
+               for profile in op.mig.profiles]
+    return [{"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+             "metadata": {"name": name, "labels": kube.labels(name, COMPONENT)},
+             "spec": {"selectors": [{"cel": {"expression": selector}}],
+                      "extendedResourceName": resource}}
+            for name, resource, selector in served]
 
 
 class GpuOperator(kube.Component):
@@ -234,6 +338,11 @@ class GpuOperator(kube.Component):
     mig_resources: list[str]
     ("The MIG resources GPU nodes advertise (`nvidia.com/mig-<profile>`, with the mixed "
      "strategy): the binpack scheduler packs them as GPUs.")
+    gpu_path: str
+    "How pods reach GPUs: `devicePlugin` or `dra`."
+    served_resources: dict[str, list[str]]
+    ("On the DRA path, each GPU resource and the DeviceClasses whose claims hold it (the "
+     "platform's own first).")
 
     def __init__(self, name: str, args: GpuOperatorArgs,
                  opts: pulumi.ResourceOptions | None = None):
@@ -249,6 +358,11 @@ class GpuOperator(kube.Component):
             namespace=op.namespace, values=charts.values_input(values, inputs.secret_values),
             parent=self, protection=op.protection, chart_path=op.chart_path,
             depends_on=[namespace, quota])
+        kube.declare_all(device_classes(inputs), self)
         self.namespace = op.namespace
         self.mig_resources = op.mig.resources
-        self.register_outputs({"namespace": self.namespace, "migResources": self.mig_resources})
+        self.gpu_path = op.gpu_path
+        self.served_resources = served_resources(op)
+        self.register_outputs({"namespace": self.namespace, "migResources": self.mig_resources,
+                               "gpuPath": self.gpu_path,
+                               "servedResources": self.served_resources})

@@ -60,19 +60,31 @@ WHOLE_FREE_NODES = "gpu_platform:gpu_nodes_whole_free:count"
 CERTIFICATE_CRITICAL_DAYS = 7
 
 
+# On the DRA path no node advertises GPUs in its allocatable, and a pod may hold GPUs through a
+# claim rather than a request: the DCGM exporter, which sees each GPU and the pod it is
+# allocated to (its DRA mode, which the GPUCluster turns on), counts them. Each GPU once, by its
+# UUID: a GPU that containers share has a series per container.
+DCGM_GPUS = "count by ({by}, UUID) (DCGM_FI_DEV_GPU_UTIL{{{match}}})"
+
+
 def recording_rules(inputs: MonitoringInputs) -> list[dict]:
     largest = inputs.monitoring.largest_common_request
-    return [
-        # GPUs held by pods: bound to a node and not finished (a bound pod that is still
-        # pulling its image already holds its GPUs).
-        {"record": POD_ALLOCATED,
-         "expr": f'sum by (namespace, pod, node) ('
+    requested = (f'sum by (namespace, pod, node) ('
                  f'kube_pod_container_resource_requests{{resource="{GPU}", node!=""}} '
                  f'* on (namespace, pod) group_left () '
                  f'max by (namespace, pod) '
-                 f'(kube_pod_status_phase{{phase=~"Pending|Running"}} == 1))'},
-        {"record": NODE_ALLOCATABLE,
-         "expr": f'sum by (node) (kube_node_status_allocatable{{resource="{GPU}"}})'},
+                 f'(kube_pod_status_phase{{phase=~"Pending|Running"}} == 1))')
+    allocatable = f'sum by (node) (kube_node_status_allocatable{{resource="{GPU}"}})'
+    if inputs.gpu_path == "dra":
+        # A claim's GPUs, for the pods that request none (a request wins where both count).
+        claimed = DCGM_GPUS.format(by="namespace, pod, node", match='pod!=""')
+        requested = f"{requested} or count by (namespace, pod, node) ({claimed})"
+        allocatable = f"count by (node) ({DCGM_GPUS.format(by='node', match='')})"
+    return [
+        # GPUs held by pods: bound to a node and not finished (a bound pod that is still
+        # pulling its image already holds its GPUs).
+        {"record": POD_ALLOCATED, "expr": requested},
+        {"record": NODE_ALLOCATABLE, "expr": allocatable},
         {"record": NODE_ALLOCATED, "expr": f"sum by (node) ({POD_ALLOCATED})"},
         # A node without GPU pods has no allocation series: it counts as zero allocated.
         {"record": NODE_FREE,
@@ -158,6 +170,10 @@ def alert_rules(inputs: MonitoringInputs, certificate_not_after: int | None = No
     def quota(kind: str) -> str:
         return (f'kube_resourcequota{{namespace=~"{quota_namespaces}", '
                 f'resourcequota="{kube.CRITICAL_PODS_QUOTA}", resource="pods", type="{kind}"}}')
+    # GPU nodes: on the DRA path the exporter is where capacity is read from, so a node whose
+    # exporter stops is one that had GPUs within the hour.
+    gpu_nodes = (f"max_over_time({NODE_ALLOCATABLE}[1h])" if inputs.gpu_path == "dra"
+                 else NODE_ALLOCATABLE)
     certificate = (certificate_alerts(inputs, certificate_not_after)
                    if certificate_not_after is not None else [])
     return certificate + [
@@ -176,7 +192,7 @@ def alert_rules(inputs: MonitoringInputs, certificate_not_after: int | None = No
                f"{alerts.gpu_temperature_for} ({{{{ $value }}}} C): check cooling; the GPU "
                "will throttle."),
         _alert("GpuExporterDown",
-               f'({NODE_ALLOCATABLE} > 0) unless on (node) (up{{job="{DCGM_JOB}"}} == 1)',
+               f'({gpu_nodes} > 0) unless on (node) (up{{job="{DCGM_JOB}"}} == 1)',
                alerts.exporter_down_for, "warning", "GPU node without a working DCGM exporter",
                f"Node {{{{ $labels.node }}}} advertises {{{{ $value }}}} GPUs but no DCGM "
                f"exporter on it has been scraped for {alerts.exporter_down_for}: its GPU usage "

@@ -162,6 +162,9 @@ class BinpackSchedulerInputs(PulledImages):
         return f"{self.mirrored('registry.k8s.io/kube-scheduler')}:v{self.kubernetes_version}"
 
 
+GpuPath = Literal["devicePlugin", "dra"]
+
+
 class AdmittedTeams(Model):
     """The teams, as the admission policy keeps GPU pods in their queues."""
 
@@ -197,6 +200,20 @@ class OpaAdmissionInputs(PulledImages):
         description="The PriorityClass of preemptible GPU pods, when one is declared (the "
                     "BinpackScheduler component's `preemptibleClass` output).")
     gpu_nodes: GpuNodeFacts = gpu_nodes_field()
+    gpu_path: GpuPath = Field(
+        default="devicePlugin",
+        description="How pods reach GPUs (`gpuOperator.gpuPath`; the GpuOperator component's "
+                    "`gpuPath` output): on `dra`, claims on NVIDIA's device classes are "
+                    "admitted for pods placed as GPU pods are.")
+    platform_device_classes: list[str] = Field(
+        default_factory=list,
+        description="The platform's own DeviceClasses (the GpuOperator component's "
+                    "`deviceClasses` output): claims on them are GPU claims, and only the "
+                    "program writes them.")
+    scheduler_user: str | None = Field(
+        default=None,
+        description="The binpack scheduler's identity in its requests (its ServiceAccount's "
+                    "user name): with the cluster's scheduler, it allocates DRA claims.")
     teams: AdmittedTeams | None = Field(
         default=None,
         description="The teams, when GPUs are shared through Kueue's queues.")
@@ -271,6 +288,10 @@ class MonitoringInputs(PulledImages):
     gpu_operator_namespace: str = Field(
         description="The GPU Operator's namespace, where the DCGM exporter Service is (the "
                     "GpuOperator component's `namespace` output).")
+    gpu_path: GpuPath = Field(
+        default="devicePlugin",
+        description="How pods reach GPUs (the GpuOperator component's `gpuPath` output): which "
+                    "DCGM exporter to scrape, and where the GPUs' capacity is read from.")
     scheduler: MonitoredScheduler = Field(description="The binpack scheduler.")
     admission: MonitoredAdmission = Field(description="The admission webhooks and OPA.")
     compaction: MonitoredCompaction | None = Field(
@@ -314,6 +335,11 @@ class TeamsInputs(PulledImages):
         description="Teams that share the GPUs through Kueue: a quota and a queue per team "
                     "(`enabled` is GpuPlatform's switch: this component always declares them).")
     gpu_nodes: GpuNodeFacts = gpu_nodes_field()
+    device_classes: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="On the DRA path, each GPU resource and the DeviceClasses whose claims "
+                    "hold it (the GpuOperator component's `servedResources` output): Kueue "
+                    "counts a claim on one against the resource's quota.")
 
 
 class GpuPlatformInputs(StackSettings):

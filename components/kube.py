@@ -37,6 +37,7 @@ _KINDS = {
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): k8s.rbac.v1.RoleBinding,
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): k8s.rbac.v1.ClusterRole,
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): k8s.rbac.v1.ClusterRoleBinding,
+    ("resource.k8s.io/v1", "DeviceClass"): k8s.resource.v1.DeviceClass,
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"):
         k8s.admissionregistration.v1.ValidatingWebhookConfiguration,
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"):

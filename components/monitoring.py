@@ -163,9 +163,14 @@ def scrape_monitor(inputs: MonitoringInputs, kind: str, name: str, target_namesp
 
 
 def dcgm_service_monitor(inputs: MonitoringInputs) -> dict:
-    """Scrapes the DCGM exporter Service that the GPU Operator creates."""
+    """Scrapes the DCGM exporter Service that the GPU Operator creates for the stack's GPU
+    path (on the DRA path the exporter's Service has a name of its own; its series keep the
+    job the rules and dashboard read)."""
+    same_job = ([{"targetLabel": "job", "replacement": gpu_rules.DCGM_JOB, "action": "replace"}]
+                if inputs.gpu_path == "dra" else [])
     return scrape_monitor(inputs, "ServiceMonitor", "nvidia-dcgm-exporter",
-                          inputs.gpu_operator_namespace, dict(DCGM_SERVICE_LABELS), {
+                          inputs.gpu_operator_namespace,
+                          dict(DCGM_SERVICE_LABELS[inputs.gpu_path]), {
         "port": DCGM_METRICS_PORT,
         "interval": inputs.monitoring.scrape_interval,
         # The exporter labels a GPU's series with the namespace, pod and container the GPU is
@@ -177,6 +182,7 @@ def dcgm_service_monitor(inputs: MonitoringInputs) -> dict:
             # Without this an idle GPU's series would carry the exporter pod's own namespace and
             # pod, and show up as GPUs used by the operator.
             {"action": "labeldrop", "regex": "namespace|pod|container"},
+            *same_job,
         ],
     })
 

@@ -23,6 +23,7 @@ from . import kube
 from .args import OpaAdmissionArgs
 from .facts import (
     AUDIT_LABEL,
+    CLAIM_CONTROLLERS,
     DAEMONSET_CONTROLLERS,
     DEVICE_ANNOTATION_PREFIXES,
     DEVICE_HOST_PATHS,
@@ -115,7 +116,10 @@ def policy_params(inputs: OpaAdmissionInputs) -> dict:
         "gpuRuntimeClasses": list(adm.nvidia_runtime_classes),
         "daemonSetControllers": list(DAEMONSET_CONTROLLERS),
         "auditLabel": AUDIT_LABEL,
+        "gpuPath": inputs.gpu_path,
         "draDeviceClassSuffixes": [NVIDIA_DEVICE_CLASS_SUFFIX],
+        "platformDeviceClasses": list(inputs.platform_device_classes),
+        "claimWriters": claim_writers(inputs),
         "allowedDeviceClasses": list(adm.device_classes),
         "privilegedCapabilities": list(PRIVILEGED_CAPABILITIES),
         # Each guarded host path in every spelling the node resolves to it.
@@ -151,6 +155,12 @@ def team_params(inputs: OpaAdmissionInputs) -> dict:
         "metadataPrefix": KUEUE_PREFIX,
         "jobControllers": list(JOB_CONTROLLERS),
     }
+
+
+def claim_writers(inputs: OpaAdmissionInputs) -> list[str]:
+    """Who allocates and releases DRA claims: the schedulers and the resource-claim
+    controller."""
+    return [*CLAIM_CONTROLLERS, *([inputs.scheduler_user] if inputs.scheduler_user else [])]
 
 
 def server_data() -> str:
@@ -257,6 +267,9 @@ def pod_condition(inputs: OpaAdmissionInputs) -> str:
         f"{_cel_list(adm.nvidia_runtime_classes)})",
         f"({annotations})",
     ])
+    if inputs.gpu_path == "dra":
+        on_create += (" || (has(object.spec.resourceClaims) && "
+                      "size(object.spec.resourceClaims) > 0)")
     on_update = (f"({_cel_tolerates(taint, 'object')} && "
                  f"!{_cel_tolerates(taint, 'oldObject')}) || ({annotations})")
     if inputs.teams is not None:
@@ -322,6 +335,31 @@ def team_workload_condition(inputs: OpaAdmissionInputs) -> str:
             f"(request.operation == 'CREATE' ? "
             f"!(request.userInfo.username in {_cel_list(teams.workload_controllers)}) : "
             f"(({was_suspended}) || ({grown})))")
+
+
+def dra_condition(inputs: OpaAdmissionInputs) -> str:
+    """CEL for the webhook on Dynamic Resource Allocation: every claim and claim template
+    created; a claim's allocation written by anyone but the schedulers and the resource-claim
+    controller; a DeviceClass written by anyone but the exempt namespaces' ServiceAccounts (the
+    platform's own classes left out); an NVIDIA driver's ResourceSlice written by anyone but
+    them."""
+    trusted = " || ".join(f"request.userInfo.username.startsWith('system:serviceaccount:{ns}:')"
+                          for ns in inputs.exempt_namespaces)
+    writers = _cel_list(claim_writers(inputs))
+    def has(obj: str, field: str) -> str:
+        return f"(has({obj}.status) && has({obj}.status.{field}))"
+    allocation = " || ".join(
+        f"({has('object', f)} != {has('oldObject', f)} || ({has('object', f)} && "
+        f"{has('oldObject', f)} && object.status.{f} != oldObject.status.{f}))"
+        for f in ("allocation", "reservedFor"))
+    sub = "(has(request.subResource) ? request.subResource : '')"
+    resource = "request.resource.resource"
+    return (f"{resource} == 'resourceslices' ? (object.spec.driver.endsWith("
+            f"'{NVIDIA_DEVICE_CLASS_SUFFIX}') && !({trusted})) : "
+            f"{resource} == 'deviceclasses' ? (!(object.metadata.name in "
+            f"{_cel_list(inputs.platform_device_classes)}) && !({trusted})) : "
+            f"{sub} == 'status' ? (!(request.userInfo.username in {writers}) && "
+            f"({allocation})) : true")
 
 
 def _meta(inputs: OpaAdmissionInputs, name: str, extra_labels: dict | None = None) -> dict:
@@ -588,7 +626,13 @@ def webhook_configuration(inputs: OpaAdmissionInputs, ca_bundle: Any) -> dict:
         inputs, adm.claims_webhook_name, DECISION_PATH, ca_bundle,
         [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["*"],
           "operations": ["CREATE"],
-          "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"}], [])
+          "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"},
+         {"apiGroups": ["resource.k8s.io"], "apiVersions": ["*"], "operations": ["UPDATE"],
+          "resources": ["resourceclaims/status"], "scope": "Namespaced"},
+         {"apiGroups": ["resource.k8s.io"], "apiVersions": ["*"],
+          "operations": ["CREATE", "UPDATE"], "resources": ["deviceclasses", "resourceslices"],
+          "scope": "Cluster"}],
+        [{"name": "dra-relevant", "expression": dra_condition(inputs)}])
     webhooks = [pods, claims]
     if inputs.teams is not None:
         # A team's Jobs and JobSets: only Kueue starts them (their pods are admitted for the

@@ -140,10 +140,13 @@ def component_args(settings: StackSettings, secret_sections: Collection[str] = (
                                          teams.kueue.namespace, teams.kueue.release_name),
                                      workload_controllers=list(teams.workload_controllers))
                    if teams.enabled else None),
+            gpu_path=op.gpu_path,
+            platform_device_classes=[c for c, _ in own_device_classes(op)],
+            scheduler_user=f"system:serviceaccount:{sched.namespace}:{sched.name}",
             trusted_namespaces=[op.namespace, settings.monitoring.namespace], **mirror),
         monitoring=MonitoringArgs(
             monitoring=dump(settings.monitoring), kubernetes_version=settings.kubernetes_version,
-            gpu_operator_namespace=op.namespace,
+            gpu_operator_namespace=op.namespace, gpu_path=op.gpu_path,
             scheduler=MonitoredSchedulerArgs(name=sched.name, namespace=sched.namespace),
             admission=MonitoredAdmissionArgs(
                 namespace=adm.namespace, webhook_name=adm.webhook_name,
@@ -161,8 +164,15 @@ def component_args(settings: StackSettings, secret_sections: Collection[str] = (
             compaction=dump(compaction), scheduler_name=sched.name,
             scoring_strategy=dump(sched.scoring_strategy), mig_resources=op.mig.resources,
             **mirror),
-        teams=TeamsArgs(teams=dump(teams), gpu_nodes=gpu_nodes, **mirror),
+        teams=TeamsArgs(teams=dump(teams), gpu_nodes=gpu_nodes,
+                        device_classes=gpu_operator.served_resources(op), **mirror),
     )
+
+
+def own_device_classes(op: Any) -> list[tuple[str, str]]:
+    """The platform's own DeviceClasses on the DRA path, each with the resource it serves."""
+    return [(classes[0], resource)
+            for resource, classes in gpu_operator.served_resources(op).items()]
 
 
 def dump(section: Any) -> Any:

@@ -30,6 +30,7 @@ from pydantic.alias_generators import to_camel
 from .facts import (
     BINPACK_SCORE_WEIGHTS,
     DEFAULT_SCORE_WEIGHTS,
+    DRA_MIN_KUBERNETES,
     GPU_PRESENT_LABEL,
     GPU_RESOURCE,
     MIN_KUBERNETES,
@@ -345,6 +346,16 @@ class GpuOperatorSettings(Model):
                                         "registry (a mirror, for example).")
     chart_version: str = Field(default="v26.7.0", description="Pinned chart version.")
     chart_path: ChartPath = chart_path_field()
+    gpu_path: Literal["devicePlugin", "dra"] = Field(
+        default="devicePlugin",
+        description="How pods reach GPUs. `devicePlugin`: NVIDIA's device plugin advertises "
+                    "`nvidia.com/gpu` on each node. `dra`: NVIDIA's DRA driver publishes the "
+                    "GPUs as ResourceSlices (the chart's GPUCluster), the device plugin, "
+                    "toolkit and their managers are not deployed, and the platform declares "
+                    "DeviceClasses that serve `nvidia.com/gpu` (and each MIG profile) through "
+                    "it, so manifests stay as they are; needs Kubernetes 1.37 or newer and a "
+                    "container runtime with CDI (containerd 2.0+, CRI-O 1.27+). See "
+                    "docs/concepts/gpu-paths.md.")
     driver: Switch = switch(False, "Install the NVIDIA driver as a container (off: drivers "
                                    "are preinstalled on the nodes).")
     toolkit: Switch = switch(True, "NVIDIA container toolkit.")
@@ -373,9 +384,9 @@ class GpuOperatorSettings(Model):
     extra_values: dict[str, Any] = Field(
         default_factory=dict,
         description="Further chart values, merged over the generated ones; keys that other "
-                    "settings own are refused, and so are `draDriver`, `gpuCluster` and "
-                    "`clusterPolicy` (GPUs through Dynamic Resource Allocation are not "
-                    "supported yet).")
+                    "settings own are refused (`gpuCluster` and `clusterPolicy` follow "
+                    "`gpuPath`), and so is `draDriver` unless `gpuPath` is `dra`, where its keys "
+                    "are checked against the pinned chart's.")
     protection: ReleaseProtection = Field(
         default_factory=lambda: ReleaseProtection(protect=True),
         description="Protected by default: deleting or replacing the release uninstalls the "
@@ -406,6 +417,17 @@ class GpuOperatorSettings(Model):
                           "gpuOperator.devicePlugin.enabled: true, or no timeSlicing",
                           at=("timeSlicing", "replicas"), value=self.time_slicing.replicas,
                           has_value=True)
+        if self.gpu_path == "dra":
+            # GPUCluster, the DRA stack of the pinned chart, runs the DRA driver, DCGM and its
+            # exporter only: what the device plugin path does on the node is not there.
+            for key, on in (("timeSlicing", bool(self.time_slicing.replicas)),
+                            ("migManager", self.mig_manager.enabled),
+                            ("sandboxWorkloads", self.sandbox_workloads.enabled)):
+                if on:
+                    raise Invalid("the DRA path (gpuPath: dra) does not run it", "gpuPath: "
+                                  "devicePlugin, or leave it off", at=(key,),
+                                  value=getattr(self, to_snake(key)).model_dump(by_alias=True),
+                                  has_value=True)
         if self.mig_manager.enabled and self.mig.strategy == "none":
             raise Invalid("the MIG manager needs a MIG strategy", "single or mixed",
                           at=("mig", "strategy"), value="none", has_value=True)
@@ -1435,6 +1457,17 @@ class StackSettings(Model):
                 section = getattr(section, to_snake(key))
             found.append(((*path, "namespace"), section.namespace))
         return found
+
+    @model_validator(mode="after")
+    def dra_needs_kubernetes_1_37(self) -> StackSettings:
+        major, minor, _ = (int(n) for n in self.kubernetes_version.split("."))
+        if self.gpu_operator.gpu_path == "dra" and (major, minor) < DRA_MIN_KUBERNETES:
+            raise Invalid("the DRA path serves nvidia.com/gpu through a DeviceClass's "
+                          "extendedResourceName, GA from Kubernetes 1.37; the cluster is "
+                          f"{self.kubernetes_version}", "devicePlugin, or kubernetesVersion "
+                          "1.37.0 or newer", at=("gpuOperator", "gpuPath"), value="dra",
+                          has_value=True)
+        return self
 
     @model_validator(mode="after")
     def teams_run_where_kueue_does(self) -> StackSettings:

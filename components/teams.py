@@ -99,8 +99,13 @@ def kueue_configuration(inputs: TeamsInputs) -> dict:
                                                    "backoffMaxSeconds": 3600}},
         "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare",
                                                  "LessThanInitialShare"]},
-        # CPU and memory are not counted: only the GPU resources the queues declare are.
-        "resources": {"quotaCheckStrategy": "IgnoreUndeclared"},
+        # CPU and memory are not counted: only the GPU resources the queues declare are. On
+        # the DRA path a claim on a GPU class counts against its resource's quota, as a request
+        # of the resource does: a quota means the same GPUs on either path.
+        "resources": {"quotaCheckStrategy": "IgnoreUndeclared", **({"deviceClassMappings": [
+            {"name": resource, "deviceClassNames": classes}
+            for resource, classes in sorted(inputs.device_classes.items())]}
+            if inputs.device_classes else {})},
         "integrations": {"frameworks": list(FRAMEWORKS)},
     }
 

@@ -82,6 +82,8 @@ def as_created(pod: dict) -> dict:
     meta["generateName"] = meta.pop("name") + "-"
     if not set_by_creator(pod, ("spec", "nodeName")):
         created["spec"].pop("nodeName", None)
+    # Debug containers are added to a running pod, never created with it.
+    created["spec"].pop("ephemeralContainers", None)
     # The Priority admission plugin resolves the class again; a given priority must match it.
     created["spec"].pop("priority", None)
     return created

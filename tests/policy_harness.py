@@ -98,6 +98,9 @@ def review(spec=None, *, namespace="team-a", operation="CREATE", kind="Pod", gro
         meta["generateName"] = generate_name
     request = {"uid": uid, "operation": operation, "namespace": namespace,
                "kind": {"group": group, "version": "v1", "kind": kind},
+               # The API server names the resource too (kinds' plurals, as their APIs do).
+               "resource": {"group": group, "version": "v1",
+                            "resource": kind.lower() + ("es" if kind.endswith("s") else "s")},
                "userInfo": {"username": user},
                "object": None if spec is None else {"metadata": meta, "spec": spec}}
     if old_spec is not None:

@@ -108,7 +108,9 @@ def test_webhook_trusts_the_ca_that_signed_the_server_certificate(run):
 
 def test_service_monitor_selects_the_dcgm_exporter_service(run):
     settings, recording = run
-    service = yaml.safe_load((FIXTURES / "dcgm-exporter-service.yaml").read_text())
+    fixture = {"devicePlugin": "dcgm-exporter-service.yaml",
+               "dra": "dcgm-exporter-dra-service.yaml"}[settings.gpu_operator.gpu_path]
+    service = yaml.safe_load((FIXTURES / fixture).read_text())
     monitor = recording.one(f"{K8S}monitoring.coreos.com/v1:ServiceMonitor",
                             f"{settings.monitoring.namespace}/nvidia-dcgm-exporter").inputs["spec"]
     assert settings.gpu_operator.namespace in monitor["namespaceSelector"]["matchNames"]

@@ -661,3 +661,62 @@ def test_compaction_that_stopped_succeeding_is_reported(promtool_bin, tmp_path):
 
 def test_compaction_alerts_only_with_compaction_on():
     assert gpu_rules.compaction_alerts(monitoring_of(SETTINGS)) == []
+
+
+# --- the DRA path: GPUs counted from what the DCGM exporter sees -------------------------------
+
+DRA_SETTINGS = load_settings(raw(with_changes(kubernetesVersion="1.37.2",
+                                              gpuOperator={"gpuPath": "dra"})))
+
+
+def dra_gpu(node: str, index: int, pod: str | None = None, container: str = "main") -> dict:
+    """A GPU's utilization series as the DCGM exporter's DRA mode labels it (4.6.0-4.8.3): a GPU
+    allocated through a claim carries its pod and the claim's device; a free GPU neither."""
+    labels = {"gpu": str(index), "UUID": f"GPU-{node}-{index}", "modelName": "NVIDIA H100",
+              "hostname": node, "node": node}
+    if pod:
+        labels |= {"namespace": "team-a", "pod": pod, "container": container,
+                   "dra_claim_name": f"{pod}-extended-resources-x1", "dra_claim_namespace":
+                   "team-a", "dra_driver_name": "gpu.nvidia.com", "dra_pool_name": node,
+                   "dra_device_name": f"gpu-{index}"}
+    text = ", ".join(f'{k}="{v}"' for k, v in labels.items())
+    return {"series": f"DCGM_FI_DEV_GPU_UTIL{{{text}}}", "values": "50x30"}
+
+
+def test_on_the_dra_path_capacity_and_allocation_come_from_the_exporter(promtool_bin, tmp_path):
+    """No node advertises GPUs on the DRA path: two 4-GPU nodes, n1 with a pod of 2 GPUs
+    through nvidia.com/gpu (a request and a claim: counted once) and a pod of 1 GPU through a
+    claim of its own, whose GPU two containers share; n2 free."""
+    series = [dra_gpu("n1", 0, "req2"), dra_gpu("n1", 1, "req2"),
+              dra_gpu("n1", 2, "claim1"), dra_gpu("n1", 2, "claim1", container="sidecar"),
+              dra_gpu("n1", 3), *(dra_gpu("n2", i) for i in range(4)),
+              *ksm_pod("req2", "n1", 2)]
+    run_promtool_tests(promtool_bin, tmp_path, [{
+        "interval": "1m", "input_series": series,
+        "promql_expr_test": [
+            recorded(gpu_rules.NODE_ALLOCATABLE, {'{node="n1"}': 4, '{node="n2"}': 4}),
+            recorded(gpu_rules.NODE_FREE, {'{node="n1"}': 1, '{node="n2"}': 4}),
+            recorded(gpu_rules.NAMESPACE_ALLOCATED, {'{namespace="team-a"}': 3}),
+            recorded(gpu_rules.WHOLE_FREE_NODES, {"": 1}),
+        ]}], settings=DRA_SETTINGS)
+
+
+def test_on_the_dra_path_a_silent_exporter_is_reported(promtool_bin, tmp_path):
+    """A GPU node whose exporter stops: its GPUs vanish with it, so the alert asks whether the
+    node had GPUs within the hour."""
+    up = 'up{job="nvidia-dcgm-exporter", node="n1"}'
+    run_promtool_tests(promtool_bin, tmp_path, [{
+        "interval": "1m", "input_series": [
+            {"series": dra_gpu("n1", 0)["series"], "values": "50x10 _x50"},
+            {"series": up, "values": "1x10 0x50"}],
+        "alert_rule_test": [
+            fires("GpuExporterDown", "9m", []),
+            fires("GpuExporterDown", "25m", [{"node": "n1", "severity": "warning"}])]}],
+        settings=DRA_SETTINGS)
+
+
+def test_on_the_dra_path_the_exporters_series_keep_their_job():
+    monitor = monitoring.dcgm_service_monitor(monitoring_of(DRA_SETTINGS))
+    assert monitor["spec"]["selector"]["matchLabels"] == {"app": "nvidia-dcgm-exporter-dra"}
+    assert {"targetLabel": "job", "replacement": gpu_rules.DCGM_JOB, "action": "replace"} in \
+        monitor["spec"]["endpoints"][0]["relabelings"]

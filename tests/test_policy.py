@@ -18,6 +18,7 @@ from policy_harness import (
     K8S,
     MODES,
     POLICY,
+    USER,
     decide,
     deployed_policy,
     evaluate,
@@ -389,7 +390,7 @@ CASES = [
         {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}})),
      False, ['ResourceClaim "team-a/gpus" asks for devices of the device class '
              '"gpu.nvidia.com" through Dynamic Resource Allocation',
-             "GPUs through DRA are not supported by this platform yet"]),
+             "GPUs through DRA need the DRA path (gpuOperator.gpuPath: dra)"]),
     ("claim template on mig.nvidia.com", claim(requests_of(
         {"name": "mig", "exactly": {"deviceClassName": "mig.nvidia.com"}}),
         kind="ResourceClaimTemplate"),
@@ -862,9 +863,7 @@ def webhook_for(deployed, request_) -> dict | None:
     """The validating webhook the API server calls for the request, if any: its rules match
     the request's resource and its namespaceSelector the namespace."""
     request = request_["request"]
-    resource = {"Pod": "pods", "Job": "jobs", "JobSet": "jobsets",
-                "ResourceClaim": "resourceclaims",
-                "ResourceClaimTemplate": "resourceclaimtemplates"}[request["kind"]["kind"]]
+    resource = request["resource"]["resource"]
     if request.get("subResource"):
         resource += "/" + request["subResource"]
     for webhook in deployed["webhooks"]:
@@ -872,6 +871,9 @@ def webhook_for(deployed, request_) -> dict | None:
                    and request["kind"]["group"] in rule["apiGroups"]
                    for rule in webhook["rules"]):
             continue
+        scope = next(r.get("scope", "*") for r in webhook["rules"] if resource in r["resources"])
+        if scope == "Cluster" or not request["namespace"]:
+            return webhook      # the namespaceSelector skips no cluster-scoped object
         for expression in webhook.get("namespaceSelector", {}).get("matchExpressions", []):
             assert expression["key"] == "kubernetes.io/metadata.name"
             inside = request["namespace"] in expression["values"]
@@ -1012,3 +1014,146 @@ def test_a_gpu_pod_in_a_namespace_of_no_team_is_refused_or_admitted_as_the_stack
 def test_a_pod_without_gpus_in_a_team_namespace_needs_no_queue(opa_bin, deployed_teams):
     cpu = team_pod({"containers": [container(requests=CPU)]})
     assert decide(opa_bin, deployed_teams, cpu)["allowed"]
+
+
+# --- the DRA path: GPUs through Dynamic Resource Allocation ------------------------------------
+
+@pytest.fixture(scope="module")
+def deployed_dra(tmp_path_factory):
+    """The DRA path (Kubernetes 1.37), with teams at their defaults."""
+    return deployed_for(tmp_path_factory, kubernetesVersion="1.37.2",
+                        gpuOperator={"gpuPath": "dra"}, teams=TEAMS)
+
+
+OPERATOR = "system:serviceaccount:gpu-operator:gpu-operator"
+DRA_PLUGIN = "system:serviceaccount:gpu-operator:nvidia-dra-driver-kubeletplugin"
+BINPACK_SA = "system:serviceaccount:gpu-scheduler:gpu-binpack-scheduler"
+PLATFORM_CLASS = "gpu-platform-gpu.nvidia.com"
+WITH_CLAIM = {"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"}]}
+
+
+def claim_pod(spec: dict, **kwargs) -> dict:
+    return review({**spec, **WITH_CLAIM}, **kwargs)
+
+
+def cluster_object(kind: str, spec: dict, user: str = USER, operation: str = "CREATE",
+                   name: str = "mine") -> dict:
+    return review(spec, kind=kind, group="resource.k8s.io", namespace="", name=name,
+                  user=user, operation=operation)
+
+
+def claim_status(old: dict, new: dict, user: str) -> dict:
+    request_ = review({"devices": {"requests": [{"name": "gpu", "exactly": {
+        "deviceClassName": "gpu.nvidia.com"}}]}}, kind="ResourceClaim", group="resource.k8s.io",
+        name="gpus", operation="UPDATE", sub_resource="status", user=user,
+        namespace=TEAM_NAMESPACE, old_spec={"devices": {"requests": []}})
+    request_["request"]["object"]["status"] = new
+    request_["request"]["oldObject"]["status"] = old
+    return request_
+
+
+ALLOCATION = {"allocation": {"devices": {"results": [
+    {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "gpu-node-1", "device": "gpu-3"}]}}}
+SELECT_NVIDIA = {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}
+SELECT_NIC = {"selectors": [{"cel": {
+    "expression": "device.driver == 'nic.example.com' && device.attributes['x'].rdma"}}]}
+
+# (case, request, allowed on the DRA path, fragments of the refusal)
+DRA_CASES = [
+    ("a GPU claim on NVIDIA's class",
+     claim(requests_of({"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com",
+                                                   "count": 2}})), True, []),
+    ("a claim template on the platform's class",
+     claim(requests_of({"name": "gpu", "exactly": {"deviceClassName": PLATFORM_CLASS}}),
+           kind="ResourceClaimTemplate"), True, []),
+    ("a claim with adminAccess",
+     claim(requests_of({"name": "all", "exactly": {"deviceClassName": "gpu.nvidia.com",
+                                                   "allocationMode": "All",
+                                                   "adminAccess": True}})), False,
+     ['asks for the devices of the device class "gpu.nvidia.com" with adminAccess',
+      "drop adminAccess"]),
+    ("a claim on a class the stack does not list",
+     claim(requests_of({"name": "nic", "exactly": {"deviceClassName": "nic.example.com"}})),
+     False, ['the device class "nic.example.com"', "admission.deviceClasses"]),
+    ("a pod with claims on the default scheduler",
+     claim_pod({"containers": [container()]}), False,
+     ['pod "team-a/train-0" has resource claims (gpus), which may hold GPUs, but '
+      'spec.schedulerName is "default-scheduler"',
+      "must set spec.schedulerName: gpu-binpack-scheduler"]),
+    ("a pod with claims in a team namespace, outside the queue",
+     claim_pod(binpack(container()), namespace=TEAM_NAMESPACE), False,
+     ['requests resource claims (gpus) in namespace "research" of team "research" without '
+      "going through the team's queue"]),
+    ("a pod with claims in a team namespace, held by Kueue",
+     queued(gated({**binpack(container()), **WITH_CLAIM})), True, []),
+    ("a pod with claims in a critical class",
+     claim_pod(binpack(container(), priorityClassName="system-cluster-critical",
+                       priority=2000000000), namespace=TEAM_NAMESPACE,
+               metadata=MANAGED), False, ["would preempt other users' GPU pods"]),
+    ("a claim allocated by hand",
+     claim_status({}, ALLOCATION, USER), False,
+     ['ResourceClaim "research/gpus": its allocation is written by a scheduler']),
+    ("a claim allocated by the binpack scheduler",
+     claim_status({}, ALLOCATION, BINPACK_SA), True, []),
+    ("a claim released by the resource-claim controller",
+     claim_status(ALLOCATION, {}, "system:serviceaccount:kube-system:resource-claim-controller"),
+     True, []),
+    ("a claim's device health written by the driver",
+     claim_status(ALLOCATION, {**ALLOCATION, "devices": [{"driver": "gpu.nvidia.com"}]},
+                  DRA_PLUGIN), True, []),
+    ("a DeviceClass that serves nvidia.com/gpu",
+     cluster_object("DeviceClass", {**SELECT_NVIDIA, "extendedResourceName": "nvidia.com/gpu"}),
+     False, ['DeviceClass "mine" may select NVIDIA devices', 'and serves nvidia.com/gpu',
+             "only the platform's own classes"]),
+    ("a DeviceClass with no driver of its own",
+     cluster_object("DeviceClass", {"selectors": [{"cel": {
+         "expression": "device.attributes['gpu.nvidia.com'].type == 'gpu'"}}]}), False,
+     ["may select NVIDIA devices"]),
+    ("a DeviceClass updated to reach NVIDIA's devices",
+     cluster_object("DeviceClass", SELECT_NVIDIA, operation="UPDATE"), False,
+     ["may select NVIDIA devices"]),
+    ("another vendor's DeviceClass", cluster_object("DeviceClass", SELECT_NIC), True, []),
+    ("NVIDIA's classes, made by the GPU Operator",
+     cluster_object("DeviceClass", SELECT_NVIDIA, user=OPERATOR, name="gpu.nvidia.com"), True,
+     []),
+    ("a ResourceSlice of NVIDIA's driver written by a user",
+     cluster_object("ResourceSlice", {"driver": "gpu.nvidia.com", "nodeName": "gpu-node-1",
+                                      "pool": {"name": "gpu-node-1", "generation": 9,
+                                               "resourceSliceCount": 1}, "devices": []}),
+     False, ['ResourceSlice "mine" publishes devices of NVIDIA\'s driver gpu.nvidia.com']),
+    ("a ResourceSlice published by NVIDIA's driver",
+     cluster_object("ResourceSlice", {"driver": "gpu.nvidia.com", "nodeName": "gpu-node-1"},
+                    user=DRA_PLUGIN), True, []),
+    ("another driver's ResourceSlice",
+     cluster_object("ResourceSlice", {"driver": "nic.example.com", "nodeName": "node-1"}),
+     True, []),
+]
+
+
+@pytest.mark.parametrize("request_, allowed, fragments", [c[1:] for c in DRA_CASES],
+                         ids=[c[0] for c in DRA_CASES])
+def test_on_the_dra_path_a_gpu_is_reached_only_where_the_binpack_scheduler_places_the_pod(
+        opa_bin, deployed_dra, request_, allowed, fragments):
+    response = decide(opa_bin, deployed_dra, request_)
+    assert response["allowed"] is allowed, response
+    for fragment in fragments:
+        assert fragment in response["status"]["message"]
+    webhook = webhook_for(deployed_dra, request_)
+    if not allowed:
+        assert webhook is not None and sent_to_opa(webhook, request_)
+
+
+def test_the_dra_paths_writers_never_wait_for_opa(deployed_dra):
+    for case in ("a claim allocated by the binpack scheduler",
+                 "a claim released by the resource-claim controller",
+                 "NVIDIA's classes, made by the GPU Operator",
+                 "a ResourceSlice published by NVIDIA's driver"):
+        request_ = next(c[1] for c in DRA_CASES if c[0] == case)
+        webhook = webhook_for(deployed_dra, request_)
+        assert webhook is None or not sent_to_opa(webhook, request_), case
+
+
+def test_on_the_device_plugin_path_a_pod_with_claims_is_not_a_gpu_pod(opa_bin, deployed):
+    """Where no DRA driver serves GPUs, a claim on NVIDIA's classes is refused at the claim."""
+    response = decide(opa_bin, deployed, claim_pod({"containers": [container()]}))
+    assert response["allowed"] is True

@@ -37,14 +37,15 @@ import workload  # noqa: E402
 from workload import BatchJob, NodeShape, Scale, Task, Trace  # noqa: E402
 
 import cluster  # noqa: E402
-from components import compaction_plan, gpu_compaction  # noqa: E402
+import tools  # noqa: E402
+from components import compaction_plan, gpu_compaction, gpu_operator  # noqa: E402
 from components.binpack_scheduler import (  # noqa: E402
     preemptible_priority_class,
     scheduler_configuration,
 )
 from components.settings import StackSettings  # noqa: E402
 from controlplane import ControlPlane, wait_until  # noqa: E402
-from harness import compaction_of, scheduler_of, scheduler_scoring  # noqa: E402
+from harness import compaction_of, operator_of, scheduler_of, scheduler_scoring  # noqa: E402
 
 NAMESPACE = "bench"
 GPU = "nvidia.com/gpu"
@@ -266,6 +267,10 @@ class Ledger:
     def release(self, record: PodRecord) -> None:
         self._add(record, -1)
 
+    def gpus_held(self) -> dict[str, int]:
+        """The GPUs each node's pods hold."""
+        return {n: s.gpus - self.free[n][0] for n, s in self.nodes.items()}
+
     def fits_somewhere(self, task: Task, preempting: bool = False) -> bool:
         """Whether a pod of `task` fits on some node now, or (`preempting`) once that node's
         preemptible pods were gone."""
@@ -464,6 +469,54 @@ def node_status_capacity(shape: NodeShape) -> dict[str, str]:
             "memory": f"{shape.memory_mib}Mi", "pods": "110"}
 
 
+@dataclass(frozen=True)
+class GpuPath:
+    """How the fake GPU nodes hand out their GPUs, and on which Kubernetes release: the device
+    plugin's extended resource in the node's status (the example stack's release by default),
+    or NVIDIA's DRA driver's ResourceSlices served as nvidia.com/gpu through the platform's
+    DeviceClass (the DRA path, on tools.DRA_KUBERNETES_VERSION). Pods ask for nvidia.com/gpu
+    either way."""
+    dra: bool = False
+    kubernetes: str | None = None
+
+    @property
+    def label(self) -> str:
+        """What a replay's label adds (nothing for the device plugin on the example's release)."""
+        if not self.dra and self.kubernetes is None:
+            return ""
+        return f", Kubernetes {self.kubernetes}, {'DRA' if self.dra else 'device plugin'}"
+
+    def control_plane(self, apiserver_args: tuple[str, ...] = ()) -> ControlPlane:
+        return ControlPlane(apiserver_args, kubernetes=self.kubernetes)
+
+    def controllers(self, cp: ControlPlane) -> cluster.ControllerManager:
+        return cluster.ControllerManager(cp, ("resourceclaim-controller",) if self.dra else ())
+
+    def create_nodes(self, cp: ControlPlane, settings: StackSettings,
+                     nodes: dict[str, NodeShape]) -> None:
+        kube = cp.admin
+        if self.dra:
+            for device_class in gpu_operator.device_classes(dra_operator(settings)):
+                kube.create(device_class)
+        for name, shape in nodes.items():
+            capacity = node_status_capacity(shape)
+            if self.dra:
+                del capacity[GPU]
+            cluster.create_gpu_node(kube, settings, name, shape.gpus, capacity=capacity)
+            if self.dra:
+                kube.create(cluster.nvidia_resource_slice(name, shape.gpus))
+
+
+DEVICE_PLUGIN = GpuPath()
+
+
+def dra_operator(settings: StackSettings):
+    """The GPU Operator's inputs of `settings` on the DRA path."""
+    op = settings.gpu_operator.model_copy(update={"gpu_path": "dra"})
+    return operator_of(settings.model_copy(update={
+        "gpu_operator": op, "kubernetes_version": tools.DRA_KUBERNETES_VERSION}))
+
+
 def pod_template(labels: dict[str, str], task: Task, scheduler: str,
                  settings: StackSettings) -> dict:
     """The integration suite's GPU pod template with `task`'s requests; deleted pods go at once
@@ -490,7 +543,8 @@ class RealCluster(Backend):
     def __init__(self, cp: ControlPlane, config: dict, nodes: dict[str, NodeShape],
                  trace: Trace, settings: StackSettings,
                  compaction: Compaction | None = None,
-                 preemptible_jobs: frozenset = frozenset(), checkpoint_every: float = 0.5):
+                 preemptible_jobs: frozenset = frozenset(), checkpoint_every: float = 0.5,
+                 gpu_path: GpuPath = DEVICE_PLUGIN):
         self.kube, self.settings = cp.admin, settings
         self.compaction = compaction
         self.preemptible_jobs = preemptible_jobs
@@ -514,16 +568,15 @@ class RealCluster(Backend):
         self.evicted_at: dict[int, float] = {}           # when it last lost its pod, by job
         self.labelled: set[str] = set()                  # pods given the opt-in label
         self.now = 0.0
-        for name, shape in nodes.items():
-            cluster.create_gpu_node(self.kube, settings, name, shape.gpus,
-                                    capacity=node_status_capacity(shape))
+        self.gpu_path = gpu_path
+        gpu_path.create_nodes(cp, settings, nodes)
         cluster.ensure_namespace(self.kube, NAMESPACE)
         if preemptible_jobs:
             self.kube.create(preemptible_priority_class(scheduler_of(settings)))
         self.watch = cluster.PodWatch(self.kube, self.WATCHED_NAMESPACE)
         for service in trace.services:
             self._create_service(service)
-        self.controllers = cluster.ControllerManager(cp)
+        self.controllers = gpu_path.controllers(cp)
         self.scheduler = cluster.Scheduler(cp, "scheduler", config,
                                            kubeconfig=cp.kubeconfig("scheduler"))
 
@@ -700,6 +753,10 @@ class RealCluster(Backend):
             return f"Deployments {off} not at their replica count"
         if self.pending_finish:
             return f"{len(self.pending_finish)} finished pods not seen as finished"
+        if self.gpu_path.dra and (allocated := self._allocated()) != self.ledger.gpus_held():
+            # A finished pod's claim is released by the resource-claim controller a moment
+            # later: until then the scheduler sees its GPUs taken.
+            return f"claims allocate {allocated}, the pods hold {self.ledger.gpus_held()}"
         fitting = [r.name for r in self.placeable() if self.ledger.fits_somewhere(r.task)]
         if fitting:
             return f"waiting pods that fit on a node: {fitting[:5]}"
@@ -708,6 +765,15 @@ class RealCluster(Backend):
             if preempting:
                 return f"waiting pods that preemption would make room for: {preempting[:5]}"
         return ""
+
+    def _allocated(self) -> dict[str, int]:
+        """On the DRA path, the GPUs the claims of every namespace allocate on each node."""
+        counts = dict.fromkeys(self.ledger.nodes, 0)
+        for claim in self.kube.request("GET", "/apis/resource.k8s.io/v1/resourceclaims")["items"]:
+            for result in ((claim.get("status") or {}).get("allocation") or {}).get(
+                    "devices", {}).get("results", []):
+                counts[result["pool"]] += 1
+        return counts
 
     def placeable(self) -> Iterable[PodRecord]:
         """The waiting pods the scheduler may place."""
@@ -868,23 +934,25 @@ def replay(label: str, config: dict, trace: Trace, nodes: dict[str, NodeShape],
            settings: StackSettings,
            progress: Callable[[int, int], None] = lambda done, total: None,
            compaction: Compaction | None = None, preemptible: frozenset = frozenset(),
-           checkpoint_every: float = 0.5) -> Outcome:
+           checkpoint_every: float = 0.5, gpu_path: GpuPath = DEVICE_PLUGIN) -> Outcome:
     """The trace against one kube-scheduler running `config`, on a fresh control plane (with
     `compaction`: the descheduler's runs as well; the jobs in `preemptible` run in the
-    platform's preemptible class). A job that is evicted or preempted resumes from its last
-    checkpoint, taken every `checkpoint_every` simulated hours."""
+    platform's preemptible class), whose GPU nodes hand out GPUs by `gpu_path`. A job that is
+    evicted or preempted resumes from its last checkpoint, taken every `checkpoint_every`
+    simulated hours."""
     return on_control_plane(label, trace, nodes, lambda cp: RealCluster(
-        cp, config, nodes, trace, settings, compaction, preemptible, checkpoint_every),
-        progress)[0]
+        cp, config, nodes, trace, settings, compaction, preemptible, checkpoint_every,
+        gpu_path), progress, gpu_path=gpu_path)[0]
 
 
 def on_control_plane(label: str, trace: Trace, nodes: dict[str, NodeShape],
                      cluster_on: Callable[[ControlPlane], RealCluster],
                      progress: Callable[[int, int], None] = lambda done, total: None,
-                     apiserver_args: tuple[str, ...] = ()) -> tuple[Outcome, RealCluster]:
-    """The trace played on the cluster `cluster_on` sets up on a fresh control plane; the
-    outcome, and the cluster (stopped) for what else it recorded."""
-    cp = ControlPlane(apiserver_args).start()
+                     apiserver_args: tuple[str, ...] = (),
+                     gpu_path: GpuPath = DEVICE_PLUGIN) -> tuple[Outcome, RealCluster]:
+    """The trace played on the cluster `cluster_on` sets up on a fresh control plane (of
+    `gpu_path`'s release); the outcome, and the cluster (stopped) for what else it recorded."""
+    cp = gpu_path.control_plane(apiserver_args).start()
     backend = None
     try:
         backend = cluster_on(cp)
@@ -897,18 +965,18 @@ def on_control_plane(label: str, trace: Trace, nodes: dict[str, NodeShape],
         cp.stop()
 
 
-def latency_probe(config: dict, node_count: int, pods: int, settings: StackSettings) -> dict:
-    """What one profile's scheduling attempts cost on `node_count` 8-GPU nodes: a Deployment of
-    `pods` 1-GPU replicas is placed, then the scheduler's own figures are read."""
+def latency_probe(config: dict, node_count: int, pods: int, settings: StackSettings,
+                  gpu_path: GpuPath = DEVICE_PLUGIN) -> dict:
+    """What one profile's scheduling attempts cost on `node_count` 8-GPU nodes (handing out
+    GPUs by `gpu_path`): a Deployment of `pods` 1-GPU replicas is placed, then the scheduler's
+    own figures are read."""
     nodes = workload.CLUSTERS["homogeneous"](node_count)
-    cp = ControlPlane().start()
+    cp = gpu_path.control_plane().start()
     try:
         kube = cp.admin
-        for name, shape in nodes.items():
-            cluster.create_gpu_node(kube, settings, name, shape.gpus,
-                                    capacity=node_status_capacity(shape))
+        gpu_path.create_nodes(cp, settings, nodes)
         cluster.ensure_namespace(kube, NAMESPACE)
-        controllers = cluster.ControllerManager(cp)
+        controllers = gpu_path.controllers(cp)
         scheduler = cluster.Scheduler(cp, "scheduler", config,
                                       kubeconfig=cp.kubeconfig("scheduler"))
         labels = {"app": "probe"}

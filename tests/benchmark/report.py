@@ -15,6 +15,7 @@ DOCS = ROOT / "docs" / "benchmarks"
 RESULTS_PAGE = "results.md"
 PICTURE = "binpack.png"
 LATENCY_PAGE = "latency.md"
+DRA_LATENCY_PAGE = "dra-latency.md"
 SCHEDULING_RESULTS = "scheduling.jsonl"
 SCHEDULING_PAGE = "scheduling.md"
 TEAMS_RESULTS = "teams.jsonl"
@@ -109,9 +110,23 @@ produced these rows, the conditions of the measurement and what the figures show
 """
 
 
-def latency_page(table_lines: list[str]) -> str:
-    """docs/benchmarks/latency.md: what scoring every node costs (`--latency`)."""
+def latency_page(table_lines: list[str], dra: bool = False) -> str:
+    """docs/benchmarks/latency.md: what scoring every node costs (`--latency`); with `dra`,
+    docs/benchmarks/dra-latency.md: what the DRA path costs against the device plugin's."""
     table_text = "\n".join(table_lines)
+    if dra:
+        return f"""# Binpack benchmark: the cost of the DRA path
+
+<!-- Written by `bash tests/run benchmark --latency NODES --dra`; do not edit. -->
+
+Per cluster size, on the DRA path's Kubernetes release: the shipped profile (every feasible
+node scored) placing a Deployment of 1-GPU replicas that ask for nvidia.com/gpu on empty 8-GPU
+nodes, whose GPUs are in the node's status (device plugin) or in ResourceSlices served through
+the platform's DeviceClass (DRA). What the figures mean:
+[the benchmark's page](README.md#the-dra-path).
+
+{table_text}
+"""
     return f"""# Binpack benchmark: the cost of scoring every node
 
 <!-- Written by `bash tests/run benchmark --latency NODES`; do not edit. -->

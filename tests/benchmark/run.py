@@ -10,6 +10,7 @@ docs/benchmarks/.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -21,6 +22,7 @@ import teams
 import workload
 from report import (
     DOCS,
+    DRA_LATENCY_PAGE,
     LATENCY_PAGE,
     PICTURE,
     RESULTS,
@@ -38,6 +40,7 @@ from report import (
 )
 
 import harness  # noqa: E402  (on the path binpack sets)
+import tools  # noqa: E402
 
 DEFAULT_OUT = RESULTS
 SIZES = (1, 2, 4, 8)
@@ -83,6 +86,9 @@ def run(args, settings) -> None:
     soon as it ends; a replay already kept there (same trace and scheduler) is skipped."""
     configs = binpack.profiles(settings, args.variants)
     shipped = configs[settings.scheduler.name]
+    paths = gpu_paths(args)
+    if args.dra:
+        configs = {settings.scheduler.name: shipped}
     if args.profiles:
         unknown = set(args.profiles) - set(configs)
         if unknown:
@@ -109,15 +115,18 @@ def run(args, settings) -> None:
                 best = binpack.reference(trace, nodes)
                 if best.scheduler not in done:
                     keep(args.out, key | figures(best, best))
-                for label, config in configs.items():
+                for (name, config), path in itertools.product(configs.items(), paths):
+                    label = name + path.label
                     if label in done:
                         continue
                     started = time.monotonic()
                     outcome = binpack.replay(label, config, trace, nodes, settings,
-                                             progress_printer(label))
+                                             progress_printer(label), gpu_path=path)
                     print(f"  {label}: {time.monotonic() - started:.0f}s", file=sys.stderr,
                           flush=True)
                     keep(args.out, key | figures(outcome, best))
+                if args.dra:
+                    continue
                 label = moving_label(args, settings, biggest.gpus)
                 if label and label not in done:
                     compaction = binpack.compaction_for(
@@ -134,6 +143,14 @@ def run(args, settings) -> None:
                           f"{outcome.evictions} evictions and preemptions", file=sys.stderr,
                           flush=True)
                     keep(args.out, key | figures(outcome, best))
+
+
+def gpu_paths(args) -> list[binpack.GpuPath]:
+    """The GPU paths to replay: the device plugin on the example stack's release, or with
+    --dra both paths on the release of the DRA path, so that they differ in nothing else."""
+    if not args.dra:
+        return [binpack.DEVICE_PLUGIN]
+    return [binpack.GpuPath(dra, tools.DRA_KUBERNETES_VERSION) for dra in (False, True)]
 
 
 def moving_label(args, settings, whole_node_gpus: int) -> str:
@@ -234,10 +251,14 @@ def latency(args, settings) -> None:
     lines = ["| nodes | nodes scored | pods | attempt p50 / p95, ms | filter and score p50 / "
              "p95, ms | scheduler CPU s | peak memory, MiB | wall s |",
              "| ---: | --- |" + " ---: |" * 6]
+    # With --dra: every node scored, on each GPU path of the DRA path's release.
+    probes = ([(f"all{path.label}", shipped, path) for path in gpu_paths(args)] if args.dra
+              else [("all (shipped)", shipped, binpack.DEVICE_PLUGIN),
+                    ("adaptive", adaptive, binpack.DEVICE_PLUGIN)])
     for size in args.latency:
-        for label, config in (("all (shipped)", shipped), ("adaptive", adaptive)):
+        for label, config, path in probes:
             print(f"latency probe: {size} nodes, {label}", file=sys.stderr, flush=True)
-            m = binpack.latency_probe(config, size, args.probe_pods, settings)
+            m = binpack.latency_probe(config, size, args.probe_pods, settings, path)
             lines.append(f"| {size} | {label} | {args.probe_pods} | "
                          f"{m['attempt_p50'] * 1000:.1f} / {m['attempt_p95'] * 1000:.1f} | "
                          f"{m['algorithm_p50'] * 1000:.1f} / {m['algorithm_p95'] * 1000:.1f} | "
@@ -246,8 +267,9 @@ def latency(args, settings) -> None:
             print(lines[-1], file=sys.stderr, flush=True)
     print("\n".join(lines))
     args.docs.mkdir(parents=True, exist_ok=True)
-    (args.docs / LATENCY_PAGE).write_text(latency_page(lines))
-    print(f"\nwrote {args.docs / LATENCY_PAGE}", file=sys.stderr)
+    page = DRA_LATENCY_PAGE if args.dra else LATENCY_PAGE
+    (args.docs / page).write_text(latency_page(lines, dra=args.dra))
+    print(f"\nwrote {args.docs / page}", file=sys.stderr)
 
 
 def setting(text: str) -> tuple[str, str]:
@@ -303,6 +325,9 @@ def main(argv: list[str]) -> None:
                              "both)")
     parser.add_argument("--profile", dest="profiles", action="append",
                         help="only this scheduler (a label as in the table); repeatable")
+    parser.add_argument("--dra", action="store_true",
+                        help="replay (or probe, with --latency) the shipped profile on the DRA "
+                             "path's Kubernetes release, with the device plugin and with DRA")
     parser.add_argument("--report", action="store_true",
                         help="rewrite the table and plot from runs.jsonl without replaying")
     parser.add_argument("--fresh", action="store_true", help="start a new runs.jsonl")

@@ -27,7 +27,7 @@ import yaml
 import harness
 import tools
 from components import binpack_scheduler, gpu_compaction, gpu_operator, opa_admission
-from components.facts import GPU_PRESENT_LABEL
+from components.facts import GPU_PRESENT_LABEL, NVIDIA_DRA_DRIVER
 from components.inputs import OpaAdmissionInputs
 from components.kube import base64_text
 from components.settings import SchedulerSettings, StackSettings
@@ -228,6 +228,42 @@ def create_gpu_node(kube: Kube, settings: StackSettings, name: str, gpus: int,
         "memory": f"{gpus * MEMORY_GIB_PER_GPU}Gi", "pods": "110"})
 
 
+def nvidia_resource_slice(node: str, gpus: int, product: str = "NVIDIA H100 80GB HBM3") -> dict:
+    """A ResourceSlice as NVIDIA's DRA driver (v0.5.0, as GPU Operator v26.7.0 runs it)
+    publishes a node's whole GPUs: one pool named after the node, in one slice, each GPU
+    `gpu-<minor>` with the driver's attributes and its memory. Values are made up; the shape,
+    names and types are the driver's."""
+    def device(minor: int) -> dict:
+        return {"name": f"gpu-{minor}", "attributes": {
+            "type": {"string": "gpu"},
+            "uuid": {"string": f"GPU-{node}-{minor:04d}"},
+            "productName": {"string": product},
+            "brand": {"string": "Nvidia"},
+            "architecture": {"string": "Hopper"},
+            "cudaComputeCapability": {"version": "9.0.0"},
+            "driverVersion": {"version": "595.91.7"},
+            "cudaDriverVersion": {"version": "13.2.0"},
+            "resource.kubernetes.io/pciBusID": {"string": f"0000:{0x18 + minor:02x}:00.0"}},
+            "capacity": {"memory": {"value": "81559Mi"}}}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"00000-{NVIDIA_DRA_DRIVER}-{node}"},
+            "spec": {"driver": NVIDIA_DRA_DRIVER, "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                     "devices": [device(minor) for minor in range(gpus)]}}
+
+
+def create_dra_gpu_node(kube: Kube, settings: StackSettings, name: str, gpus: int,
+                        driver: Kube) -> dict:
+    """A Ready GPU node of the DRA path: the platform's GPU taints and labels, CPU and memory
+    but no GPU in its status, and its GPUs in a ResourceSlice that `driver` (NVIDIA's driver's
+    identity) publishes."""
+    node = create_gpu_node(kube, settings, name, gpus, capacity={
+        "cpu": str(gpus * CPU_PER_GPU), "memory": f"{gpus * MEMORY_GIB_PER_GPU}Gi",
+        "pods": "110"})
+    driver.create(nvidia_resource_slice(name, gpus))
+    return node
+
+
 def pod(name: str, namespace: str, **spec: Any) -> dict:
     """A pod whose requests scale with its GPUs (CPU and memory as a GPU job asks for them);
     with GPUs it tolerates the GPU taints. `spec`: the arguments of `pod_spec`."""
@@ -318,7 +354,7 @@ class Scheduler:
         path = cp.write(f"schedulers/{name}.yaml", yaml.safe_dump(config))
         serving = cp.ca.issue(name, server=True, ip_addresses=("127.0.0.1",))
         self.process = cp.start_process(name, [
-            str(tools.kube_scheduler()), f"--config={path}", f"--secure-port={self.port}",
+            str(cp.binary("kube-scheduler")), f"--config={path}", f"--secure-port={self.port}",
             "--bind-address=127.0.0.1",
             f"--tls-cert-file={cp.write(f'schedulers/{name}.crt', serving.cert_pem)}",
             f"--tls-private-key-file={cp.write(f'schedulers/{name}.key', serving.key_pem)}",
@@ -355,7 +391,9 @@ class ControllerManager:
                    # ResourceQuota status, which quota admission counts against.
                    "resourcequota-controller")
 
-    def __init__(self, cp: ControlPlane):
+    def __init__(self, cp: ControlPlane, extra_controllers: tuple[str, ...] = ()):
+        """`extra_controllers`: more of its controllers (the resource-claim controller, for
+        Dynamic Resource Allocation)."""
         self.port = free_port()
         # Its own name, as on a cluster, so that admission sees the pods its controllers create
         # as theirs (the DaemonSet controller's among them).
@@ -363,10 +401,11 @@ class ControllerManager:
             "system:kube-controller-manager"))
         serving = cp.ca.issue("kube-controller-manager", server=True, ip_addresses=("127.0.0.1",))
         self.process = cp.start_process("kube-controller-manager", [
-            str(tools.kube_controller_manager()), f"--kubeconfig={kubeconfig}",
+            str(cp.binary("kube-controller-manager")), f"--kubeconfig={kubeconfig}",
             f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}",
-            f"--controllers={','.join(self.CONTROLLERS)}", "--leader-elect=false",
+            f"--controllers={','.join((*self.CONTROLLERS, *extra_controllers))}",
+            "--leader-elect=false",
             f"--secure-port={self.port}", "--bind-address=127.0.0.1",
             f"--tls-cert-file={cp.write('pki/kcm.crt', serving.cert_pem)}",
             f"--tls-private-key-file={cp.write('pki/kcm.key', serving.key_pem)}",
@@ -612,16 +651,17 @@ class FakeKubelet:
 
 
 @contextmanager
-def workloads_running(cp: ControlPlane, leave_out: Callable[[dict], bool] = lambda pod: False):
-    """Controllers that create and remove workload pods, and a fake kubelet that runs them (but
-    those `leave_out` names); yields the kubelet."""
-    controllers = ControllerManager(cp)
+def workloads_running(cp: ControlPlane, leave_out: Callable[[dict], bool] = lambda pod: False,
+                      controllers: tuple[str, ...] = ()):
+    """Controllers that create and remove workload pods (and `controllers`), and a fake
+    kubelet that runs them (but those `leave_out` names); yields the kubelet."""
+    manager = ControllerManager(cp, controllers)
     kubelet = FakeKubelet(cp, leave_out)
     try:
         yield kubelet
     finally:
         kubelet.stop()
-        controllers.stop()
+        manager.stop()
 
 
 @contextmanager

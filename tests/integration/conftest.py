@@ -18,8 +18,9 @@ def control_plane(request):
     """A fresh control plane for the module, its API server started with the module's
     APISERVER_ARGS, if it has any (a module whose webhooks are called at their Services'
     ready endpoints, as on a cluster, sets --enable-aggregator-routing: a ClusterIP would need
-    a proxy to route it)."""
-    cp = ControlPlane(apiserver_args=getattr(request.module, "APISERVER_ARGS", ())).start()
+    a proxy to route it), and of its KUBERNETES release, if it names one."""
+    cp = ControlPlane(apiserver_args=getattr(request.module, "APISERVER_ARGS", ()),
+                      kubernetes=getattr(request.module, "KUBERNETES", None)).start()
     yield cp
     cp.stop()
 

@@ -305,15 +305,29 @@ class Kube:
 # --- the control plane ----------------------------------------------------------------------
 
 class ControlPlane:
-    def __init__(self, apiserver_args: tuple[str, ...] = ()) -> None:
-        """`apiserver_args`: more kube-apiserver flags, for a cluster configured differently."""
+    def __init__(self, apiserver_args: tuple[str, ...] = (),
+                 kubernetes: str | None = None) -> None:
+        """`apiserver_args`: more kube-apiserver flags, for a cluster configured differently;
+        `kubernetes`: the release the control plane runs (the example stack's by default, or
+        tools.DRA_KUBERNETES_VERSION)."""
         self.apiserver_args = apiserver_args
+        self.kubernetes = kubernetes
         self.dir = Path(tempfile.mkdtemp(prefix="gpu-platform-cp-"))
         self.processes: list[Process] = []
         self.ca = CertificateAuthority("gpu-platform test cluster CA")
         self.ca_file = self.write("pki/ca.crt", self.ca.cert_pem)
         self.port = 0
         atexit.register(self.stop)
+
+    def binary(self, component: str) -> Path:
+        """kube-apiserver, kube-scheduler or kube-controller-manager of this control plane's
+        Kubernetes release."""
+        if self.kubernetes is None:
+            return {"kube-apiserver": tools.kube_apiserver,
+                    "kube-scheduler": tools.kube_scheduler,
+                    "kube-controller-manager": tools.kube_controller_manager}[component]()
+        assert self.kubernetes == tools.DRA_KUBERNETES_VERSION, self.kubernetes
+        return tools.dra_control_plane()[component]
 
     # files and processes
 
@@ -370,7 +384,7 @@ class ControlPlane:
                            self.write("pki/admin.key", admin.key_pem))
         sa_key = ec.generate_private_key(ec.SECP256R1())
         self.apiserver = self.start_process("kube-apiserver", [
-            str(tools.kube_apiserver()),
+            str(self.binary("kube-apiserver")),
             f"--etcd-servers={self.etcd_url}",
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
@@ -387,6 +401,9 @@ class ControlPlane:
             "--allow-privileged=true",
             # No controller-manager creates the `default` ServiceAccounts this plugin requires.
             "--disable-admission-plugins=ServiceAccount",
+            # From 1.37 the API server refuses to publish a loopback address as the `kubernetes`
+            # Service's endpoint; nothing here reaches the API server through that Service.
+            *(["--endpoint-reconciler-type=none"] if self.kubernetes else []),
             *self.apiserver_args,
         ])
         self.admin = Kube(self.server, self.ca_file, cert=self.admin_cert)

@@ -1,0 +1,304 @@
+"""The DRA path on Kubernetes 1.37.2 (kube-apiserver, kube-scheduler and
+kube-controller-manager built from k8s.io/kubernetes v1.37.2): GPU nodes advertise no GPU in
+their status; NVIDIA's DRA driver publishes them as ResourceSlices (published here with the
+driver's identity, shaped as its v0.5.0 publishes them; no kubelet plugin is needed to place
+pods or decide admission). What the program declares for a stack with `gpuOperator.gpuPath:
+dra` and two teams: the platform's DeviceClasses, the binpack scheduler, OPA's pods behind the
+webhooks, and the real Kueue with the generated Configuration; a real kube-controller-manager
+(the resource-claim controller among its controllers) and a fake kubelet.
+
+Three GPU nodes of 8: pods that ask for nvidia.com/gpu land where the binpack scheduler packs
+them, as on the device plugin path; pods with claims of their own are placed by it too."""
+
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+import pytest
+from kubelet import ProcessKubelet
+from kueue import API_VERSION, Kueue
+from test_settings import with_changes
+
+import cluster
+import harness
+import tools
+from components import gpu_operator, opa_admission, teams
+from components.facts import GPU_RESOURCE, NVIDIA_DRA_DRIVER, NVIDIA_DRA_KUBELET_PLUGIN
+from components.settings import StackSettings
+from controlplane import ControlPlane, Kube, wait_until
+
+KUBERNETES = tools.DRA_KUBERNETES_VERSION
+# Webhooks are called at their Services' ready endpoints (conftest.control_plane).
+APISERVER_ARGS = ("--enable-aggregator-routing=true",)
+
+RESEARCH, VISION, NO_TEAM = "research", "vision", "team-a"
+GPU_NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3")
+STACK = with_changes(
+    kubernetesVersion=KUBERNETES, gpuNodes={"names": list(GPU_NODES)},
+    gpuOperator={"gpuPath": "dra"}, admission={"replicas": 2},
+    teams={"enabled": True, "gpuPodsOutsideTeams": "admit",
+           "teams": [{"name": RESEARCH, "namespaces": [RESEARCH],
+                      "quota": {"gpu": {GPU_RESOURCE: 12}}},
+                     {"name": VISION, "namespaces": [VISION],
+                      "quota": {"gpu": {GPU_RESOURCE: 12}}}]})
+
+
+@dataclass
+class Platform:
+    cp: ControlPlane
+    settings: StackSettings
+    scheduler: str
+    driver: Kube        # NVIDIA's DRA driver's identity
+
+
+@pytest.fixture(scope="module")
+def platform(control_plane) -> Iterator[Platform]:
+    cp, kube = control_plane, control_plane.admin
+    config = harness.stack_file_config(STACK)
+    settings = harness.settings_of(config)
+    inputs = harness.inputs_of(settings)
+    declared = cluster.declared(harness.run_program(config),
+                                cluster.TestCertificates(inputs.admission)).objects
+    webhooks = [o for o in declared if o["kind"] in cluster.WEBHOOK_KINDS]
+    probe = cluster.find(declared, "ConfigMap", opa_admission.REACHABILITY_PROBE)
+    driver_user = (f"system:serviceaccount:{settings.gpu_operator.namespace}:"
+                   f"{NVIDIA_DRA_KUBELET_PLUGIN}")
+    with ExitStack() as stack:
+        running = Kueue(cp, teams.kueue_configuration(inputs.teams)).start()
+        stack.callback(running.stop)
+        cluster.apply_declared(kube, [o for o in declared if o["kind"] not in
+                                      cluster.WEBHOOK_KINDS and o is not probe])
+        # What the GPU Operator grants itself and its DRA driver's kubelet plugin, and the
+        # DeviceClass of whole GPUs it creates (manifests/state-dra-driver of v26.7.0).
+        operator_user = f"system:serviceaccount:{settings.gpu_operator.namespace}:gpu-operator"
+        for user, resource in ((driver_user, "resourceslices"), (operator_user, "deviceclasses")):
+            grant(kube, user, resource)
+        cp.impersonating(operator_user).create({
+            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": NVIDIA_DRA_DRIVER},
+            "spec": {"selectors": [{"cel": {"expression":
+                f"device.driver == '{NVIDIA_DRA_DRIVER}' && "
+                f"device.attributes['{NVIDIA_DRA_DRIVER}'].type == 'gpu'"}}]}})
+        kubelet = ProcessKubelet(cp, {settings.admission.opa.repository: tools.opa()})
+        stack.callback(kubelet.stop)
+        stack.enter_context(cluster.workloads_running(
+            cp, leave_out=kubelet.runs, controllers=("resourceclaim-controller",)))
+        cluster.Scheduler(cp, "default-scheduler",
+                          cluster.scheduler_with_strategy("default-scheduler"),
+                          kubeconfig=cp.kubeconfig("default-scheduler"))
+        cluster.start_binpack_scheduler(cp, settings.scheduler, declared)
+        cluster.create_node(kube, "cpu-node-1")
+        admission = harness.admission_of(settings)
+        service = opa_admission.generation_name(admission, opa_admission.SERVICE)
+        wait_until(lambda: len(ready_endpoints(kube, settings, service)) ==
+                   settings.admission.replicas, "OPA's pods ready behind its Service",
+                   timeout=90)
+        for webhook in webhooks:
+            kube.apply(webhook, cluster.TEST_MANAGER)
+        cluster.ensure_namespace(kube, NO_TEAM)
+        wait_until(lambda: "spec.schedulerName" in refusal(
+            kube, cluster.pod("probe", NO_TEAM, gpus=1)), "the webhook to take effect",
+            timeout=15)
+        driver = cp.impersonating(driver_user)
+        for node in GPU_NODES:
+            cluster.create_dra_gpu_node(kube, settings, node, 8, driver)
+        yield Platform(cp, settings, settings.scheduler.name, driver)
+
+
+def grant(kube: Kube, user: str, resource: str) -> None:
+    """`user` may write `resource` (of resource.k8s.io) cluster-wide."""
+    name = f"{resource}-writer-{user.rsplit(':', 1)[1]}"
+    kube.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": name}, "rules": [
+                    {"apiGroups": ["resource.k8s.io"], "resources": [resource],
+                     "verbs": ["get", "list", "watch", "create", "update", "delete"]}]},
+               cluster.TEST_MANAGER)
+    kube.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": name},
+                "subjects": [{"kind": "User", "name": user}]}, cluster.TEST_MANAGER)
+
+
+def ready_endpoints(kube: Kube, settings: StackSettings, service: str) -> list[str]:
+    slices = kube.list("discovery.k8s.io/v1", "EndpointSlice", settings.admission.namespace,
+                       labelSelector=f"kubernetes.io/service-name={service}")
+    return [a for s in slices for e in s.get("endpoints") or []
+            if e.get("conditions", {}).get("ready") for a in e["addresses"]]
+
+
+def refusal(kube: Kube, obj: dict) -> str:
+    """The API server's refusal of `obj` (a dry run), or "" when it would be created."""
+    try:
+        kube.create(obj, dry_run=True)
+        return ""
+    except cluster.ApiError as error:
+        return error.message
+
+
+def gpu_pod(name: str, namespace: str, platform: Platform, gpus: int) -> dict:
+    """A pod that asks for nvidia.com/gpu, as on the device plugin path."""
+    return cluster.pod(name, namespace, gpus=gpus, settings=platform.settings,
+                       scheduler=platform.scheduler)
+
+
+def claim_template(name: str, namespace: str, gpus: int,
+                   device_class: str = NVIDIA_DRA_DRIVER) -> dict:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+                "deviceClassName": device_class, "count": gpus}}]}}}}
+
+
+def claim_pod(name: str, namespace: str, platform: Platform, template: str) -> dict:
+    """A pod that asks for GPUs through a claim of its own, made from `template`."""
+    obj = cluster.pod(name, namespace, settings=platform.settings, scheduler=platform.scheduler)
+    obj["spec"]["tolerations"] = [t.toleration() for t in platform.settings.gpu_nodes.taints]
+    obj["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": template}]
+    obj["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpus"}]
+    return obj
+
+
+def claims(kube: Kube) -> list[dict]:
+    """Every ResourceClaim, in every namespace."""
+    return kube.request("GET", "/apis/resource.k8s.io/v1/resourceclaims")["items"]
+
+
+def allocated(kube: Kube) -> dict[str, int]:
+    """The GPUs allocated on each node, from the claims' allocations."""
+    counts: dict[str, int] = {}
+    for claim in claims(kube):
+        for result in (claim.get("status", {}).get("allocation") or {}).get(
+                "devices", {}).get("results", []):
+            counts[result["pool"]] = counts.get(result["pool"], 0) + 1
+    return counts
+
+
+def delete_pods(kube: Kube, namespace: str, *names: str) -> None:
+    for name in names:
+        kube.delete("v1", "Pod", name, namespace)
+    wait_until(lambda: not any(c["metadata"]["namespace"] == namespace for c in claims(kube)
+                               if c.get("status", {}).get("reservedFor")),
+               f"the claims of {namespace}'s pods to be released", timeout=60)
+
+
+def test_the_platforms_device_class_serves_nvidia_com_gpu(platform):
+    kube = platform.cp.admin
+    served = kube.get("resource.k8s.io/v1", "DeviceClass", gpu_operator.GPU_DEVICE_CLASS)
+    assert served["spec"]["extendedResourceName"] == GPU_RESOURCE
+    node = kube.get("v1", "Node", GPU_NODES[0])
+    assert GPU_RESOURCE not in node["status"]["allocatable"]
+
+
+def test_gpu_pods_that_ask_for_nvidia_com_gpu_are_packed_as_on_the_device_plugin_path(platform):
+    """Two pods of 2 GPUs then one of 3: each lands on the node the first chose, its claim
+    made by the scheduler and allocated there."""
+    kube = platform.cp.admin
+    cluster.ensure_namespace(kube, NO_TEAM)
+    kube.create(gpu_pod("first", NO_TEAM, platform, 2))
+    first = cluster.placement(kube, NO_TEAM, "first", timeout=60)
+    assert first in GPU_NODES
+    for name, gpus in (("second", 2), ("third", 3)):
+        kube.create(gpu_pod(name, NO_TEAM, platform, gpus))
+        assert cluster.placement(kube, NO_TEAM, name, timeout=60) == first
+    wait_until(lambda: allocated(kube).get(first) == 7, "7 GPUs allocated on the first node",
+               timeout=30)
+    pod = kube.get("v1", "Pod", "third", NO_TEAM)
+    status = pod["status"]["extendedResourceClaimStatus"]
+    assert status["requestMappings"][0]["resourceName"] == GPU_RESOURCE
+    print(f"\nnvidia.com/gpu through DRA: 2 + 2 + 3 GPUs on {first}: {allocated(kube)}")
+    delete_pods(kube, NO_TEAM, "first", "second", "third")
+
+
+def test_pods_with_claims_of_their_own_are_placed_by_the_binpack_scheduler(platform):
+    """A claim written directly is allocated where the binpack scheduler puts its pod, but its
+    GPUs do not weigh in the scoring: recorded, as the concept page says."""
+    kube = platform.cp.admin
+    kube.create(claim_template("two-gpus", NO_TEAM, 2))
+    kube.create(gpu_pod("anchor", NO_TEAM, platform, 4))
+    anchor = cluster.placement(kube, NO_TEAM, "anchor", timeout=60)
+    for index in range(2):
+        kube.create(claim_pod(f"claimer-{index}", NO_TEAM, platform, "two-gpus"))
+    places = [cluster.placement(kube, NO_TEAM, f"claimer-{index}", timeout=60)
+              for index in range(2)]
+    print(f"\npods with claims of their own: on {places}; the 4-GPU pod before them on "
+          f"{anchor}; allocated {allocated(kube)}")
+    assert all(place in GPU_NODES for place in places), [
+        (c["type"], c.get("message")) for i in range(2) for c in kube.get(
+            "v1", "Pod", f"claimer-{i}", NO_TEAM)["status"].get("conditions", [])]
+    delete_pods(kube, NO_TEAM, "anchor", "claimer-0", "claimer-1")
+
+
+def test_every_way_around_the_principle_is_refused(platform):
+    kube = platform.cp.admin
+    # A pod with claims that skips the binpack scheduler.
+    skipping = claim_pod("skipping", NO_TEAM, platform, "two-gpus")
+    del skipping["spec"]["schedulerName"]
+    assert "has resource claims (gpus), which may hold GPUs" in refusal(kube, skipping)
+    # adminAccess: every GPU of the class, whoever uses it (in a namespace labelled for it,
+    # else the API server refuses it first).
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": "agents", "labels": {"resource.kubernetes.io/admin-access": "true"}}},
+        cluster.TEST_MANAGER)
+    admin = claim_template("all-gpus", "agents", 1)
+    request = admin["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    request.update({"allocationMode": "All", "adminAccess": True})
+    del request["count"]
+    assert "with adminAccess" in refusal(kube, admin)
+    # A DeviceClass of a user's that serves the GPU resource, and one that reaches NVIDIA's.
+    for spec in ({"selectors": [{"cel": {"expression":
+                                         f"device.driver == '{NVIDIA_DRA_DRIVER}'"}}],
+                  "extendedResourceName": GPU_RESOURCE},
+                 {"selectors": [{"cel": {"expression": "device.attributes['x'].y == 'z'"}}]}):
+        device_class = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                        "metadata": {"name": "mine.example.com"}, "spec": spec}
+        assert "only the platform's own classes and NVIDIA's" in refusal(kube, device_class)
+    # NVIDIA's slices published by someone else, for a node of their choosing.
+    forged = cluster.nvidia_resource_slice("cpu-node-1", 8)
+    assert "only the driver publishes them" in refusal(kube, forged)
+    # The driver's own slice is admitted.
+    assert refusal(platform.driver, cluster.nvidia_resource_slice("cpu-node-1", 1)) == ""
+    # A claim allocated by hand, on a node of the user's choosing.
+    kube.create(claim_template("one-gpu", NO_TEAM, 1))
+    claim = kube.create({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                         "metadata": {"name": "by-hand", "namespace": NO_TEAM},
+                         "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+                             "deviceClassName": NVIDIA_DRA_DRIVER}}]}}})
+    claim["status"] = {"allocation": {"devices": {"results": [{
+        "request": "gpus", "driver": NVIDIA_DRA_DRIVER, "pool": GPU_NODES[2],
+        "device": "gpu-7"}]}, "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [GPU_NODES[2]]}]}]}}}
+    with pytest.raises(cluster.ApiError) as refused:
+        kube.request("PUT", kube.path("resource.k8s.io/v1", "ResourceClaim", NO_TEAM,
+                                      "by-hand", "status"), body=claim)
+    assert "its allocation is written by a scheduler" in refused.value.message
+
+
+def test_a_teams_quota_counts_the_same_gpus_whichever_way_they_are_asked_for(platform):
+    """Research's 12 GPUs and vision's 12 are all the cohort has: research holds 8 through
+    nvidia.com/gpu and 4 through a claim, and Kueue counts 12 against its quota."""
+    kube = platform.cp.admin
+    kube.create(claim_template("four-gpus", RESEARCH, 4))
+    for index in range(2):
+        kube.create(gpu_pod(f"asks-{index}", RESEARCH, platform, 4))
+    kube.create(claim_pod("claims", RESEARCH, platform, "four-gpus"))
+
+    def used() -> int:
+        usage = kube.get(API_VERSION, "ClusterQueue", RESEARCH).get("status", {}).get(
+            "flavorsUsage", [])
+        return sum(int(r["total"]) for f in usage for r in f["resources"]
+                   if r["name"] == GPU_RESOURCE)
+    wait_until(lambda: used() == 12, "research's 12 GPUs counted in its queue", timeout=90)
+    for name in ("asks-0", "asks-1", "claims"):
+        assert cluster.placement(kube, RESEARCH, name, timeout=60) in GPU_NODES
+    # Beyond the cohort's 24: another 13 GPUs of vision's wait in its queue.
+    kube.create(gpu_pod("beyond", VISION, platform, 8))
+    kube.create(claim_template("five-gpus", VISION, 5))
+    kube.create(claim_pod("beyond-claim", VISION, platform, "five-gpus"))
+    time.sleep(5)
+    pods = {p["metadata"]["name"]: p for p in kube.list("v1", "Pod", VISION)}
+    gated = [name for name, p in pods.items() if p["spec"].get("schedulingGates")]
+    print(f"\nresearch's queue counts {used()} GPUs (8 asked for, 4 claimed); "
+          f"vision's pods still held: {sorted(gated)}")
+    assert gated, "one of vision's pods should wait: the cohort's GPUs are all in use"
