@@ -92,10 +92,15 @@ PROBE_LABEL = ("gpu-platform.io/webhook-probe", "reachability")
 
 
 def rego_files(subdir: str) -> dict[str, str]:
-    """The policy files of `policy/<subdir>` that ship (tests stay behind)."""
-    return {path.name: path.read_text()
-            for path in sorted((POLICY_DIR / subdir).glob("*.rego"))
-            if not path.name.endswith("_test.rego")}
+    """The policy files under `policy/<subdir>` that ship, by file name (tests stay behind). A
+    ConfigMap's keys are file names, so the rule groups' folders flatten, and two files of one
+    name would be one key: refused."""
+    shipped = [path for path in sorted((POLICY_DIR / subdir).rglob("*.rego"))
+               if not path.name.endswith("_test.rego")]
+    names = [path.name for path in shipped]
+    if len(set(names)) != len(names):
+        raise ValueError(f"policy/{subdir}: policy files share a name: {sorted(names)}")
+    return {path.name: path.read_text() for path in shipped}
 
 
 def policy_params(inputs: OpaAdmissionInputs) -> dict:

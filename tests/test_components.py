@@ -423,7 +423,7 @@ def test_opa_holds_no_credentials_for_the_cluster():
 def test_policy_config_map_ships_the_policy_files_but_not_their_tests():
     policy, server = opa_admission.policy_config_maps(admission_of(DEFAULT))
     shipped = {name for name in policy["data"] if name.endswith(".rego")}
-    on_disk = {p.name for p in (opa_admission.POLICY_DIR / "admission").glob("*.rego")}
+    on_disk = {p.name for p in (opa_admission.POLICY_DIR / "admission").rglob("*.rego")}
     assert shipped == {n for n in on_disk if not n.endswith("_test.rego")} and shipped
     assert json.loads(policy["data"][opa_admission.PARAMS_KEY])["schedulerName"] == \
         DEFAULT.scheduler.name
