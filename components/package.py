@@ -1,15 +1,16 @@
 """The components as a Pulumi package: what `provider/` serves to programs in any language
-(`pulumi package add`), and the release it is."""
+(`pulumi package add`), and the release it is. COMPONENTS is the one registry of components:
+each one's args are generated from the inputs it declares (`Component[<inputs>]`)."""
 
-from .binpack_scheduler import BinpackScheduler
-from .gpu_compaction import GpuCompaction
-from .gpu_nodes import GpuNodes
-from .gpu_operator import GpuOperator
-from .kube import PACKAGE
-from .monitoring import Monitoring
-from .opa_admission import OpaAdmission
-from .platform import GpuPlatform
-from .teams import Teams
+from .base.component import PACKAGE
+from .binpack_scheduler.component import BinpackScheduler
+from .gpu_compaction.component import GpuCompaction
+from .gpu_nodes.component import GpuNodes
+from .gpu_operator.component import GpuOperator
+from .monitoring.component import Monitoring
+from .opa_admission.component import OpaAdmission
+from .platform.component import GpuPlatform
+from .teams.component import Teams
 
 # The release: `v<VERSION>` is the git tag that pins it (`pulumi package add <repo>@v<VERSION>`),
 # and CHANGELOG.md's newest release heading (docs/developers/releasing.md).

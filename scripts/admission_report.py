@@ -27,9 +27,9 @@ from typing import Any
 import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from components import cluster_version  # noqa: E402
-from components.facts import AUDIT_LABEL  # noqa: E402
-from components.settings import ClusterSettings  # noqa: E402
+from components.base.facts import AUDIT_LABEL  # noqa: E402
+from components.platform import stack_cluster  # noqa: E402
+from components.platform.settings import ClusterSettings  # noqa: E402
 
 # What the platform's webhooks put before each violation in audit mode.
 AUDIT_PREFIX = "gpu-platform audit: "
@@ -115,7 +115,7 @@ def workloads_of(pods: list[dict]) -> dict[tuple[str, str, str], tuple[Workload,
 
 def verdict(response: requests.Response) -> tuple[list[str], str]:
     """(what enforce would refuse, why it could not be checked)."""
-    warnings = cluster_version.api_warnings(response)
+    warnings = stack_cluster.api_warnings(response)
     audited = [w[w.index(AUDIT_PREFIX) + len(AUDIT_PREFIX):] for w in warnings
                if AUDIT_PREFIX in w]
     if response.ok:
@@ -129,8 +129,8 @@ def verdict(response: requests.Response) -> tuple[list[str], str]:
 
 class Cluster:
     def __init__(self, cluster: ClusterSettings):
-        self.server, options, ca = cluster_version.endpoint(cluster)
-        credentials, made = cluster_version.user_credentials(cluster)
+        self.server, options, ca = stack_cluster.endpoint(cluster)
+        credentials, made = stack_cluster.user_credentials(cluster)
         self.made = [f for f in (ca, *made) if f]
         self.session = requests.Session()
         # Given with each request: a session's own `verify` gives way to REQUESTS_CA_BUNDLE.
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         cluster = Cluster(ClusterSettings(context=args.context, kubeconfig=args.kubeconfig))
-    except cluster_version.ClusterUnreachable as error:
+    except stack_cluster.ClusterUnreachable as error:
         print(f"admission_report: {error}", file=sys.stderr)
         return 2
     try:

@@ -19,9 +19,10 @@ from pulumi.runtime import rpc
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from components.binpack_scheduler import scoring_strategy
-from components.platform import ComponentInputs, component_args, component_inputs
-from components.settings import StackSettings, load_settings
+from components.base.scoring import scoring_strategy
+from components.platform.config import load_settings
+from components.platform.settings import StackSettings
+from components.platform.wiring import ComponentInputs, component_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_STACK_NAME = "dev"
@@ -241,7 +242,7 @@ def example_settings() -> StackSettings:
 def inputs_of(settings: StackSettings) -> ComponentInputs:
     """Each component's inputs as the platform hands them over (compaction's as if it were on),
     for tests of the manifest builders."""
-    return component_inputs(component_args(settings))
+    return component_inputs(settings)
 
 
 def _component(field: str) -> Callable[[StackSettings], Any]:

@@ -12,9 +12,12 @@ from test_settings import raw, with_changes
 
 import harness
 import tools
-from components import binpack_scheduler, dashboard, gpu_operator, monitoring, opa_admission
-from components.facts import GPU_RESOURCE, resource_matches
-from components.settings import KueueSettings, load_settings
+from components import binpack_scheduler, gpu_operator, monitoring, opa_admission
+from components.base import facts
+from components.base.facts import GPU_RESOURCE, resource_matches
+from components.monitoring import dashboard
+from components.platform.config import load_settings
+from components.teams.settings import KueueSettings
 from harness import monitoring_of, operator_of
 
 K8S = "kubernetes:"
@@ -83,7 +86,7 @@ def test_scheduler_name_agrees_everywhere(run):
 def test_certificate_covers_the_service_the_webhook_calls(run):
     settings, recording = run
     service = recording.one(f"{K8S}core/v1:Service",
-                            f"{settings.admission.namespace}/{opa_admission.SERVICE}").inputs
+                            f"{settings.admission.namespace}/{facts.OPA_SERVICE}").inputs
     webhook_service = webhook_of(recording)["clientConfig"]["service"]
     assert (webhook_service["name"], webhook_service["namespace"]) == (
         service["metadata"]["name"], service["metadata"]["namespace"])
@@ -207,7 +210,7 @@ def test_opa_serves_each_probe_port_in_the_scheme_the_probe_uses(run):
     is served over TLS once OPA has a certificate, and an HTTP probe of it would always fail."""
     settings, recording = run
     deployment = recording.one(f"{K8S}apps/v1:Deployment",
-                               f"{settings.admission.namespace}/{opa_admission.SERVICE}").inputs
+                               f"{settings.admission.namespace}/{facts.OPA_SERVICE}").inputs
     opa = next(c for c in deployment["spec"]["template"]["spec"]["containers"]
                if c["name"] == "opa")
     listeners = {}

@@ -17,7 +17,8 @@ import workload  # noqa: E402
 from test_compaction_plan import cpu_separated_state  # noqa: E402
 from workload import BatchJob, NodeShape, Task, Trace  # noqa: E402
 
-from components import compaction_plan, gpu_compaction  # noqa: E402
+from components import gpu_compaction  # noqa: E402
+from components.gpu_compaction.planner import compaction_plan  # noqa: E402
 from harness import compaction_of, scheduler_scoring  # noqa: E402
 
 

@@ -10,9 +10,9 @@ import yaml
 from test_settings import KUBECONFIG
 
 import harness
-from components import cluster_version
-from components.platform import ClusterError, check_cluster
-from components.settings import ClusterSettings
+from components.platform import stack_cluster
+from components.platform.settings import ClusterSettings
+from components.platform.stack_cluster import ClusterError, check_cluster
 
 
 def settings_for(kubeconfig, context: str = "gpu-cluster", version: str = "1.36.4"):
@@ -30,7 +30,7 @@ def settings_for(kubeconfig, context: str = "gpu-cluster", version: str = "1.36.
     ("v1.35.9", "must not be newer than the API server"),
 ])
 def test_version_skew_between_the_cluster_and_the_setting(server, says):
-    warnings = cluster_version.skew_warnings("1.36.4", server)
+    warnings = stack_cluster.skew_warnings("1.36.4", server)
     if says is None:
         assert warnings == []
     else:
@@ -43,18 +43,18 @@ def test_a_context_no_kubeconfig_defines_is_named_with_those_that_exist(tmp_path
     config["contexts"].append({"name": "orphan", "context": {"cluster": "gone", "user": "x"}})
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(config))
-    with pytest.raises(cluster_version.ClusterUnreachable, match="names cluster 'gone'"):
-        cluster_version.endpoint(ClusterSettings(context="orphan", kubeconfig=str(path)))
+    with pytest.raises(stack_cluster.ClusterUnreachable, match="names cluster 'gone'"):
+        stack_cluster.endpoint(ClusterSettings(context="orphan", kubeconfig=str(path)))
 
 
 def test_kubeconfig_files_are_found_as_kubectl_finds_them(monkeypatch, tmp_path):
     monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'a'}:{KUBECONFIG}")
-    server, _, _ = cluster_version.endpoint(ClusterSettings(context="staging"))
+    server, _, _ = stack_cluster.endpoint(ClusterSettings(context="staging"))
     assert server == "https://staging.example:6443"
     monkeypatch.delenv("KUBECONFIG")
     monkeypatch.setenv("HOME", str(tmp_path))
-    with pytest.raises(cluster_version.ClusterUnreachable) as missing:
-        cluster_version.endpoint(ClusterSettings(context="staging"))
+    with pytest.raises(stack_cluster.ClusterUnreachable) as missing:
+        stack_cluster.endpoint(ClusterSettings(context="staging"))
     assert str(tmp_path / ".kube" / "config") in str(missing.value)
 
 
@@ -84,9 +84,9 @@ def test_an_inline_ca_is_used_from_a_file_that_does_not_outlive_the_check(tmp_pa
     def get(url, **options):
         made.append(options["verify"])
         assert open(options["verify"]).read() == "-----BEGIN"
-        raise cluster_version.requests.ConnectionError("refused")
-    monkeypatch.setattr(cluster_version.requests, "get", get)
-    with pytest.raises(cluster_version.ClusterUnreachable):
-        cluster_version.server_version(ClusterSettings(context="gpu-cluster",
+        raise stack_cluster.requests.ConnectionError("refused")
+    monkeypatch.setattr(stack_cluster.requests, "get", get)
+    with pytest.raises(stack_cluster.ClusterUnreachable):
+        stack_cluster.server_version(ClusterSettings(context="gpu-cluster",
                                                        kubeconfig=str(path)))
     assert made and not os.path.exists(made[0])

@@ -1,11 +1,12 @@
-"""The compaction plan (components/compaction_plan.py): which threshold a run gets, on cluster
-states worked out by hand. Each node is 8 GPUs, 64 cores, 512 GiB; pods are listed as the API
-server lists them. The script in its pod's place, and the real descheduler and scheduler acting
-on its plan, are in tests/integration/test_compaction.py."""
+"""The compaction plan (components/gpu_compaction/planner/compaction_plan.py): which threshold a
+run gets, on cluster states worked out by hand. Each node is 8 GPUs, 64 cores, 512 GiB; pods are
+listed as the API server lists them. The script in its pod's place, and the real descheduler and
+scheduler acting on its plan, are in tests/integration/test_compaction.py."""
 
 import pytest
 
-from components import compaction_plan, gpu_compaction
+from components import gpu_compaction
+from components.gpu_compaction.planner import compaction_plan
 from harness import compaction_of, scheduler_scoring
 
 NOW = 1_800_000_000.0

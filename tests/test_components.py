@@ -16,8 +16,8 @@ from components import (
     opa_admission,
     teams,
 )
-from components.settings import load_settings
-from components.validation import SettingsError
+from components.base.validation import SettingsError
+from components.platform.config import load_settings
 from harness import admission_of, compaction_of, monitoring_of, nodes_of, operator_of, scheduler_of
 
 
@@ -312,14 +312,22 @@ def test_both_charts_upgrade_their_crds_and_extra_values_cannot_turn_that_off():
     # crds.upgradeJob.enabled), since Helm leaves CRDs at the version first installed.
     assert gpu_operator.chart_values(operator_of(DEFAULT))["operator"]["upgradeCRD"] is True
     assert monitoring.chart_values(monitoring_of(DEFAULT))["crds"]["upgradeJob"]["enabled"] is True
-    operator = operator_of(settings_of(gpuOperator={"extraValues": {
-        "operator": {"upgradeCRD": False}}}))
+    # Refused when the stack file is read, and by the component's own values when a program
+    # hands it such inputs.
+    with pytest.raises(SettingsError, match=r"gpuOperator\.extraValues\.operator\.upgradeCRD"):
+        settings_of(gpuOperator={"extraValues": {"operator": {"upgradeCRD": False}}})
+    with pytest.raises(SettingsError, match=r"monitoring\.extraValues\.crds\.upgradeJob"):
+        settings_of(monitoring={"extraValues": {"crds": {"upgradeJob": {"enabled": False}}}})
+    operator = operator_of(DEFAULT)
     with pytest.raises(SettingsError):
-        gpu_operator.chart_values(operator)
-    stack = monitoring_of(settings_of(monitoring={"extraValues": {
-        "crds": {"upgradeJob": {"enabled": False}}}}))
+        gpu_operator.check_chart_values(operator.model_copy(update={
+            "gpu_operator": operator.gpu_operator.model_copy(update={
+                "extra_values": {"operator": {"upgradeCRD": False}}})}))
+    stack = monitoring_of(DEFAULT)
     with pytest.raises(SettingsError):
-        monitoring.chart_values(stack)
+        monitoring.check_chart_values(stack.model_copy(update={
+            "monitoring": stack.monitoring.model_copy(update={
+                "extra_values": {"crds": {"upgradeJob": {"enabled": False}}}})}))
 
 
 def test_containers_see_only_their_gpus_unless_the_stack_turns_that_off():

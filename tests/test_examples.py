@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 import harness
-from components import teams
+from components.base import facts
 from policy_harness import decide, deployed_policy, review, sent_to_opa
 
 EXAMPLES = harness.ROOT / "docs" / "users" / "examples"
@@ -100,17 +100,17 @@ def as_kueue_leaves_it(manifest: dict, settings) -> dict:
         # Deployment and StatefulSet webhooks mark the template as held by its parent (and a
         # Deployment's as managed), which the ReplicaSet and StatefulSet controllers then copy.
         pod = manifest if manifest["kind"] == "Pod" else pod_template(manifest)
-        pod["spec"]["schedulingGates"] = [{"name": teams.ADMISSION_GATE},
-                                          {"name": teams.TOPOLOGY_GATE}]
+        pod["spec"]["schedulingGates"] = [{"name": facts.ADMISSION_GATE},
+                                          {"name": facts.TOPOLOGY_GATE}]
         metadata = pod.setdefault("metadata", {})
         if manifest["kind"] != "StatefulSet":
-            metadata.setdefault("labels", {})[teams.MANAGED_LABEL] = "true"
+            metadata.setdefault("labels", {})[facts.MANAGED_LABEL] = "true"
         if manifest["kind"] != "Pod":
-            metadata.setdefault("annotations", {})[teams.PARENT_ANNOTATION] = \
+            metadata.setdefault("annotations", {})[facts.PARENT_ANNOTATION] = \
                 manifest["kind"].lower()
     else:
         template = pod_template(manifest)
-        template.setdefault("metadata", {}).setdefault("labels", {})[teams.PODSET_LABEL] = "main"
+        template.setdefault("metadata", {}).setdefault("labels", {})[facts.PODSET_LABEL] = "main"
         template["spec"]["tolerations"] = [t.toleration() for t in settings.gpu_nodes.taints]
     return manifest
 

@@ -8,7 +8,7 @@ import pytest
 from test_settings import MINIMAL, with_changes
 
 import harness
-from components.settings import KUEUE_API
+from components.base.facts import KUEUE_API
 
 COMPONENT = "gpu-platform:index:"
 K8S = "kubernetes:"

@@ -16,8 +16,10 @@ import yaml
 from test_settings import TEAMS, raw, with_changes
 
 import tools
-from components import dashboard, gpu_rules, monitoring
-from components.settings import load_settings
+from components import monitoring
+from components.monitoring import dashboard
+from components.monitoring import rules as gpu_rules
+from components.platform.config import load_settings
 from harness import monitoring_of
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -4,6 +4,7 @@ plugin manifest and schema as the CLI loads and binds them (tests/pulumi_package
 TypeScript SDK Pulumi generates from them, which the docs' TypeScript examples must compile
 against."""
 
+import importlib
 import inspect
 import json
 import re
@@ -20,10 +21,8 @@ from test_docs import load_module
 
 import harness
 import tools
-from components import args as args_module
-from components.inputs import COMPONENT_INPUTS
 from components.package import COMPONENTS, PACKAGE, VERSION
-from components.settings import StackSettings
+from components.platform.settings import StackSettings
 
 PROVIDER = harness.ROOT / "provider"
 EXAMPLES = harness.ROOT / "docs" / "operators" / "examples" / "typescript"
@@ -99,21 +98,26 @@ def test_a_component_takes_its_section_of_the_stack_file_under_the_same_keys(ser
 
 def _settings_models() -> list[type[BaseModel]]:
     found: list[type[BaseModel]] = []
-    for inputs in COMPONENT_INPUTS.values():
-        generate._collect(inputs, found)
+    for component in COMPONENTS:
+        generate._collect(component.inputs_model(), found)
     return found
 
 
 def test_each_component_takes_the_args_generated_from_its_inputs():
-    assert [c.__name__ for c in COMPONENTS] == list(COMPONENT_INPUTS)
     for component in COMPONENTS:
         annotation = inspect.signature(component.__init__).parameters["args"].annotation
-        assert annotation is getattr(args_module, f"{component.__name__}Args")
+        generated = importlib.import_module(
+            component.__module__.rsplit(".", 1)[0] + ".generated_args")
+        assert annotation is getattr(generated, f"{component.__name__}Args")
 
 
-def test_the_args_module_is_current():
-    assert Path(args_module.__file__).read_text() == generate.render_args(), \
-        "components/args.py is stale: run venv/bin/python scripts/generate.py"
+def test_the_generated_args_modules_are_current_and_none_is_left_over():
+    rendered = generate.render_args()
+    on_disk = set((harness.ROOT / "components").glob("*/generated_args.py"))
+    assert on_disk == set(rendered), "a generated_args.py no component's inputs need"
+    for path, text in rendered.items():
+        assert path.read_text() == text, \
+            f"{path.relative_to(harness.ROOT)} is stale: run venv/bin/python scripts/generate.py"
 
 
 # --- the package as `pulumi package add` meets it ------------------------------------------

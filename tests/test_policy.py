@@ -12,8 +12,10 @@ import pytest
 from test_settings import TEAMS, with_changes
 
 import harness
-from components import opa_admission, teams
-from components.facts import AUDIT_LABEL, JOB_CONTROLLERS
+from components import opa_admission
+from components.base import facts
+from components.base.facts import AUDIT_LABEL
+from components.opa_admission.facts import JOB_CONTROLLERS
 from policy_harness import (
     K8S,
     MODES,
@@ -759,7 +761,7 @@ def test_claims_on_a_listed_device_class_are_admitted(opa_bin, tmp_path_factory)
 # --- teams: a team's GPUs only through its queue ------------------------------------------------
 
 TEAM_NAMESPACE = "research"
-KUEUE_GATE = {"schedulingGates": [{"name": teams.ADMISSION_GATE}]}
+KUEUE_GATE = {"schedulingGates": [{"name": facts.ADMISSION_GATE}]}
 KUEUE_CONTROLLER = "system:serviceaccount:kueue-system:kueue-controller-manager"
 
 
@@ -775,11 +777,11 @@ def team_pod(spec: dict, **kwargs) -> dict:
 
 def gated(spec: dict) -> dict:
     """A pod spec as Kueue's webhook leaves it: held by its admission and topology gates."""
-    return {**spec, "schedulingGates": [{"name": teams.ADMISSION_GATE},
-                                        {"name": teams.TOPOLOGY_GATE}]}
+    return {**spec, "schedulingGates": [{"name": facts.ADMISSION_GATE},
+                                        {"name": facts.TOPOLOGY_GATE}]}
 
 
-MANAGED = {"labels": {teams.MANAGED_LABEL: "true", teams.QUEUE_LABEL: "default"}}
+MANAGED = {"labels": {facts.MANAGED_LABEL: "true", facts.QUEUE_LABEL: "default"}}
 
 
 def queued(spec: dict, metadata: dict | None = None, **kwargs) -> dict:
@@ -812,7 +814,7 @@ def test_a_pod_kueue_holds_for_the_teams_quota_is_admitted_without_a_toleration_
 
 def test_the_pods_of_a_job_kueue_admitted_are_admitted_and_a_forged_one_is_not(
         opa_bin, deployed_teams):
-    admitted = {"labels": {teams.PODSET_LABEL: "main"}}
+    admitted = {"labels": {facts.PODSET_LABEL: "main"}}
     spec = binpack(container(limits=GPU))
     from_controller = team_pod(spec, metadata=admitted, user=JOB_CONTROLLERS[0])
     assert decide(opa_bin, deployed_teams, from_controller)["allowed"]
@@ -821,7 +823,7 @@ def test_the_pods_of_a_job_kueue_admitted_are_admitted_and_a_forged_one_is_not(
     assert not decide(opa_bin, deployed_teams, forged)["allowed"]
 
 
-ADMITTED = {"labels": {**MANAGED["labels"], teams.PODSET_LABEL: "main",
+ADMITTED = {"labels": {**MANAGED["labels"], facts.PODSET_LABEL: "main",
                        "kueue.x-k8s.io/local-queue-name": "default"},
             "annotations": {"kueue.x-k8s.io/workload": "pod-train-0-3b9f"}}
 
@@ -886,7 +888,7 @@ def webhook_for(deployed, request_) -> dict | None:
 
 GATED = gated({"schedulerName": BINPACK, "containers": [container(limits=GPU)]})
 UNGATED = binpack(container(limits=GPU))
-JOB_POD = {"labels": {teams.PODSET_LABEL: "main"}}
+JOB_POD = {"labels": {facts.PODSET_LABEL: "main"}}
 
 # (case, request in a team namespace, allowed, fragments of the refusal)
 TEAM_CASES = [
@@ -896,19 +898,19 @@ TEAM_CASES = [
      ["it carries Kueue's gate, but Kueue's webhook did not take it over",
       "LocalQueue research/default"]),
     ("a parent's annotation on a pod a user made",
-     team_pod(GATED, metadata={"annotations": {teams.PARENT_ANNOTATION: "leaderworkerset"},
+     team_pod(GATED, metadata={"annotations": {facts.PARENT_ANNOTATION: "leaderworkerset"},
                                "labels": {"leaderworkerset.sigs.k8s.io/name": "x"}}), False,
      ["it claims a parent Kueue holds (annotation kueue.x-k8s.io/pod-suspending-parent), but "
       "the ReplicaSet or StatefulSet controller did not create it"]),
     ("a Deployment's pod, held for its parent",
-     team_pod(GATED, metadata={"annotations": {teams.PARENT_ANNOTATION: "deployment"},
+     team_pod(GATED, metadata={"annotations": {facts.PARENT_ANNOTATION: "deployment"},
                                **MANAGED}, user=REPLICASET_CONTROLLER), True, []),
     ("a StatefulSet's pod, held for its parent",
-     team_pod(GATED, metadata={"annotations": {teams.PARENT_ANNOTATION: "statefulset"}},
+     team_pod(GATED, metadata={"annotations": {facts.PARENT_ANNOTATION: "statefulset"}},
               user=STATEFULSET_CONTROLLER), True, []),
     ("a pod group of bare pods",
      queued({"schedulerName": BINPACK, "containers": [container(limits=GPU)]},
-            metadata={"labels": {**MANAGED["labels"], teams.POD_GROUP_KEY: "gang"},
+            metadata={"labels": {**MANAGED["labels"], facts.POD_GROUP_KEY: "gang"},
                       "annotations": {"kueue.x-k8s.io/role-hash": "a1b2c3d4"}}), False,
      ['it joins the Kueue pod group "gang"', "run the group as a Job, JobSet or StatefulSet"]),
     # later: gates and Kueue's labels belong to Kueue
@@ -919,11 +921,11 @@ TEAM_CASES = [
       'once it admits the pod against the quota of team "research"']),
     ("the managed label removed by the user",
      team_pod(GATED, operation="UPDATE", old_spec=GATED, old_metadata=MANAGED,
-              metadata={"labels": {teams.QUEUE_LABEL: "default"}}), False,
+              metadata={"labels": {facts.QUEUE_LABEL: "default"}}), False,
      ["only Kueue changes its label kueue.x-k8s.io/managed"]),
     ("a Job pod's podset label changed by the user",
      team_pod(UNGATED, operation="UPDATE", old_spec=UNGATED, old_metadata=JOB_POD,
-              metadata={"labels": {teams.PODSET_LABEL: "other"}}), False,
+              metadata={"labels": {facts.PODSET_LABEL: "other"}}), False,
      ["only Kueue changes its label kueue.x-k8s.io/podset"]),
     ("a group's total count annotated by the user",
      team_pod(GATED, operation="UPDATE", old_spec=GATED, old_metadata=MANAGED,
@@ -938,7 +940,7 @@ TEAM_CASES = [
      True, []),
     ("Kueue's labels written by Kueue on a StatefulSet's pod",
      team_pod(GATED, operation="UPDATE", old_spec=GATED, old_metadata={},
-              metadata={"labels": {**MANAGED["labels"], teams.POD_GROUP_KEY: "web"}},
+              metadata={"labels": {**MANAGED["labels"], facts.POD_GROUP_KEY: "web"}},
               user=KUEUE_CONTROLLER), True, []),
     # Jobs: only Kueue starts one, and a running one does not grow
     ("a GPU Job created running by a user",

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 import harness
-from components.settings import CONFIG_NAMESPACE
-from components.validation import SettingsError
+from components.base.validation import CONFIG_NAMESPACE, SettingsError
 
 PLATFORM = "gpu-platform:index:GpuPlatform"
 KUBERNETES = "kubernetes:"

@@ -8,7 +8,7 @@ import pytest
 from test_settings import with_changes
 
 import harness
-from components.settings import KUEUE_API
+from components.base.facts import KUEUE_API
 
 # Kinds whose CRDs the charts install: the official schemas do not cover them. Kueue's are
 # applied with Kueue running by the integration suite (test_teams.py).

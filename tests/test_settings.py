@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import harness
-from components.settings import load_settings, parse_config_value, retired_settings
-from components.validation import SettingsError
+from components.base.validation import SettingsError
+from components.platform.config import load_settings, parse_config_value, retired_settings
 
 MINIMAL = {"cluster": {"context": "gpu-cluster"}, "kubernetesVersion": "1.35.10",
            "gpuNodes": {"names": ["gpu-node-1"]}}

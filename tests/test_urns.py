@@ -57,10 +57,11 @@ def test_protection_is_a_setting():
 
 
 TWO_PLATFORMS = """
-from components.platform import GpuPlatform, platform_args, stack_config
-from components.settings import load_settings
+from components.platform.component import GpuPlatform
+from components.platform.config import load_settings, stack_config
 
-args = platform_args(load_settings(stack_config()))
+# As a program hands args to the component: plain values, validated by the component.
+args = load_settings(stack_config()).model_dump()
 for name in ("gpu-platform", "lab"):
     GpuPlatform(name, args)
 """

@@ -23,11 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import harness  # noqa: E402
-from components.settings import (  # noqa: E402
-    AdmissionSettings,
-    CompactionSettings,
-    KueueSettings,
-)
+from components.gpu_compaction.settings import CompactionSettings  # noqa: E402
+from components.opa_admission.settings import AdmissionSettings  # noqa: E402
+from components.teams.settings import KueueSettings  # noqa: E402
 
 TOOLS_DIR = Path(os.environ.get("GPU_PLATFORM_TOOLS",
                                 Path.home() / ".cache" / "gpu-platform-tools"))

@@ -38,12 +38,13 @@ from workload import BatchJob, NodeShape, Scale, Task, Trace  # noqa: E402
 
 import cluster  # noqa: E402
 import tools  # noqa: E402
-from components import compaction_plan, gpu_compaction, gpu_operator  # noqa: E402
+from components import gpu_compaction, gpu_operator  # noqa: E402
 from components.binpack_scheduler import (  # noqa: E402
     preemptible_priority_class,
     scheduler_configuration,
 )
-from components.settings import StackSettings  # noqa: E402
+from components.gpu_compaction.planner import compaction_plan  # noqa: E402
+from components.platform.settings import StackSettings  # noqa: E402
 from controlplane import ControlPlane, wait_until  # noqa: E402
 from harness import compaction_of, operator_of, scheduler_of, scheduler_scoring  # noqa: E402
 

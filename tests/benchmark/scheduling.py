@@ -16,7 +16,7 @@ import load
 import report
 
 from components.binpack_scheduler import scheduler_configuration
-from components.settings import StackSettings
+from components.platform.settings import StackSettings
 from controlplane import ControlPlane
 from harness import scheduler_of
 

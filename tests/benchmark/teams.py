@@ -34,8 +34,8 @@ from kueue import API_VERSION, Kueue
 import cluster
 import harness
 from components import teams
-from components.facts import GPU_RESOURCE
-from components.settings import StackSettings
+from components.base.facts import GPU_RESOURCE
+from components.platform.settings import StackSettings
 from controlplane import ControlPlane, wait_until
 
 # The teams, and the share of the load (and of the GPUs, as nominal quota) each has.

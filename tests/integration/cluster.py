@@ -27,10 +27,12 @@ import yaml
 import harness
 import tools
 from components import binpack_scheduler, gpu_compaction, gpu_operator, opa_admission
-from components.facts import GPU_PRESENT_LABEL, NVIDIA_DRA_DRIVER
-from components.inputs import OpaAdmissionInputs
-from components.kube import base64_text
-from components.settings import SchedulerSettings, StackSettings
+from components.base.facts import GPU_PRESENT_LABEL
+from components.base.manifests import base64_text
+from components.binpack_scheduler.settings import SchedulerSettings
+from components.gpu_operator.dra import NVIDIA_DRA_DRIVER
+from components.opa_admission.inputs import OpaAdmissionInputs
+from components.platform.settings import StackSettings
 from controlplane import ApiError, CertificateAuthority, ControlPlane, Kube, free_port, wait_until
 from harness import operator_of
 

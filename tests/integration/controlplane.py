@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 import tools
-from components.cluster_version import api_warnings
+from components.platform.stack_cluster import api_warnings
 
 ADMIN_USER = "gpu-platform-test-admin"
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"

@@ -17,7 +17,7 @@ from pathlib import Path
 import requests
 
 from cluster import PodWatch, Scheduler, create_gpu_node, ensure_namespace, pod
-from components.settings import StackSettings
+from components.platform.settings import StackSettings
 from controlplane import ControlPlane, Kube, wait_until
 
 

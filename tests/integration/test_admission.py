@@ -40,9 +40,10 @@ from cluster import (
     workloads_running,
 )
 from components import opa_admission
-from components.facts import AUDIT_LABEL
-from components.inputs import OpaAdmissionInputs
-from components.settings import StackSettings
+from components.base import facts
+from components.base.facts import AUDIT_LABEL
+from components.opa_admission.inputs import OpaAdmissionInputs
+from components.platform.settings import StackSettings
 from controlplane import ControlPlane, wait_until
 from harness import admission_of
 from scripts import admission_report
@@ -63,7 +64,7 @@ class Admission:
     # The OPA generation the webhooks call (roll_out moves it on).
     current: OpaAdmissionInputs
 
-    def generation_name(self, base: str = opa_admission.SERVICE) -> str:
+    def generation_name(self, base: str = facts.OPA_SERVICE) -> str:
         return opa_admission.generation_name(self.current, base)
 
     def opa_pods(self) -> list[RunningPod]:

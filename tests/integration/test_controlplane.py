@@ -5,8 +5,8 @@ import os
 import time
 
 import tools
-from components import cluster_version
-from components.settings import ClusterSettings
+from components.platform import stack_cluster
+from components.platform.settings import ClusterSettings
 from controlplane import ControlPlane
 
 
@@ -34,9 +34,9 @@ def test_a_preview_reads_the_clusters_version_and_warns_on_skew(control_plane,
     context as the stack names it (the version read anonymously)."""
     settings = example_settings.model_copy(update={"cluster": ClusterSettings(
         context="test", kubeconfig=str(control_plane.kubeconfig("preview")))})
-    assert cluster_version.server_version(settings.cluster) == f"v{tools.kubernetes_version()}"
-    assert cluster_version.preview_warnings(settings) == []
+    assert stack_cluster.server_version(settings.cluster) == f"v{tools.kubernetes_version()}"
+    assert stack_cluster.preview_warnings(settings) == []
     major, minor, _ = tools.kubernetes_version().split(".")
     behind = settings.model_copy(update={"kubernetes_version": f"{major}.{int(minor) - 1}.0"})
-    [warning] = cluster_version.preview_warnings(behind)
+    [warning] = stack_cluster.preview_warnings(behind)
     assert "one minor version ahead" in warning

@@ -24,8 +24,10 @@ import cluster
 import harness
 import tools
 from components import gpu_operator, opa_admission, teams
-from components.facts import GPU_RESOURCE, NVIDIA_DRA_DRIVER, NVIDIA_DRA_KUBELET_PLUGIN
-from components.settings import StackSettings
+from components.base import facts
+from components.base.facts import GPU_RESOURCE
+from components.gpu_operator.dra import NVIDIA_DRA_DRIVER, NVIDIA_DRA_KUBELET_PLUGIN
+from components.platform.settings import StackSettings
 from controlplane import ControlPlane, Kube, wait_until
 
 KUBERNETES = tools.DRA_KUBERNETES_VERSION
@@ -90,7 +92,7 @@ def platform(control_plane) -> Iterator[Platform]:
         cluster.start_binpack_scheduler(cp, settings.scheduler, declared)
         cluster.create_node(kube, "cpu-node-1")
         admission = harness.admission_of(settings)
-        service = opa_admission.generation_name(admission, opa_admission.SERVICE)
+        service = opa_admission.generation_name(admission, facts.OPA_SERVICE)
         wait_until(lambda: len(ready_endpoints(kube, settings, service)) ==
                    settings.admission.replicas, "OPA's pods ready behind its Service",
                    timeout=90)

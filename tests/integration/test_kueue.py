@@ -40,7 +40,8 @@ from cluster import (
     workloads_running,
 )
 from components import teams
-from components.settings import GPU_PRESENT_LABEL, load_settings
+from components.base.facts import GPU_PRESENT_LABEL
+from components.platform.config import load_settings
 from controlplane import Kube, wait_until
 from harness import inputs_of
 

@@ -14,7 +14,8 @@ import yaml
 from load import create_concurrently
 
 from cluster import TEST_MANAGER, ApiError, ControllerManager, apply_declared, find
-from components import gpu_operator, kube
+from components import gpu_operator
+from components.base import manifests
 from controlplane import ControlPlane, wait_until
 from harness import operator_of
 
@@ -84,11 +85,11 @@ def test_the_operators_critical_pods_are_admitted_only_with_the_declared_quota(
     cp = gke_like
     namespace = example_settings.gpu_operator.namespace
     quota = find([o for o in declared.objects if o["metadata"].get("namespace") == namespace],
-                 "ResourceQuota", kube.CRITICAL_PODS_QUOTA)
+                 "ResourceQuota", manifests.CRITICAL_PODS_QUOTA)
     cp.admin.apply(find(declared.objects, "Namespace", namespace), TEST_MANAGER)
     with pytest.raises(ApiError) as refused:
         cp.admin.create(operand(namespace, "toolkit-without-quota",
-                                kube.NODE_CRITICAL_PRIORITY), dry_run=True)
+                                manifests.NODE_CRITICAL_PRIORITY), dry_run=True)
     assert "insufficient quota to match these scopes" in refused.value.message
     cp.admin.apply(quota, TEST_MANAGER)
     # As many pods as the chart runs for the example stack are admitted, whichever critical
@@ -98,14 +99,15 @@ def test_the_operators_critical_pods_are_admitted_only_with_the_declared_quota(
     assert int(quota["spec"]["hard"]["pods"]) == allowed
     controllers = ControllerManager(cp)
     try:
-        wait_until(lambda: cp.admin.get("v1", "ResourceQuota", kube.CRITICAL_PODS_QUOTA,
+        wait_until(lambda: cp.admin.get("v1", "ResourceQuota", manifests.CRITICAL_PODS_QUOTA,
                                         namespace).get("status", {}).get("hard"),
                    "the quota controller to count the quota", timeout=30)
-        create_concurrently(cp, [operand(namespace, f"operand-{index}", kube.NODE_CRITICAL_PRIORITY
-                                         if index % 2 else kube.CRITICAL_PRIORITY)
+        create_concurrently(cp, [operand(namespace, f"operand-{index}",
+                                         manifests.NODE_CRITICAL_PRIORITY
+                                         if index % 2 else manifests.CRITICAL_PRIORITY)
                                  for index in range(allowed)])
         with pytest.raises(ApiError) as full:
-            cp.admin.create(operand(namespace, "one-too-many", kube.NODE_CRITICAL_PRIORITY))
+            cp.admin.create(operand(namespace, "one-too-many", manifests.NODE_CRITICAL_PRIORITY))
         assert "exceeded quota" in full.value.message
     finally:
         controllers.stop()

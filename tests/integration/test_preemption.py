@@ -18,7 +18,7 @@ from cluster import (
     pod_template,
     running_pods,
 )
-from components import dashboard
+from components.monitoring import dashboard
 from controlplane import wait_until
 
 NAMESPACE = "training"

@@ -23,7 +23,8 @@ from cluster import (
     start_binpack_scheduler,
 )
 from components import opa_admission
-from components.inputs import BinpackSchedulerInputs, OpaAdmissionInputs
+from components.binpack_scheduler.inputs import BinpackSchedulerInputs
+from components.opa_admission.inputs import OpaAdmissionInputs
 
 WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 NAMESPACE = "team-a"

@@ -20,8 +20,9 @@ import cluster
 import harness
 import tools
 from components import opa_admission, teams
-from components.facts import GPU_RESOURCE
-from components.settings import StackSettings
+from components.base import facts
+from components.base.facts import GPU_RESOURCE
+from components.platform.settings import StackSettings
 from controlplane import ControlPlane, Kube, wait_until
 
 RESEARCH, VISION, NO_TEAM = "research", "vision", "team-a"
@@ -94,7 +95,7 @@ def platform(control_plane) -> Iterator[Platform]:
 
 def opa_ready(kube: Kube, settings: StackSettings) -> list[str]:
     service = opa_admission.generation_name(harness.inputs_of(settings).admission,
-                                            opa_admission.SERVICE)
+                                            facts.OPA_SERVICE)
     slices = kube.list("discovery.k8s.io/v1", "EndpointSlice", settings.admission.namespace,
                        labelSelector=f"kubernetes.io/service-name={service}")
     return [a for s in slices for e in s.get("endpoints") or []
@@ -344,13 +345,13 @@ def test_only_kueue_lifts_its_gates_and_writes_its_labels_on_a_teams_gpu_pod(pla
     kube, settings = platform.cp.admin, platform.settings
     kube.create(gpu_pod("held", RESEARCH, settings, gpus=25))
     held = kube.get("v1", "Pod", "held", RESEARCH)
-    assert {g["name"] for g in held["spec"]["schedulingGates"]} >= {teams.ADMISSION_GATE}
-    assert held["metadata"]["labels"][teams.MANAGED_LABEL] == "true"
+    assert {g["name"] for g in held["spec"]["schedulingGates"]} >= {facts.ADMISSION_GATE}
+    assert held["metadata"]["labels"][facts.MANAGED_LABEL] == "true"
     message = update_refusal(kube, POD, "held", RESEARCH, {"spec": {"schedulingGates": []}})
     assert "only Kueue lifts its scheduling gate kueue.x-k8s.io/admission" in message
     assert 'quota of team "research"' in message
     message = update_refusal(kube, POD, "held", RESEARCH,
-                             {"metadata": {"labels": {teams.MANAGED_LABEL: None}}})
+                             {"metadata": {"labels": {facts.MANAGED_LABEL: None}}})
     assert "only Kueue changes its label kueue.x-k8s.io/managed" in message
     assert update_refusal(kube, POD, "held", RESEARCH,
                           {"metadata": {"labels": {"app": "trainer"}}}) == ""
@@ -368,7 +369,7 @@ def test_a_gate_and_an_owner_of_the_users_making_are_refused(platform):
     owner = kube.create(gpu_job("owner", RESEARCH, platform, pods=1, gpus=1))
     wait_until(lambda: workload_of(kube, RESEARCH, "owner"), "the Job's Workload")
     forged = gpu_pod("forged", RESEARCH, settings, owner=owner)
-    forged["spec"]["schedulingGates"] = [{"name": teams.ADMISSION_GATE}]
+    forged["spec"]["schedulingGates"] = [{"name": facts.ADMISSION_GATE}]
     message = refusal(kube, forged)
     assert "it carries Kueue's gate, but Kueue's webhook did not take it over" in message
     finish(kube, RESEARCH, "owner")

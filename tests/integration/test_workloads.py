@@ -24,7 +24,7 @@ from cluster import (
     succeed,
     workloads_running,
 )
-from components.settings import StackSettings
+from components.platform.settings import StackSettings
 from controlplane import Kube, wait_until
 
 NAMESPACE = "inference"

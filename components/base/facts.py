@@ -1,0 +1,123 @@
+"""Facts of the domain that several components share, each written once, with where it was
+read from: NVIDIA's resource names, Kubernetes' own names and limits, Kueue's names, and the
+names by which one component finds another's objects (webhooks, Services, ports). A fact
+that only one component uses lives in that component's package."""
+
+from __future__ import annotations
+
+# The extended resource the NVIDIA device plugin advertises for a whole GPU.
+GPU_RESOURCE = "nvidia.com/gpu"
+# MIG slices are advertised as nvidia.com/mig-<profile> (mixed strategy).
+MIG_RESOURCE_PATTERN = "nvidia.com/mig-*"
+# Everything NVIDIA's device plugins advertise: whole GPUs, shared GPUs renamed to
+# nvidia.com/gpu.shared, MIG slices (shared or not), vGPU types and passthrough devices.
+NVIDIA_RESOURCES = "nvidia.com/*"
+# Dynamic Resource Allocation (resource.k8s.io/v1), the GPU path Kubernetes 1.37 made standard:
+# a DeviceClass that names an extended resource (`extendedResourceName`, GA in 1.37) serves pods
+# that request it through the devices of its class.
+DRA_MIN_KUBERNETES = (1, 37)
+# GPU Feature Discovery (deployed by the GPU Operator) labels every node with a GPU so.
+GPU_PRESENT_LABEL = ("nvidia.com/gpu.present", "true")
+# In audit mode, pods admitted against the rules carry this label (value "violation").
+AUDIT_LABEL = "gpu-platform.io/admission-audit"
+# Where an image reference without a registry host comes from.
+DEFAULT_REGISTRY = "docker.io"
+
+
+def split_registry(repository: str) -> tuple[str, str]:
+    """(registry host, path) of an image repository, as container runtimes read it: the first
+    component is a host when it has a dot or a port or is localhost, else it is Docker Hub's."""
+    first, _, rest = repository.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return first, rest
+    return DEFAULT_REGISTRY, repository if "/" in repository else f"library/{repository}"
+
+
+def resource_matches(name: str, pattern: str) -> bool:
+    """Whether a resource name matches a guarded name or prefix pattern (trailing *)."""
+    return name.startswith(pattern[:-1]) if pattern.endswith("*") else name == pattern
+
+
+def mig_resource(profile: str) -> str:
+    return MIG_RESOURCE_PATTERN.replace("*", profile)
+
+
+# Oldest Kubernetes minor the program supports: matchConditions on admission webhooks are GA
+# from 1.30, and the scheduler configuration API is kubescheduler.config.k8s.io/v1.
+MIN_KUBERNETES = (1, 30)
+# Namespaces the program must never create or delete.
+RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+# --- Kueue (sigs.k8s.io/kueue v0.19.2), as the teams' queues and the admission policy use it ----
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+# The LocalQueue Kueue gives every workload of a namespace that names no queue.
+KUEUE_DEFAULT_QUEUE = "default"
+# What Kueue puts on the pods it manages, and what the Job controller's pods of a workload it
+# admitted carry (the admission policy reads them; pkg/controller/jobs/pod). The admission gate
+# holds a pod until Kueue admits it; the topology gate (topology-aware scheduling, on by default)
+# until Kueue has placed it. The managed label marks a pod Kueue's pod integration took over;
+# the parent annotation one a Deployment's, StatefulSet's or LeaderWorkerSet's template holds
+# for Kueue; the group key joins pods into one workload.
+KUEUE_PREFIX = "kueue.x-k8s.io/"
+ADMISSION_GATE = KUEUE_PREFIX + "admission"
+TOPOLOGY_GATE = KUEUE_PREFIX + "topology"
+MANAGED_LABEL = KUEUE_PREFIX + "managed"
+PARENT_ANNOTATION = KUEUE_PREFIX + "pod-suspending-parent"
+POD_GROUP_KEY = KUEUE_PREFIX + "pod-group-name"
+PODSET_LABEL = KUEUE_PREFIX + "podset"
+QUEUE_LABEL = KUEUE_PREFIX + "queue-name"
+# Facts of the pinned chart (charts/kueue): the names a release gives its Deployment and its
+# metrics Service's port, after the chart's fullname.
+KUEUE_CHART = "kueue"
+KUEUE_DEPLOYMENT = "controller-manager"
+KUEUE_METRICS_PORT_NAME = "https"
+
+
+def kueue_fullname(release: str) -> str:
+    """The chart's name for a release's objects: the release's, when it contains `kueue`."""
+    return release if KUEUE_CHART in release else f"{release}-{KUEUE_CHART}"
+
+
+def kueue_deployment_name(release: str) -> str:
+    return f"{kueue_fullname(release)}-{KUEUE_DEPLOYMENT}"
+
+
+def kueue_controller_user(namespace: str, release: str) -> str:
+    """Kueue's identity in the API server's requests: its controller-manager's ServiceAccount."""
+    return f"system:serviceaccount:{namespace}:{kueue_deployment_name(release)}"
+
+
+def kueue_metrics_service_labels(release: str) -> dict[str, str]:
+    """The labels of the chart's metrics Service (and of no other Service)."""
+    return {"app.kubernetes.io/instance": release, "app.kubernetes.io/component": "metrics-service"}
+
+
+# --- how one component finds another's objects -------------------------------------------------
+# The admission webhooks, named after `admission.webhookName`: the mutating one (mutate and audit
+# modes), the one on a team's Jobs and JobSets, and the one on Dynamic Resource Allocation.
+def mutating_webhook(webhook_name: str) -> str:
+    return f"mutate.{webhook_name}"
+
+
+def workloads_webhook(webhook_name: str) -> str:
+    return f"jobs.{webhook_name}"
+
+
+def claims_webhook(webhook_name: str) -> str:
+    return f"dra.{webhook_name}"
+
+
+# The platform's own pods by their `app.kubernetes.io/name` and `component` labels, and the named
+# ports of their metrics, which Monitoring scrapes: the binpack scheduler's (its name is
+# `scheduler.name`), and OPA's (/health and /metrics).
+SCHEDULER_COMPONENT = "scheduler"
+SCHEDULER_METRICS_PORT_NAME = "https-metrics"
+OPA_SERVICE = "opa"
+ADMISSION_COMPONENT = "admission"
+OPA_DIAGNOSTIC_PORT_NAME = "diagnostics"
+# Facts of the pinned GPU Operator chart (assets/state-dcgm-exporter, and
+# manifests/state-dcgm-exporter for the DRA stack, at v26.7.0): the Service the operator creates
+# for the DCGM exporter on each GPU path, and its metrics port, which Monitoring scrapes.
+DCGM_SERVICE_LABELS = {"devicePlugin": {"app": "nvidia-dcgm-exporter"},
+                       "dra": {"app": "nvidia-dcgm-exporter-dra"}}
+DCGM_METRICS_PORT = "gpu-metrics"

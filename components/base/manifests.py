@@ -1,0 +1,172 @@
+"""Manifest pieces the components share: the platform's labels, namespaces, the quota of
+critical pods, disruption budgets, RBAC rules, ConfigMaps and the restricted security
+contexts. Pure functions: settings in, dicts out."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+PART_OF = "gpu-platform"
+
+
+def labels(name: str, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": PART_OF,
+        "app.kubernetes.io/managed-by": "pulumi",
+    }
+
+
+def selector_labels(name: str, component: str) -> dict[str, str]:
+    """The subset of `labels` that is stable for the life of a Deployment (its selector)."""
+    return {"app.kubernetes.io/name": name, "app.kubernetes.io/component": component}
+
+
+def namespace(name: str, pod_security: str, component: str) -> dict:
+    """A namespace of the platform's own, with the Pod Security level its pods need."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": name,
+            "labels": {
+                **labels(name, component),
+                "pod-security.kubernetes.io/enforce": pod_security,
+                "pod-security.kubernetes.io/warn": pod_security,
+                "pod-security.kubernetes.io/audit": pod_security,
+            },
+        },
+    }
+
+
+# The priority of the platform's control pods (binpack scheduler, OPA): GPU pods cannot be
+# scheduled or admitted without them, so they must not be preempted by workloads.
+CRITICAL_PRIORITY = "system-cluster-critical"
+# The priority of the GPU Operator's pods (its chart sets it for the operator, every operand
+# and Node Feature Discovery).
+NODE_CRITICAL_PRIORITY = "system-node-critical"
+# The ResourceQuota of each platform namespace whose pods have one of those priorities.
+CRITICAL_PODS_QUOTA = "critical-pods"
+
+
+def replicas_quota(replicas: int) -> int:
+    """Pods of a Deployment's critical priority: every replica twice and one more, for a
+    rolling update with pods still terminating."""
+    return 2 * replicas + 1
+
+
+def critical_pods_quota(namespace_: str, component: str, pods: int,
+                        priority_classes: Sequence[str] = (CRITICAL_PRIORITY,)) -> dict:
+    """A quota that admits up to `pods` of the namespace's pods of the critical priority
+    classes. GKE (and any cluster whose ResourceQuota admission limits those classes) refuses
+    such pods outside kube-system unless a quota with a matching scope covers them; elsewhere
+    it only caps them."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": CRITICAL_PODS_QUOTA, "namespace": namespace_,
+                     "labels": labels(CRITICAL_PODS_QUOTA, component)},
+        "spec": {
+            "hard": {"pods": str(pods)},
+            "scopeSelector": {"matchExpressions": [{
+                "scopeName": "PriorityClass", "operator": "In",
+                "values": list(priority_classes)}]},
+        },
+    }
+
+
+def pod_disruption_budget(name: str, namespace_: str, component: str) -> dict:
+    """Keep at least one replica through voluntary disruptions such as node drains."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace_, "labels": labels(name, component)},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": selector_labels(name, component)}},
+    }
+
+
+def spread_by_node(name: str, component: str) -> dict:
+    """Prefer replicas on different nodes, so that losing one node keeps the service up."""
+    return {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{
+                "weight": 100,
+                "podAffinityTerm": {
+                    "topologyKey": "kubernetes.io/hostname",
+                    "labelSelector": {"matchLabels": selector_labels(name, component)},
+                },
+            }],
+        },
+    }
+
+
+READ = ["get", "list", "watch"]
+
+
+def rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict:
+    """One RBAC policy rule."""
+    return {"apiGroups": groups, "resources": resources, "verbs": verbs}
+
+
+def role_binding(kind: str, name: str, role_kind: str, role: str, account: dict,
+                 meta_labels: dict, namespace_: str | None = None) -> dict:
+    """A (Cluster)RoleBinding of `role` to one ServiceAccount."""
+    metadata = {"name": name, "labels": meta_labels}
+    if namespace_:
+        metadata["namespace"] = namespace_
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": metadata,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role},
+            "subjects": [account]}
+
+
+def container_resources(resources) -> dict:
+    """A container's `resources` from ContainerResources settings (empty parts left out)."""
+    return {key: value for key, value in resources.model_dump().items() if value}
+
+
+def yaml_config_map(name: str, namespace_: str, component: str, owner: str, file: str,
+                    content: dict) -> dict:
+    """A ConfigMap holding one YAML file, labelled as `owner`'s."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace_,
+                         "labels": labels(owner, component)},
+            "data": {file: yaml.safe_dump(content, sort_keys=False)}}
+
+
+def config_map_mount(volume: str, mount_path: str, config_map: str) -> tuple[dict, dict]:
+    """(volumeMount, volume) of a ConfigMap mounted read-only into a container."""
+    return ({"name": volume, "mountPath": mount_path, "readOnly": True},
+            {"name": volume, "configMap": {"name": config_map}})
+
+
+RESTRICTED_POD_SECURITY = {
+    "runAsNonRoot": True,
+    "runAsUser": 65532,
+    "runAsGroup": 65532,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+RESTRICTED_CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def content_hash(*parts: Any) -> str:
+    """A stable digest of manifest content, used in pod annotations so a change rolls the pods."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(json.dumps(part, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def base64_text(text: str) -> str:
+    """`text` base64-encoded, as Kubernetes carries bytes in JSON (caBundle, Secret data)."""
+    return base64.b64encode(text.encode()).decode()

@@ -1,0 +1,191 @@
+"""Compaction's objects: the descheduler's policy, its RBAC, the planner's ConfigMap and the
+CronJob."""
+
+import json
+from pathlib import Path
+
+from ..base import manifests
+from ..base.facts import GPU_RESOURCE
+from ..base.scoring import scoring_strategy
+from .inputs import GpuCompactionInputs
+from .planner import compaction_plan
+
+COMPONENT = "compaction"
+POLICY_DIR = "/policy-dir"
+# JSON, which the descheduler reads as it reads YAML, so that the plan needs no YAML parser.
+POLICY_FILE = "policy.json"
+SCORING_FILE = "scoring.json"
+PLAN_SCRIPT = Path(compaction_plan.__file__).name
+RUN_POLICY_VOLUME, RUN_POLICY_DIR = "run-policy", "/run-policy"   # this run's, from the plan
+PROFILE = "gpu-compaction"
+# A run the binpack scheduler does not place within this time gives up (the Job fails, which
+# the GpuCompactionNotRunning alert reports); the next scheduled run tries again.
+RUN_DEADLINE_SECONDS = 600
+POLICY_HASH_ANNOTATION = "gpu-platform.io/compaction-policy-sha256"
+
+
+def thresholds(inputs: GpuCompactionInputs) -> dict[str, int]:
+    """The HighNodeUtilization thresholds: a node at or below them in every listed resource is
+    emptied. Whole GPUs and each MIG resource in use count alike."""
+    share = inputs.compaction.underused_percent
+    return {name: share for name in (GPU_RESOURCE, *inputs.mig_resources)}
+
+
+def descheduler_policy(inputs: GpuCompactionInputs) -> dict:
+    """DeschedulerPolicy (descheduler/v1alpha2) of one profile."""
+    compaction = inputs.compaction
+    return {
+        "apiVersion": "descheduler/v1alpha2",
+        "kind": "DeschedulerPolicy",
+        "nodeSelector": compaction.node_selector,
+        "maxNoOfPodsToEvictPerNode": compaction.max_evictions_per_node,
+        "maxNoOfPodsToEvictTotal": compaction.max_evictions_per_run,
+        # A pod that would have moved but whose budget refused it gets a Warning event saying
+        # so (best effort: a run can end before the event is sent; its log always says so).
+        "evictionFailureEventNotification": True,
+        "profiles": [{
+            "name": PROFILE,
+            "pluginConfig": [
+                {"name": "DefaultEvictor", "args": {
+                    # The opt-in. Bare pods, DaemonSet pods, critical pods and pods with local
+                    # storage stay protected (the evictor's default protections).
+                    "labelSelector": {"matchLabels": compaction.opt_in},
+                    "minPodAge": compaction.min_pod_age,
+                    # Only a pod that fits on another GPU node is evicted.
+                    "nodeFit": True,
+                    "nodeSelector": compaction.node_selector,
+                }},
+                {"name": "HighNodeUtilization", "args": {
+                    "thresholds": thresholds(inputs),
+                    # Only pods that request a GPU resource: moving a CPU pod frees no GPU.
+                    "evictionModes": ["OnlyThresholdingResources"],
+                }},
+            ],
+            "plugins": {"balance": {"enabled": ["HighNodeUtilization"]}},
+        }],
+    }
+
+
+def compaction_rules() -> list[dict]:
+    """What the descheduler reads and does, and no more: no pod deletes (evictions only, which
+    PodDisruptionBudgets govern) and no writes besides evictions and events."""
+    return [
+        manifests.rule(["events.k8s.io"], ["events"], ["create", "update"]),
+        manifests.rule([""], ["nodes", "namespaces", "pods", "persistentvolumeclaims"],
+                       manifests.READ),
+        manifests.rule([""], ["pods/eviction"], ["create"]),
+        manifests.rule(["scheduling.k8s.io"], ["priorityclasses"], manifests.READ),
+        manifests.rule(["policy"], ["poddisruptionbudgets"], manifests.READ),
+    ]
+
+
+def rbac_objects(inputs: GpuCompactionInputs) -> list[dict]:
+    compaction = inputs.compaction
+    meta_labels = manifests.labels(compaction.name, COMPONENT)
+    account = {"kind": "ServiceAccount", "name": compaction.name,
+               "namespace": compaction.namespace}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": compaction.name, "namespace": compaction.namespace,
+                      "labels": meta_labels}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": compaction.name, "labels": meta_labels},
+         "rules": compaction_rules()},
+        manifests.role_binding("ClusterRoleBinding", compaction.name, "ClusterRole",
+                               compaction.name, account, meta_labels),
+    ]
+
+
+def config_map(inputs: GpuCompactionInputs) -> dict:
+    """The policy; with planning, also the plan and the scheduler's scoring it predicts with."""
+    compaction = inputs.compaction
+    files = {POLICY_FILE: json.dumps(descheduler_policy(inputs), indent=1)}
+    if compaction.plan_threshold:
+        files |= {SCORING_FILE: json.dumps(scoring_strategy(inputs.scoring_strategy,
+                                                            inputs.scored_resources), indent=1),
+                  PLAN_SCRIPT: Path(compaction_plan.__file__).read_text()}
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": f"{compaction.name}-policy", "namespace": compaction.namespace,
+                         "labels": manifests.labels(compaction.name, COMPONENT)},
+            "data": files}
+
+
+def plan_container(inputs: GpuCompactionInputs, policy_mount: dict, run_mount: dict) -> dict:
+    """The init container that writes this run's policy: the nodes to empty now, as thresholds
+    and a node selector (see compaction_plan.py). It reads nodes and pods, which the
+    ClusterRole allows."""
+    return {
+        "name": "plan",
+        "image": inputs.image(inputs.compaction.plan_image),
+        "command": ["python3", f"{POLICY_DIR}/{PLAN_SCRIPT}",
+                    f"--policy={POLICY_DIR}/{POLICY_FILE}",
+                    f"--scoring={POLICY_DIR}/{SCORING_FILE}",
+                    f"--out={RUN_POLICY_DIR}/{POLICY_FILE}"],
+        "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
+        "resources": manifests.container_resources(inputs.compaction.resources),
+        "securityContext": manifests.RESTRICTED_CONTAINER_SECURITY,
+        "volumeMounts": [policy_mount, run_mount],
+    }
+
+
+def cron_job(inputs: GpuCompactionInputs) -> dict:
+    compaction = inputs.compaction
+    mount, volume = manifests.config_map_mount("policy", POLICY_DIR, f"{compaction.name}-policy")
+    run_mount = {"name": RUN_POLICY_VOLUME, "mountPath": RUN_POLICY_DIR}
+    planned = compaction.plan_threshold
+    policy_file = f"{RUN_POLICY_DIR if planned else POLICY_DIR}/{POLICY_FILE}"
+    init = {"initContainers": [plan_container(inputs, mount, run_mount)]} if planned else {}
+    volumes = [volume, {"name": RUN_POLICY_VOLUME, "emptyDir": {"sizeLimit": "1Mi"}}] \
+        if planned else [volume]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": compaction.name, "namespace": compaction.namespace,
+                     "labels": manifests.labels(compaction.name, COMPONENT)},
+        "spec": {
+            "schedule": compaction.schedule,
+            # Never two runs at once: each decides on a snapshot the other is changing.
+            "concurrencyPolicy": "Forbid",
+            "startingDeadlineSeconds": RUN_DEADLINE_SECONDS,
+            "successfulJobsHistoryLimit": 3,
+            "failedJobsHistoryLimit": 3,
+            "jobTemplate": {"spec": {
+                "backoffLimit": 0,
+                "activeDeadlineSeconds": RUN_DEADLINE_SECONDS,
+                "template": {
+                    "metadata": {
+                        "labels": manifests.labels(compaction.name, COMPONENT),
+                        "annotations": {POLICY_HASH_ANNOTATION:
+                                        manifests.content_hash(config_map(inputs)["data"])},
+                    },
+                    "spec": {
+                        # The gate: the binpack scheduler places the run, so a run never starts
+                        # while it is unavailable, and evicted pods always have it to return to.
+                        "schedulerName": inputs.scheduler_name,
+                        "serviceAccountName": compaction.name,
+                        "restartPolicy": "Never",
+                        "securityContext": manifests.RESTRICTED_POD_SECURITY,
+                        **init,
+                        "containers": [{
+                            "name": "descheduler",
+                            "image": inputs.image(compaction.image),
+                            "command": ["/bin/descheduler"],
+                            "args": [f"--policy-config-file={policy_file}",
+                                     # One run per pod; nothing stays up to be scraped.
+                                     "--disable-metrics", "--v=3"],
+                            "resources": manifests.container_resources(compaction.resources),
+                            "securityContext": manifests.RESTRICTED_CONTAINER_SECURITY,
+                            "volumeMounts": [mount, run_mount] if planned else [mount],
+                        }],
+                        "volumes": volumes,
+                    },
+                },
+            }},
+        },
+    }
+
+
+def compaction_objects(inputs: GpuCompactionInputs) -> list[dict]:
+    """Everything compaction needs, namespace first."""
+    return [manifests.namespace(inputs.compaction.namespace, "restricted", COMPONENT),
+            *rbac_objects(inputs), config_map(inputs), cron_job(inputs)]

@@ -1,0 +1,81 @@
+"""Monitoring: kube-prometheus-stack, the DCGM exporter's ServiceMonitor and the GPU dashboard."""
+
+import pulumi
+import pulumi_random as random
+
+from ..base import charts, manifests
+from ..base.component import Component, declare
+from ..base.validation import Subject
+from . import rules
+from .generated_args import MonitoringArgs
+from .inputs import MonitoringInputs
+from .monitors import (
+    COMPONENT,
+    dashboard_config_map,
+    dcgm_service_monitor,
+    grafana_admin_secret,
+    kueue_service_monitor,
+    opa_pod_monitor,
+    scheduler_service_monitor,
+)
+from .values import CHART, GRAFANA_PORT, chart_values, check_chart_values, grafana_service
+
+
+class Monitoring(Component[MonitoringInputs]):
+    """kube-prometheus-stack first; then, as its CRDs and Grafana's sidecar come from the chart,
+    the scrape configuration of the DCGM exporter, OPA and the binpack scheduler, the GPU
+    dashboard, and the GPU recording rules and alerts."""
+
+    grafana_url: str
+    "Grafana's address inside the cluster."
+    grafana_port_forward: str
+    "The kubectl command that opens Grafana on localhost:3000."
+    grafana_admin_password: pulumi.Output[str]
+    "Grafana's admin password (a secret)."
+
+    def __init__(self, name: str, args: MonitoringArgs,
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__(name, args, opts)
+
+    def _check(self, inputs: MonitoringInputs, subject: Subject) -> None:
+        check_chart_values(inputs, subject)
+
+    def _declare(self, name: str, inputs: MonitoringInputs,
+                 opts: pulumi.ResourceOptions | None) -> None:
+        values = chart_values(inputs)
+        self._register(name, opts)
+        mon = inputs.monitoring
+        namespace = declare(manifests.namespace(mon.namespace, "privileged", COMPONENT), self)
+        if mon.grafana.admin_password:
+            password = pulumi.Output.secret(mon.grafana.admin_password)
+        else:
+            password = random.RandomPassword(
+                self.child_name("grafana-admin"), length=32, special=False,
+                opts=pulumi.ResourceOptions(parent=self)).result
+        admin = declare(grafana_admin_secret(inputs, password), self, [namespace])
+        self.release = charts.release(
+            mon.release_name, chart=CHART, version=mon.chart_version, repository=mon.repository,
+            namespace=mon.namespace, values=charts.values_input(values, inputs.secret_values),
+            parent=self, protection=mon.protection, chart_path=mon.chart_path,
+            depends_on=[namespace, admin])
+        self.service_monitor = declare(dcgm_service_monitor(inputs), self, [self.release])
+        self.dashboard = declare(dashboard_config_map(inputs), self, [self.release])
+        rule = rules.prometheus_rule(inputs)
+        if inputs.admission.certificate_not_after is not None:
+            # The certificate alerts need its expiry, known once the certificate exists.
+            rule["spec"] = pulumi.Output.from_input(inputs.admission.certificate_not_after).apply(
+                lambda end: rules.prometheus_rule(inputs, rules.unix_time(end))["spec"])
+        self.rules = declare(rule, self, [self.release])
+        self.opa_monitor = declare(opa_pod_monitor(inputs), self, [self.release])
+        self.scheduler_monitor = declare(scheduler_service_monitor(inputs), self,
+                                         [self.release])
+        if kueue := kueue_service_monitor(inputs):
+            self.kueue_monitor = declare(kueue, self, [self.release])
+
+        self.grafana_url = f"http://{grafana_service(inputs)}.{mon.namespace}.svc:{GRAFANA_PORT}"
+        self.grafana_port_forward = (f"kubectl -n {mon.namespace} port-forward "
+                                     f"svc/{grafana_service(inputs)} 3000:{GRAFANA_PORT}")
+        self.grafana_admin_password = password
+        self.register_outputs({"grafanaUrl": self.grafana_url,
+                               "grafanaPortForward": self.grafana_port_forward,
+                               "grafanaAdminPassword": self.grafana_admin_password})

@@ -1,0 +1,294 @@
+"""The GPU platform's Grafana dashboard, built with grafana-foundation-sdk.
+
+It answers the platform team's questions: who (namespace, pod) holds how many GPUs and how hard
+they use them, which nodes can take a 1-, 2-, 4- or 8-GPU pod now, how many free GPUs are
+stranded by fragmentation, which pods hold GPUs idle, and whether the GPUs are healthy. Capacity
+panels read the recorded series of `gpu_rules` (kube-state-metrics); usage and health panels read
+the DCGM exporter. See `gpu_rules` for how the two join.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from grafana_foundation_sdk.builders import bargauge, prometheus, stat, table, timeseries
+from grafana_foundation_sdk.builders import dashboard as board
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import dashboard as model
+
+from ..base.facts import AUDIT_LABEL
+from .inputs import MonitoringInputs
+from .rules import (
+    DCGM_JOB,
+    NAMESPACE_ALLOCATED,
+    NODE_ALLOCATABLE,
+    NODE_ALLOCATED,
+    NODE_FREE,
+    POD_ALLOCATED,
+    STRANDED,
+    WHOLE_FREE_NODES,
+    admission_webhooks,
+    kueue_series,
+)
+
+UID = "gpu-platform-gpus"
+DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
+POD_SIZES = (1, 2, 4, 8)
+# Filters from the dashboard's variables. GPU model is a DCGM label, so it narrows the usage and
+# health panels; the capacity panels show every node the node variable selects.
+GPU_FILTER = 'node=~"$node", modelName=~"$model"'
+WORKLOAD_FILTER = f'{GPU_FILTER}, namespace=~"$namespace", pod!=""'
+POD_UTILIZATION = f"avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{{{WORKLOAD_FILTER}}})"
+POD_MEMORY = f"sum by (namespace, pod) (DCGM_FI_DEV_FB_USED{{{WORKLOAD_FILTER}}})"
+# kube-scheduler's histogram of victims per preemption (count: preemptions, sum: pods).
+PREEMPTION_VICTIMS = "scheduler_preemption_victims"
+
+
+def _query(expr: str, legend: str = "", ref: str = "A", instant: bool = False):
+    query = (prometheus.Dataquery().expr(expr).legend_format(legend or "__auto").ref_id(ref)
+             .datasource(DATASOURCE))
+    return query.instant() if instant else query.range()
+
+
+def _place(panel, title: str, description: str, targets: list, unit: str, width: int,
+           height: int):
+    panel = (panel.title(title).description(description).datasource(DATASOURCE).unit(unit)
+             .span(width).height(height))
+    for target in targets:
+        panel = panel.with_target(target)
+    return panel
+
+
+def _timeseries(title, description, targets, unit="short", width=12, height=8):
+    return _place(timeseries.Panel(), title, description, targets, unit, width, height)
+
+
+def _stat(title, description, targets, unit="short", width=6, height=5):
+    return _place(stat.Panel(), title, description, targets, unit, width, height)
+
+
+def _bars(title, description, target, unit="short", width=12, height=8):
+    return _place(bargauge.Panel(), title, description, [target], unit, width, height)
+
+
+def _table(title, description, targets, unit="short", width=12, height=8):
+    # One row per pod: the instant queries' results joined on their labels.
+    return (_place(table.Panel(), title, description, targets, unit, width, height)
+            .with_transformation(model.DataTransformerConfig(id_val="merge", options={})))
+
+
+def _variable(name: str, label: str, query: str):
+    return (board.QueryVariable(name).label(label).query(query).datasource(DATASOURCE)
+            .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(model.VariableSort.ALPHABETICAL_ASC)
+            .multi(True).include_all(True).all_value(".*")
+            .current(model.VariableOption(selected=True, text="All", value="$__all")))
+
+
+def _rows(inputs: MonitoringInputs) -> list[tuple[str, list]]:
+    alerts = inputs.monitoring.alerts
+    largest = inputs.monitoring.largest_common_request
+    node = 'node=~"$node"'
+    # The ServiceMonitor's job label is the scheduler's Service name.
+    scheduler = f'job="{inputs.scheduler.name}"'
+    return [
+        ("Capacity: where GPUs are free", [
+            _stat("GPUs allocated / allocatable",
+                  "GPUs requested by pods bound to a node and not finished, against what the "
+                  "nodes advertise.",
+                  [_query(f"sum({NODE_ALLOCATED}{{{node}}})", "allocated", "A", True),
+                   _query(f"sum({NODE_ALLOCATABLE}{{{node}}})", "allocatable", "B", True)]),
+            _stat("Nodes that can take an N-GPU pod now",
+                  "Nodes whose free GPUs fit a pod of that size.",
+                  [_query(f"count({NODE_FREE}{{{node}}} >= {size}) or vector(0)",
+                          f"{size} GPU", chr(ord("A") + i), True)
+                   for i, size in enumerate(POD_SIZES)], width=10),
+            _stat("Largest GPU pod that can be placed",
+                  "The most free GPUs on any one node.",
+                  [_query(f"max({NODE_FREE}{{{node}}}) or vector(0)", "GPUs", "A", True)],
+                  width=4),
+            _stat("Stranded GPUs",
+                  f"Free GPUs on busy nodes that cannot take a {largest}-GPU pod (or, on a "
+                  "smaller node, a whole-node pod): capacity lost to fragmentation.",
+                  [_query(STRANDED, "stranded", "A", True)], width=4),
+            _bars("Free GPUs per node", "Allocatable minus allocated, per node.",
+                  _query(f"{NODE_FREE}{{{node}}}", "{{node}}", "A", True)),
+            _timeseries("GPUs allocated and allocatable per node", "",
+                        [_query(f"{NODE_ALLOCATED}{{{node}}}", "{{node}} allocated", "A"),
+                         _query(f"{NODE_ALLOCATABLE}{{{node}}}", "{{node}} allocatable", "B")]),
+            _timeseries("Stranded GPUs over time", "See 'Stranded GPUs'.",
+                        [_query(STRANDED, "stranded", "A")], height=6),
+            _timeseries("Whole free GPU nodes", "GPU nodes with every GPU free: room for a "
+                        "whole-node job. Compaction, when on, makes more of them.",
+                        [_query(WHOLE_FREE_NODES, "whole free nodes", "A")], height=6),
+            _timeseries("Evictions per hour",
+                        "Pod evictions the API server granted, and those a "
+                        "PodDisruptionBudget refused (HTTP 429), cluster-wide: compaction's, "
+                        "and node drains'.",
+                        [_query('sum by (code) (increase(apiserver_request_total{'
+                                'resource="pods", subresource="eviction", verb="POST", '
+                                'code=~"201|429"}[1h]))', "HTTP {{code}}", "A")],
+                        width=12, height=6),
+            _timeseries("GPU pods preempted per hour",
+                        "Pods of the preemptible class that the binpack scheduler preempted to "
+                        "place a GPU pod that fit nowhere (see "
+                        "docs/concepts/preemptible-gpu-pods.md), and the preemptions that made "
+                        "room.",
+                        [_query(f"sum(increase({PREEMPTION_VICTIMS}_sum{{{scheduler}}}[1h]))",
+                                "pods preempted", "A"),
+                         _query(f"sum(increase({PREEMPTION_VICTIMS}_count{{{scheduler}}}[1h]))",
+                                "preemptions", "B")],
+                        width=12, height=6),
+        ]),
+        ("Usage: who holds GPUs and how hard they use them", [
+            _timeseries("GPUs allocated by namespace", "",
+                        [_query(f'{NAMESPACE_ALLOCATED}{{namespace=~"$namespace"}}',
+                                "{{namespace}}")]),
+            _timeseries("GPU utilization by namespace",
+                        "Average utilization of the GPUs allocated to the namespace's pods.",
+                        [_query(f"avg by (namespace) (DCGM_FI_DEV_GPU_UTIL{{{WORKLOAD_FILTER}}})",
+                                "{{namespace}}")], unit="percent"),
+            _timeseries("GPU memory used by namespace", "Framebuffer memory, MiB.",
+                        [_query(f"sum by (namespace) (DCGM_FI_DEV_FB_USED{{{WORKLOAD_FILTER}}})",
+                                "{{namespace}}")], unit="decmbytes", width=24, height=6),
+            _table("GPUs by pod", "Allocated GPUs, their average utilization and framebuffer "
+                                  "memory used, per pod.",
+                   [_query(f'{POD_ALLOCATED}{{namespace=~"$namespace"}}', "", "A", True),
+                    _query(POD_UTILIZATION, "", "B", True),
+                    _query(POD_MEMORY, "", "C", True)], width=24),
+            _timeseries("GPU utilization by pod", "",
+                        [_query(POD_UTILIZATION, "{{namespace}}/{{pod}}")], unit="percent"),
+            _timeseries("GPU memory used by pod", "Framebuffer memory, MiB.",
+                        [_query(POD_MEMORY, "{{namespace}}/{{pod}}")], unit="decmbytes"),
+            _table("Allocated but idle",
+                   f"Pods whose GPUs stayed below {alerts.idle_utilization_percent}% "
+                   f"utilization over the last {alerts.idle_for}.",
+                   [_query(f"max by (namespace, pod) (max_over_time("
+                           f"DCGM_FI_DEV_GPU_UTIL{{{WORKLOAD_FILTER}}}[{alerts.idle_for}])) "
+                           f"< {alerts.idle_utilization_percent}", "", "A", True)], width=24),
+        ]),
+        ("Admission: pods that broke the rules", [
+            _timeseries("Requests refused by the GPU admission policy",
+                        "Pod, ephemeral-container and claim requests the policy refused, per "
+                        "hour (the API server's own count; enforce and mutate modes).",
+                        [_query(f"sum by (operation) (increase("
+                                f"apiserver_admission_webhook_rejection_count{{name=~"
+                                f'"{"|".join(admission_webhooks(inputs))}", '
+                                f'error_type="no_error"}}[1h]))', "{{operation}}")]),
+            _timeseries("Pods admitted against the rules (audit mode)",
+                        f"Pods carrying the {AUDIT_LABEL} label, by namespace: the ones "
+                        "enforce mode would refuse.",
+                        [_query(f"count by (namespace) (kube_pod_labels{{"
+                                f'{audit_label_series()}="violation", '
+                                f'namespace=~"$namespace"}})', "{{namespace}}")]),
+        ]),
+        ("Health", [
+            _timeseries("Temperature per GPU", "", [_query(
+                f"DCGM_FI_DEV_GPU_TEMP{{{GPU_FILTER}}}", "{{node}} gpu{{gpu}}")],
+                unit="celsius"),
+            _timeseries("Power per GPU", "", [_query(
+                f"DCGM_FI_DEV_POWER_USAGE{{{GPU_FILTER}}}", "{{node}} gpu{{gpu}}")], unit="watt"),
+            _timeseries("Utilization per GPU", "", [_query(
+                f"DCGM_FI_DEV_GPU_UTIL{{{GPU_FILTER}}}", "{{node}} gpu{{gpu}} {{modelName}}")],
+                unit="percent"),
+            _timeseries("Memory used per GPU", "Share of framebuffer memory in use.", [_query(
+                f"DCGM_FI_DEV_FB_USED{{{GPU_FILTER}}} / (DCGM_FI_DEV_FB_USED{{{GPU_FILTER}}} + "
+                f"DCGM_FI_DEV_FB_FREE{{{GPU_FILTER}}})", "{{node}} gpu{{gpu}}")],
+                unit="percentunit"),
+            _table("XID errors", "GPUs whose last reported XID is not zero, with the code.",
+                   [_query(f"DCGM_FI_DEV_XID_ERRORS{{{GPU_FILTER}}} != 0", "", "A", True)]),
+            _stat("DCGM exporters up", "Scrape health of the exporter on each GPU node.",
+                  [_query(f'up{{job="{DCGM_JOB}", {node}}}', "{{node}}", "A", True)], width=12),
+        ]),
+    ]
+
+
+TEAM = 'cluster_queue="$team"'
+
+
+def team_panels() -> list:
+    """One team's row (repeated for each team): its quota, what it uses, borrows and could lend,
+    what waits, and how long workloads wait to be admitted."""
+    usage = kueue_series("cluster_queue_resource_usage", "resource", f", {TEAM}")
+    nominal = kueue_series("cluster_queue_nominal_quota", "resource", f", {TEAM}")
+    lending = kueue_series("cluster_queue_lending_limit", "resource", f", {TEAM}")
+    waits = f'kueue_admission_wait_time_seconds_bucket{{{TEAM}, replica_role!="follower"}}'
+    return [
+        _stat("GPU quota", "The team's nominal quota, per GPU resource.",
+              [_query(nominal, "{{resource}}", "A", True)], width=4),
+        _timeseries("GPUs in use", "GPUs of the team's admitted workloads, against its quota.",
+                    [_query(usage, "in use {{resource}}", "A"),
+                     _query(nominal, "quota {{resource}}", "B")], width=5),
+        _timeseries("Borrowed, and idle quota others may borrow",
+                    "Borrowed: what the team uses beyond its quota, from others' idle quota "
+                    "(reclaimed when they need it). Lendable: its idle quota, up to its "
+                    "lending limit; what other teams borrow comes from such quota.",
+                    [_query(f"clamp_min({usage} - {nominal}, 0)", "borrowed {{resource}}", "A"),
+                     _query(f"clamp_min({nominal} - {usage}, 0) < {lending} or "
+                            f"{lending} <= clamp_min({nominal} - {usage}, 0)",
+                            "lendable {{resource}}", "B")], width=5),
+        _timeseries("Pending workloads",
+                    "Workloads waiting for quota: active ones are tried again as quota frees; "
+                    "inadmissible ones wait for something to change (a flavor, a quota).",
+                    [_query(f'sum by (status) (kueue_pending_workloads{{{TEAM}, '
+                            f'replica_role!="follower"}})', "{{status}}", "A")], width=5),
+        _timeseries("Admission wait", "Time from a workload's creation (or requeue) to its "
+                    "admission, p50 and p95 over an hour.",
+                    [_query(f"histogram_quantile({q}, sum by (le) (rate({waits}[1h])))",
+                            f"p{round(q * 100)}", ref)
+                     for q, ref in ((0.5, "A"), (0.95, "B"))], unit="s", width=5),
+    ]
+
+
+def audit_label_series() -> str:
+    """kube-state-metrics' name for the audit label in kube_pod_labels."""
+    return "label_" + "".join(c if c.isalnum() else "_" for c in AUDIT_LABEL)
+
+
+def dashboard(inputs: MonitoringInputs) -> dict:
+    """The dashboard model as Grafana stores it."""
+    builder = (board.Dashboard("GPU platform: allocation, usage and free capacity")
+               .uid(UID).tags(["gpu", "gpu-platform"]).timezone("browser").refresh("30s")
+               .time("now-6h", "now").readonly()
+               .with_variable(board.DatasourceVariable("datasource").label("Data source")
+                              .type("prometheus"))
+               .with_variable(_variable("namespace", "Namespace", f"label_values("
+                                        f"{NAMESPACE_ALLOCATED}, namespace)"))
+               .with_variable(_variable("node", "Node",
+                                        f"label_values({NODE_ALLOCATABLE}, node)"))
+               .with_variable(_variable("model", "GPU model",
+                                        "label_values(DCGM_FI_DEV_GPU_UTIL, modelName)")))
+    rows: list[tuple[str, list, str | None]] = [(title, panels, None)
+                                                for title, panels in _rows(inputs)]
+    if inputs.teams is not None:
+        builder = builder.with_variable(_variable(
+            "team", "Team", 'label_values(kueue_cluster_queue_nominal_quota{replica_role!='
+                            '"follower"}, cluster_queue)'))
+        rows.append(("Team $team", team_panels(), "team"))
+    panel_id = 0
+    for title, panels, repeat in rows:
+        panel_id += 1
+        row = board.Row(title).id(panel_id)
+        builder = builder.with_row(row.repeat(repeat) if repeat else row)
+        for panel in panels:
+            panel_id += 1
+            builder = builder.with_panel(panel.id(panel_id))
+    return _without_nulls(json.loads(JSONEncoder(sort_keys=True).encode(builder.build())))
+
+
+def _without_nulls(value: Any) -> Any:
+    """Unset options are left out, as Grafana itself saves them, rather than sent as null."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def queries(board_json: dict) -> list[str]:
+    """Every PromQL expression of a dashboard: its panels' targets and its query variables."""
+    exprs = [target["expr"] for panel in board_json["panels"]
+             for target in panel.get("targets", [])]
+    exprs += [v["query"] for v in board_json["templating"]["list"] if v["type"] == "query"]
+    return exprs

@@ -1,0 +1,87 @@
+"""What the Monitoring component takes: its section, and the components it watches."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from ..base.model import (
+    GpuPath,
+    KubernetesVersion,
+    Model,
+    PulledImages,
+    PulumiInput,
+    kubernetes_version_field,
+)
+from .settings import MonitoringSettings
+
+
+class MonitoredScheduler(Model):
+    """The binpack scheduler, as Monitoring scrapes it and alerts on it."""
+
+    name: str = Field(description="Its name (the BinpackScheduler component's "
+                                  "`schedulerName` output).")
+    namespace: str = Field(description="Its namespace (the BinpackScheduler component's "
+                                       "`namespace` output).")
+
+
+class MonitoredAdmission(Model):
+    """The admission webhooks and OPA, as Monitoring scrapes them and alerts on them."""
+
+    namespace: str = Field(description="OPA's namespace (the OpaAdmission component's "
+                                       "`namespace` output).")
+    webhook_name: str = Field(description="The webhook's name (the OpaAdmission component's "
+                                          "`webhookName` output).")
+    failure_policy: Literal["Fail", "Ignore"] = Field(
+        description="What the API server does when OPA cannot answer: with `Fail` an outage "
+                    "refuses pods, so its alert is critical.")
+    certificate_renewal_hours: int = Field(
+        description="How many hours before its expiry `pulumi up` renews the webhook's "
+                    "serving certificate (`admission.certificate.earlyRenewalHours`).")
+    certificate_not_after: Annotated[Any, PulumiInput(str)] = Field(
+        default=None,
+        description="When the webhook's serving certificate expires, RFC 3339 (the OpaAdmission "
+                    "component's `certificateNotAfter` output): alerts warn before it does.")
+
+
+class MonitoredCompaction(Model):
+    """Compaction's CronJob, whose runs Monitoring alerts on."""
+
+    name: str = Field(description="The CronJob's name (`compaction.name`).")
+    namespace: str = Field(description="Its namespace (the GpuCompaction component's "
+                                       "`namespace` output).")
+
+
+class MonitoredTeams(Model):
+    """Kueue and the teams' queues, as Monitoring scrapes them and alerts on them."""
+
+    namespace: str = Field(description="Kueue's namespace (the Teams component's `namespace` "
+                                       "output).")
+    release_name: str = Field(description="Kueue's Helm release (`teams.kueue.releaseName`).")
+
+
+class MonitoringInputs(PulledImages):
+    """kube-prometheus-stack, the GPU dashboard, rules and alerts, with the components they
+    watch."""
+
+    monitoring: MonitoringSettings = Field(
+        default_factory=MonitoringSettings,
+        description="kube-prometheus-stack, the GPU dashboard, recording rules and alerts.")
+    kubernetes_version: KubernetesVersion = kubernetes_version_field()
+    gpu_operator_namespace: str = Field(
+        description="The GPU Operator's namespace, where the DCGM exporter Service is (the "
+                    "GpuOperator component's `namespace` output).")
+    gpu_path: GpuPath = Field(
+        default="devicePlugin",
+        description="How pods reach GPUs (the GpuOperator component's `gpuPath` output): which "
+                    "DCGM exporter to scrape, and where the GPUs' capacity is read from.")
+    scheduler: MonitoredScheduler = Field(description="The binpack scheduler.")
+    admission: MonitoredAdmission = Field(description="The admission webhooks and OPA.")
+    compaction: MonitoredCompaction | None = Field(
+        default=None, description="Compaction's CronJob, when compaction is on.")
+    teams: MonitoredTeams | None = Field(default=None, description="Kueue, when teams are on.")
+    secret_values: bool = Field(
+        default=False,
+        description="Store the release's values as a secret: set it when "
+                    "`monitoring.extraValues` holds a credential.")

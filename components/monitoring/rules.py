@@ -1,0 +1,362 @@
+"""GPU recording and alert rules (one PrometheusRule), and the series the dashboard reads.
+
+How the series join, as the pinned exporters label them:
+- kube-state-metrics: `kube_pod_container_resource_requests` carries `namespace`, `pod`, `node`
+  (empty until the pod is bound) and `resource`, with extended resources named by replacing every
+  non-alphanumeric with `_` (nvidia.com/gpu -> `nvidia_com_gpu`); `kube_pod_status_phase` and
+  `kube_pod_status_unschedulable` carry `namespace` and `pod`; `kube_node_status_allocatable`
+  carries `node`.
+- DCGM exporter, through the platform's ServiceMonitor: one series per GPU with `gpu`, `UUID`,
+  `modelName`, `Hostname`; `namespace`, `pod` and `container` of the pod the GPU is allocated to
+  (absent for a free GPU); `node` from the exporter pod's node. So DCGM joins kube-state-metrics
+  on (namespace, pod) for workloads and on (node) for nodes.
+- `up{job="nvidia-dcgm-exporter"}`: the scrape health of each exporter, with the same `node`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+
+from ..base import manifests
+from ..base.facts import (
+    GPU_RESOURCE,
+    claims_webhook,
+    kueue_deployment_name,
+    mutating_webhook,
+    workloads_webhook,
+)
+from .inputs import MonitoringInputs
+
+COMPONENT = "monitoring"
+RULE_NAME = "gpu-platform"
+# prometheus-operator names a ServiceMonitor's job after the Service it scrapes.
+DCGM_JOB = "nvidia-dcgm-exporter"
+
+
+def admission_webhooks(inputs: MonitoringInputs) -> list[str]:
+    """The webhooks that refuse: every validating webhook the admission component registers."""
+    adm = inputs.admission
+    # A team's Jobs have a webhook of their own when teams are on.
+    teams = [workloads_webhook(adm.webhook_name)] if inputs.teams is not None else []
+    return [adm.webhook_name, claims_webhook(adm.webhook_name), *teams]
+
+
+def ksm_resource(name: str) -> str:
+    """The `resource` label kube-state-metrics gives an extended resource."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)
+
+
+GPU = ksm_resource(GPU_RESOURCE)
+# Recorded series, in evaluation order (later rules read earlier ones of the same evaluation).
+POD_ALLOCATED = "gpu_platform:pod_gpu_allocated:sum"
+NODE_ALLOCATABLE = "gpu_platform:node_gpu_allocatable:sum"
+NODE_ALLOCATED = "gpu_platform:node_gpu_allocated:sum"
+NODE_FREE = "gpu_platform:node_gpu_free:sum"
+NAMESPACE_ALLOCATED = "gpu_platform:namespace_gpu_allocated:sum"
+STRANDED = "gpu_platform:gpu_stranded:sum"
+GPU_PODS_PENDING = "gpu_platform:gpu_pods_pending:count"
+WHOLE_FREE_NODES = "gpu_platform:gpu_nodes_whole_free:count"
+# Days before the webhook's serving certificate expires at which the renewal alert turns
+# critical (it warns from the start of the early-renewal window).
+CERTIFICATE_CRITICAL_DAYS = 7
+# On the DRA path no node advertises GPUs in its allocatable, and a pod may hold GPUs through a
+# claim rather than a request: the DCGM exporter, which sees each GPU and the pod it is
+# allocated to (its DRA mode, which the GPUCluster turns on), counts them. Each GPU once, by its
+# UUID: a GPU that containers share has a series per container.
+DCGM_GPUS = "count by ({by}, UUID) (DCGM_FI_DEV_GPU_UTIL{{{match}}})"
+
+
+def recording_rules(inputs: MonitoringInputs) -> list[dict]:
+    largest = inputs.monitoring.largest_common_request
+    requested = (f'sum by (namespace, pod, node) ('
+                 f'kube_pod_container_resource_requests{{resource="{GPU}", node!=""}} '
+                 f'* on (namespace, pod) group_left () '
+                 f'max by (namespace, pod) '
+                 f'(kube_pod_status_phase{{phase=~"Pending|Running"}} == 1))')
+    allocatable = f'sum by (node) (kube_node_status_allocatable{{resource="{GPU}"}})'
+    if inputs.gpu_path == "dra":
+        # A claim's GPUs, for the pods that request none (a request wins where both count).
+        claimed = DCGM_GPUS.format(by="namespace, pod, node", match='pod!=""')
+        requested = f"{requested} or count by (namespace, pod, node) ({claimed})"
+        allocatable = f"count by (node) ({DCGM_GPUS.format(by='node', match='')})"
+    return [
+        # GPUs held by pods: bound to a node and not finished (a bound pod that is still
+        # pulling its image already holds its GPUs).
+        {"record": POD_ALLOCATED, "expr": requested},
+        {"record": NODE_ALLOCATABLE, "expr": allocatable},
+        {"record": NODE_ALLOCATED, "expr": f"sum by (node) ({POD_ALLOCATED})"},
+        # A node without GPU pods has no allocation series: it counts as zero allocated.
+        {"record": NODE_FREE,
+         "expr": f"{NODE_ALLOCATABLE} - on (node) "
+                 f"({NODE_ALLOCATED} or on (node) {NODE_ALLOCATABLE} * 0)"},
+        {"record": NAMESPACE_ALLOCATED, "expr": f"sum by (namespace) ({POD_ALLOCATED})"},
+        # GPU nodes with every GPU free: what a whole-node job needs, and what compaction makes.
+        {"record": WHOLE_FREE_NODES,
+         "expr": f"count(({NODE_FREE} == on (node) {NODE_ALLOCATABLE}) and on (node) "
+                 f"({NODE_ALLOCATABLE} > 0)) or vector(0)"},
+        # Free GPUs on busy nodes that cannot take the largest common request (or, on a node
+        # smaller than that, a pod the size of the node).
+        {"record": STRANDED,
+         "expr": f"sum(({NODE_FREE} < on (node) clamp_max({NODE_ALLOCATABLE}, {largest})) "
+                 f"and on (node) ({NODE_ALLOCATED} > 0)) or vector(0)"},
+        # GPU pods not yet running (waiting for a node, or not yet seen by a scheduler).
+        {"record": GPU_PODS_PENDING,
+         "expr": f'count((sum by (namespace, pod) (kube_pod_container_resource_requests'
+                 f'{{resource="{GPU}"}}) > 0) and on (namespace, pod) '
+                 f'(kube_pod_status_phase{{phase="Pending"}} == 1)) or vector(0)'},
+    ]
+
+
+def _alert(name: str, expr: str, duration: str, severity: str, summary: str,
+           description: str) -> dict:
+    return {"alert": name, "expr": expr, "for": duration, "labels": {"severity": severity},
+            "annotations": {"summary": summary, "description": description}}
+
+
+def unix_time(rfc3339: str) -> int:
+    return int(datetime.datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp())
+
+
+def certificate_alerts(inputs: MonitoringInputs, not_after: int) -> list[dict]:
+    """The webhook's serving certificate is renewed only by `pulumi up`: warn once it is inside
+    the early-renewal window (a run would renew it), page a week before it expires (then every
+    pod the policy must see is refused, or admitted unchecked)."""
+    adm = inputs.admission
+    renew_at = not_after - adm.certificate_renewal_hours * 3600
+    critical_at = not_after - CERTIFICATE_CRITICAL_DAYS * 86400
+    expires = datetime.datetime.fromtimestamp(not_after, datetime.UTC).isoformat()
+    what = (f"The admission webhook's serving certificate (OPA in {adm.namespace}) expires at "
+            f"{expires}.")
+    return [
+        _alert("GpuAdmissionCertificateRenewalDue", f"vector(time()) > {renew_at}", "0s", "warning",
+               "The admission webhook's certificate is due for renewal",
+               f"{what} Run `pulumi up` on the stack: it renews the certificate "
+               f"({adm.certificate_renewal_hours} h early) and OPA reloads it."),
+        _alert("GpuAdmissionCertificateExpiring", f"vector(time()) > {critical_at}", "0s",
+               "critical",
+               "The admission webhook's certificate expires within a week",
+               f"{what} Run `pulumi up` on the stack now; once it has expired the API server "
+               "cannot call the webhook."),
+    ]
+
+
+def alert_rules(inputs: MonitoringInputs, certificate_not_after: int | None = None
+                ) -> list[dict]:
+    alerts = inputs.monitoring.alerts
+    fatal_xid = " or ".join(f"DCGM_FI_DEV_XID_ERRORS == {code}"
+                            for code in alerts.fatal_xid_codes)
+    gpu = ("GPU {{ $labels.gpu }} ({{ $labels.modelName }}, UUID {{ $labels.UUID }}) on node "
+           "{{ $labels.node }}")
+    sched, adm = inputs.scheduler, inputs.admission
+
+    def unavailable(namespace: str, deployment: str) -> str:
+        return (f'kube_deployment_status_replicas_available{{namespace="{namespace}", '
+                f'deployment="{deployment}"}} < 1')
+
+    names = (*admission_webhooks(inputs), mutating_webhook(adm.webhook_name))
+    webhooks = f'name=~"{"|".join(names)}"'
+    admission_severity = "critical" if adm.failure_policy == "Fail" else "warning"
+    failure_effect = ("pods the policy must see are refused (failure policy Fail)"
+                      if adm.failure_policy == "Fail" else
+                      "pods the policy must see are admitted unchecked (failure policy Ignore)")
+    # OPA runs as one Deployment per generation, `opa-<generation>` (two while one replaces
+    # the other): its pods count together.
+    opa_deployments = "opa-g[0-9a-f]{9}"
+    opa_deployment = f'namespace="{adm.namespace}", deployment=~"{opa_deployments}"'
+    quota_namespaces = "|".join((inputs.gpu_operator_namespace, sched.namespace,
+                                 adm.namespace))
+
+    def quota(kind: str) -> str:
+        return (f'kube_resourcequota{{namespace=~"{quota_namespaces}", '
+                f'resourcequota="{manifests.CRITICAL_PODS_QUOTA}", resource="pods", '
+                f'type="{kind}"}}')
+    # GPU nodes: on the DRA path the exporter is where capacity is read from, so a node whose
+    # exporter stops is one that had GPUs within the hour.
+    gpu_nodes = (f"max_over_time({NODE_ALLOCATABLE}[1h])" if inputs.gpu_path == "dra"
+                 else NODE_ALLOCATABLE)
+    certificate = (certificate_alerts(inputs, certificate_not_after)
+                   if certificate_not_after is not None else [])
+    return certificate + [
+        # An XID is an event the driver reports: fire at once.
+        _alert("GpuFatalXidError", fatal_xid, "0s", "critical",
+               "GPU reported a fatal XID error",
+               f"{gpu} reported XID {{{{ $value }}}}, which needs the GPU drained and reset: "
+               "cordon and drain the node, then reset the GPU or reboot the node."),
+        _alert("GpuXidError", f"DCGM_FI_DEV_XID_ERRORS != 0 unless ({fatal_xid})", "0s",
+               "warning", "GPU reported an XID error",
+               f"{gpu} reported XID {{{{ $value }}}}; the workload on it may have failed. "
+               f"Pod: {{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}}."),
+        _alert("GpuTemperatureHigh", f"DCGM_FI_DEV_GPU_TEMP > {alerts.gpu_temperature_celsius}",
+               alerts.gpu_temperature_for, "warning", "GPU running hot",
+               f"{gpu} has been above {alerts.gpu_temperature_celsius} C for "
+               f"{alerts.gpu_temperature_for} ({{{{ $value }}}} C): check cooling; the GPU "
+               "will throttle."),
+        _alert("GpuExporterDown",
+               f'({gpu_nodes} > 0) unless on (node) (up{{job="{DCGM_JOB}"}} == 1)',
+               alerts.exporter_down_for, "warning", "GPU node without a working DCGM exporter",
+               f"Node {{{{ $labels.node }}}} advertises {{{{ $value }}}} GPUs but no DCGM "
+               f"exporter on it has been scraped for {alerts.exporter_down_for}: its GPU usage "
+               "and health are unknown."),
+        _alert("GpuAllocatedIdle",
+               f'max by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{{pod!=""}}) '
+               f"< {alerts.idle_utilization_percent}",
+               alerts.idle_for, "info", "GPUs allocated but idle",
+               f"Pod {{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}} holds GPUs whose "
+               f"utilization has stayed below {alerts.idle_utilization_percent}% for "
+               f"{alerts.idle_for} (now {{{{ $value }}}}%): others could use them."),
+        _alert("GpuPodFragmentationPending",
+               f'(sum by (namespace, pod) '
+               f'(kube_pod_container_resource_requests{{resource="{GPU}"}}) '
+               f"and on (namespace, pod) (kube_pod_status_unschedulable == 1)) "
+               f"<= on () group_left () sum({NODE_FREE})",
+               alerts.pending_for, "warning", "GPU pod pending although enough GPUs are free",
+               f"Pod {{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}} asks for {{{{ $value }}}} "
+               f"GPUs and has been unschedulable for {alerts.pending_for}, although at least as "
+               "many GPUs are free across the cluster: they are split over nodes that cannot "
+               "each take it (fragmentation), or its constraints exclude the nodes with room."),
+        _alert("BinpackSchedulerUnavailable", unavailable(sched.namespace, sched.name),
+               alerts.unavailable_for, "critical", "The GPU binpack scheduler is down",
+               f"No pod of {sched.namespace}/{sched.name} has been available for "
+               f"{alerts.unavailable_for}: new GPU pods, which must use it, are not scheduled."),
+        _alert("GpuAdmissionUnavailable",
+               f"sum by (namespace) (kube_deployment_status_replicas_available"
+               f"{{{opa_deployment}}}) < 1",
+               alerts.unavailable_for,
+               "critical" if adm.failure_policy == "Fail" else "warning",
+               "The GPU admission webhook (OPA) is down",
+               f"No OPA pod in {adm.namespace} has been available for {alerts.unavailable_for}: "
+               + ("new GPU pods are refused (failure policy Fail)."
+                  if adm.failure_policy == "Fail" else
+                  "new GPU pods are admitted unchecked (failure policy Ignore).")),
+        _alert("GpuAdmissionDegraded",
+               f"sum by (namespace) (kube_deployment_status_replicas_available"
+               f"{{{opa_deployment}}}) < sum by (namespace) "
+               f"(kube_deployment_spec_replicas{{{opa_deployment}}})",
+               "10m", "warning", "Some OPA pods are not ready",
+               f"{{{{ $value }}}} OPA pods in {adm.namespace} are available, fewer than asked "
+               "for. An OPA pod is ready only when it can decide: check the pods' events "
+               "(scheduling, image pulls, restarts) and the OPA container's log, which names a "
+               "policy or parameter file it could not load."),
+        _alert("GpuAdmissionDecisionErrors",
+               f'sum by (namespace, pod) (rate(http_request_duration_seconds_count{{'
+               f'namespace="{adm.namespace}", handler="v0/data", code!="200"}}[5m])) > 0',
+               "5m", admission_severity, "OPA answers admission requests without a decision",
+               "OPA pod {{ $labels.namespace }}/{{ $labels.pod }} answered admission requests "
+               "with an error or without a decision for 5 minutes (404: no decision, which a "
+               f"pod loaded from a broken policy ConfigMap gives): {failure_effect}."),
+        _alert("GpuAdmissionWebhookFailing",
+               f'(sum by (name) (rate(apiserver_admission_webhook_rejection_count{{{webhooks}, '
+               f'error_type!="no_error"}}[5m])) or sum by (name) '
+               f'(rate(apiserver_admission_webhook_fail_open_count{{{webhooks}}}[5m]))) > 0',
+               "5m", admission_severity, "The API server cannot call the GPU admission webhook",
+               "Calls to webhook {{ $labels.name }} fail (timeouts, TLS, no endpoints): "
+               f"{failure_effect}. Check that OPA is ready and that the API server can reach "
+               "it."),
+        _alert("GpuAdmissionRejectionsHigh",
+               f'sum(increase(apiserver_admission_webhook_rejection_count{{{webhooks}, '
+               f'error_type="no_error"}}[1h])) > {alerts.admission_rejections_per_hour}',
+               "15m", "warning", "Many requests refused by the GPU admission policy",
+               "{{ $value }} requests were refused by the GPU admission policy in the last "
+               f"hour (more than {alerts.admission_rejections_per_hour}): a chart or pipeline "
+               "is probably creating GPU pods outside the rules. The dashboard's Admission row "
+               "shows which operations; the API server's events name the pods."),
+        _alert("GpuPlatformQuotaNearlyFull",
+               f"{quota('used')} / ignoring (type) {quota('hard')} > 0.9", "15m", "warning",
+               "A platform namespace's critical-pods quota is nearly full",
+               "Namespace {{ $labels.namespace }} holds {{ $value | humanizePercentage }} of "
+               f"the pods its {manifests.CRITICAL_PODS_QUOTA} quota allows at a critical priority. "
+               "Where that priority needs a quota (GKE), pods past it are refused: in "
+               f"{inputs.gpu_operator_namespace} new nodes would get no GPU operands "
+               "(raise gpuOperator.maxClusterNodes); in the scheduler's and OPA's namespaces "
+               "the quota is sized from their replicas, so look for other critical pods there."),
+        _alert("GpuPodsPendingGrowing",
+               f"{GPU_PODS_PENDING} > 0 and delta({GPU_PODS_PENDING}"
+               f"[{alerts.pending_growth_for}]) > 0",
+               alerts.pending_growth_for, "warning", "Pending GPU pods keep piling up",
+               f"{{{{ $value }}}} GPU pods are pending and their number has grown for "
+               f"{alerts.pending_growth_for}: the binpack scheduler may be stuck or down, or the "
+               "cluster is out of GPUs (see the dashboard's Capacity row)."),
+    ]
+
+
+# Kueue's quota gauges, from the replica that decides (every replica serves metrics; a follower's
+# are not current). GPU resources only: the queues count nothing else.
+KUEUE_GPUS = 'resource=~"nvidia[.]com/.*", replica_role!="follower"'
+
+
+def kueue_series(metric: str, by: str = "cluster_queue, resource", where: str = "") -> str:
+    return f"sum by ({by}) (kueue_{metric}{{{KUEUE_GPUS}{where}}})"
+
+
+def team_alerts(inputs: MonitoringInputs) -> list[dict]:
+    """With teams on: Kueue down (then no pod can be created in a team namespace), and a team
+    whose GPU workloads wait although they would fit in its own quota (the GPUs it lent are not
+    being reclaimed, or its quota is more than the nodes hold)."""
+    teams = inputs.teams
+    if teams is None:
+        return []
+    alerts = inputs.monitoring.alerts
+    deployment = (f'namespace="{teams.namespace}", '
+                  f'deployment="{kueue_deployment_name(teams.release_name)}"')
+    pending = kueue_series("cluster_queue_resource_pending")
+    usage = kueue_series("cluster_queue_resource_usage")
+    nominal = kueue_series("cluster_queue_nominal_quota")
+    return [
+        _alert("KueueUnavailable",
+               f"kube_deployment_status_replicas_available{{{deployment}}} < 1",
+               alerts.unavailable_for, "critical", "Kueue is down",
+               f"No Kueue pod in {teams.namespace} has been available for "
+               f"{alerts.unavailable_for}: no pod can be created in a team namespace (Kueue's "
+               "webhooks fail closed), and no queued workload is admitted."),
+        _alert("GpuTeamWaitsWithQuotaUnused",
+               f"({pending} > 0) and on (cluster_queue, resource) "
+               f"({usage} + {pending} <= {nominal})",
+               alerts.pending_for, "warning",
+               "A team waits for GPUs within its own quota",
+               "Team {{ $labels.cluster_queue }} has had {{ $value }} {{ $labels.resource }} "
+               f"pending for {alerts.pending_for}, within its nominal quota: the GPUs it lent are "
+               "not being reclaimed, or its quota is more than the GPU nodes hold. See "
+               "`kubectl get workloads -A` and the Teams rows of the dashboard."),
+    ]
+
+
+def compaction_alerts(inputs: MonitoringInputs) -> list[dict]:
+    """With compaction on: a compaction that has stopped running (its pod never placed, because
+    the binpack scheduler is down, or its runs failing)."""
+    compaction = inputs.compaction
+    if compaction is None:
+        return []
+    hours = inputs.monitoring.alerts.compaction_stale_hours
+    cron_job = f'namespace="{compaction.namespace}", cronjob="{compaction.name}"'
+    return [
+        _alert("GpuCompactionNotRunning",
+               f"(time() - kube_cronjob_status_last_successful_time{{{cron_job}}} > "
+               f"{hours * 3600}) or (time() - kube_cronjob_created{{{cron_job}}} > "
+               f"{hours * 3600} unless kube_cronjob_status_last_successful_time{{{cron_job}}})",
+               "0s", "warning", "GPU compaction has not run",
+               f"No run of CronJob {compaction.namespace}/{compaction.name} has succeeded for "
+               f"{hours} hours, so half-used GPU nodes are not being emptied. A run waits for "
+               "the binpack scheduler (is it up?); see the CronJob's Jobs and their pods."),
+    ]
+
+
+def prometheus_rule(inputs: MonitoringInputs, certificate_not_after: int | None = None
+                    ) -> dict:
+    mon = inputs.monitoring
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": RULE_NAME, "namespace": mon.namespace,
+                     # Selected by the stack's Prometheus (rule selectors are open); the release
+                     # label keeps it selected should the selectors be narrowed to the release.
+                     "labels": {**manifests.labels(RULE_NAME, COMPONENT),
+                                "release": mon.release_name}},
+        # One group: its rules run in order, so the alerts read the series recorded in the same
+        # evaluation (separate groups run independently, a step apart in either order).
+        "spec": {"groups": [
+            {"name": "gpu-platform",
+             "rules": recording_rules(inputs) + alert_rules(inputs, certificate_not_after)
+             + compaction_alerts(inputs) + team_alerts(inputs)},
+        ]},
+    }

@@ -1,0 +1,198 @@
+"""The `monitoring` section of the stack settings."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from ..base.model import Model, ReleaseProtection, to_snake
+from ..base.validation import (
+    ChartPath,
+    DnsLabel,
+    Duration,
+    Invalid,
+    OwnNamespace,
+    Repository,
+    chart_path_field,
+    is_dns_subdomain,
+)
+
+
+class GrafanaSettings(Model):
+    """Grafana's admin account."""
+
+    admin_user: str = Field(default="admin", description="Grafana admin user.")
+    admin_password: str | None = Field(
+        default=None,
+        description="Grafana admin password (set with `pulumi config set --secret --path`); "
+                    "unset: generated and kept as a Pulumi secret.")
+
+
+class AlertSettings(Model):
+    """Thresholds of the GPU alerts."""
+
+    gpu_temperature_celsius: int = Field(
+        default=85, ge=50, le=110,
+        description="GpuTemperatureHigh fires above this GPU temperature, degrees Celsius.")
+    gpu_temperature_for: Duration = Field(
+        default="10m", description="...for this long (a duration), so a short burst under load "
+                                   "does not page.")
+    fatal_xid_codes: list[int] = Field(
+        default_factory=lambda: [48, 79, 94, 95],
+        description="XID codes that mean the GPU needs draining and a reset (48 double-bit ECC, "
+                    "79 fallen off the bus, 94/95 contained/uncontained ECC): GpuFatalXidError, "
+                    "critical; any other XID is GpuXidError, a warning.")
+    idle_utilization_percent: int = Field(
+        default=5, ge=1, le=100,
+        description="GpuAllocatedIdle: a pod whose GPUs stay below this utilization, percent...")
+    idle_for: Duration = Field(default="2h", description="...for this long (a duration).")
+    pending_for: Duration = Field(
+        default="15m",
+        description="GpuPodFragmentationPending: a GPU pod unschedulable this long although "
+                    "enough GPUs are free in total (a duration).")
+    exporter_down_for: Duration = Field(
+        default="10m",
+        description="GpuExporterDown: a GPU node without a healthy DCGM exporter this long "
+                    "(a duration).")
+    unavailable_for: Duration = Field(
+        default="5m",
+        description="BinpackSchedulerUnavailable, GpuAdmissionUnavailable: no available pod "
+                    "this long (a duration).")
+    admission_rejections_per_hour: int = Field(
+        default=60, ge=1,
+        description="GpuAdmissionRejectionsHigh: more requests than this refused by the policy "
+                    "in an hour (someone's chart or pipeline keeps breaking the rules).")
+    compaction_stale_hours: int = Field(
+        default=2, ge=1, le=168,
+        description="GpuCompactionNotRunning: no compaction run has succeeded for this many "
+                    "hours (with compaction enabled; a run waits for the binpack scheduler).")
+    pending_growth_for: Duration = Field(
+        default="30m",
+        description="GpuPodsPendingGrowing: pending GPU pods more numerous than this long ago "
+                    "(a duration), and not fewer since.")
+
+
+class StorageSettings(Model):
+    """Persistent volumes for Prometheus and Alertmanager."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Persistent volumes for Prometheus and Alertmanager, so samples, `for:` "
+                    "timers and silences survive a restart. Off only by choice (then all of it "
+                    "is lost whenever a pod moves).")
+    storage_class_name: str | None = Field(
+        default=None, description="StorageClass of the volumes; unset: the cluster's default.")
+    prometheus_size_gib: int = Field(
+        default=50, ge=1, le=65536,
+        description="Prometheus volume, GiB; Prometheus also deletes the oldest samples once "
+                    "they take 90% of it, whatever `retention` says.")
+    alertmanager_size_gib: int = Field(default=1, ge=1, le=1024,
+                                       description="Alertmanager volume (silences), GiB.")
+
+    @field_validator("storage_class_name")
+    @classmethod
+    def class_is_a_name(cls, value: str | None) -> str | None:
+        if value is not None and not is_dns_subdomain(value):
+            raise Invalid("not a StorageClass name", "a DNS-1123 subdomain, or unset for the "
+                                                     "cluster's default")
+        return value
+
+
+Severity = Literal["critical", "warning", "info"]
+
+
+class Receiver(Model):
+    """Where Alertmanager sends alerts of some severities."""
+
+    name: DnsLabel = Field(description="Receiver name (a DNS-1123 label).")
+    severities: list[Severity] = Field(
+        min_length=1, description="Alerts of these severities are sent here.")
+    webhook_url: str | None = Field(default=None, description="Generic webhook URL.")
+    slack_api_url: str | None = Field(default=None,
+                                      description="Slack incoming-webhook URL (a secret).")
+    slack_channel: str | None = Field(default=None, description="Slack channel, e.g. #gpu.")
+    pagerduty_routing_key: str | None = Field(
+        default=None, description="PagerDuty Events v2 routing key (a secret).")
+
+
+    @field_validator("webhook_url", "slack_api_url")
+    @classmethod
+    def url_is_https(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^\s/]+", value):
+            raise Invalid("not a URL", "an http(s) URL")
+        return value
+
+    @model_validator(mode="after")
+    def one_destination(self) -> Receiver:
+        given = [key for key in ("webhookUrl", "slackApiUrl", "pagerdutyRoutingKey")
+                 if getattr(self, to_snake(key))]
+        if len(given) != 1:
+            raise Invalid("a receiver sends to exactly one destination",
+                          "one of webhookUrl, slackApiUrl (with slackChannel) or "
+                          "pagerdutyRoutingKey", value=given, has_value=True)
+        if self.slack_api_url and not self.slack_channel:
+            raise Invalid("a Slack receiver needs a channel", "slackChannel such as #gpu-alerts",
+                          at=("slackChannel",), value=None, has_value=True)
+        return self
+
+
+class AlertmanagerSettings(Model):
+    """Where alerts go, and how often."""
+
+    receivers: list[Receiver] = Field(
+        default_factory=list,
+        description="Where alerts go, by severity: each `{name, severities, and one of "
+                    "webhookUrl, slackApiUrl with slackChannel, pagerdutyRoutingKey}` (set URLs "
+                    "and keys with `pulumi config set --secret --path`). Empty: alerts are only "
+                    "shown in Alertmanager. See docs/operators/monitoring.md#where-alerts-go.")
+    group_wait: Duration = Field(default="30s", description="Wait before the first notification of "
+                                                            "a group.")
+    repeat_interval: Duration = Field(default="4h", description="Resend a firing alert this often.")
+
+
+    @field_validator("receivers")
+    @classmethod
+    def names_unique(cls, receivers: list[Receiver]) -> list[Receiver]:
+        names = [r.name for r in receivers]
+        for index, name in enumerate(names):
+            if name in names[:index] or name == "null":
+                raise Invalid("receiver name used twice or reserved", "unique names, not null",
+                              at=(index, "name"), value=name, has_value=True)
+        return receivers
+
+
+class MonitoringSettings(Model):
+    """kube-prometheus-stack, the GPU dashboard, recording rules and alerts."""
+
+    release_name: DnsLabel = Field(default="kube-prometheus-stack",
+                                   description="Helm release name.")
+    namespace: OwnNamespace = Field(default="monitoring", description="Namespace of the stack.")
+    repository: Repository = Field(default="https://prometheus-community.github.io/helm-charts",
+                                   description="Helm repository of the chart: https://, or an "
+                                               "oci:// registry (a mirror, for example).")
+    chart_version: str = Field(default="88.5.3", description="Pinned chart version.")
+    chart_path: ChartPath = chart_path_field()
+    scrape_interval: Duration = Field(default="15s", description="Prometheus scrape interval of "
+                                                                 "the DCGM exporter.")
+    retention: Duration = Field(default="15d", description="How long Prometheus keeps samples.")
+    grafana: GrafanaSettings = Field(default_factory=GrafanaSettings, description="Grafana.")
+    largest_common_request: int = Field(
+        default=8, ge=1, le=16,
+        description="GPUs of the largest pod the platform should be able to place (GPUs): free "
+                    "GPUs on a busy node that cannot take one count as stranded.")
+    alerts: AlertSettings = Field(default_factory=AlertSettings, description="Alert thresholds.")
+    storage: StorageSettings = Field(default_factory=StorageSettings,
+                                     description="Persistent storage.")
+    alertmanager: AlertmanagerSettings = Field(default_factory=AlertmanagerSettings,
+                                               description="Alert routing.")
+    protection: ReleaseProtection = Field(
+        default_factory=lambda: ReleaseProtection(protect=False),
+        description="As for the operator (`gpuOperator.protection`); not protected by "
+                    "default: replacing the release loses no workload (with storage on, its "
+                    "volumes are claims of their own).")
+    extra_values: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Further chart values, merged over the generated ones; keys that other "
+                    "settings own are refused.")

@@ -1,0 +1,203 @@
+"""The webhooks' matchConditions, in CEL: true for every request a rule of the policy can be
+about, so that requests that cannot break one never wait for OPA."""
+
+from collections.abc import Sequence
+
+from ..base.facts import ADMISSION_GATE, KUEUE_PREFIX, TOPOLOGY_GATE
+from ..base.model import Taint
+from .facts import (
+    DAEMONSET_CONTROLLERS,
+    DEVICE_ANNOTATION_PREFIXES,
+    NVIDIA_DEVICE_CLASS_SUFFIX,
+    TOOLKIT_DEVICE_LIST_ROOT,
+)
+from .inputs import OpaAdmissionInputs
+from .policy import claim_writers
+
+VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
+
+
+def _cel_matches(names: Sequence[str]) -> str:
+    tests = [f"r.startsWith('{n[:-1]}')" if n.endswith("*") else f"r == '{n}'" for n in names]
+    return " || ".join(tests)
+
+
+def _cel_list(values: Sequence[str]) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def _cel_any_container(test: str, pod: str = "object") -> str:
+    lists = [f"{pod}.spec.containers",
+             f"(has({pod}.spec.initContainers) ? {pod}.spec.initContainers : [])",
+             f"(has({pod}.spec.ephemeralContainers) ? {pod}.spec.ephemeralContainers : [])"]
+    return " || ".join(f"{lst}.exists(c, {test})" for lst in lists)
+
+
+def _cel_tolerates(taint: Taint, pod: str) -> str:
+    """True when a toleration of the pod matches the taint, as kube-scheduler matches them."""
+    effect = f"(!has(t.effect) || t.effect == '' || t.effect == '{taint.effect}')"
+    operator = "(has(t.operator) ? t.operator : 'Equal')"
+    key = "(has(t.key) ? t.key : '')"
+    value = "(has(t.value) ? t.value : '')"
+    match = (f"({key} == '' && {operator} == 'Exists') || ({key} == '{taint.key}' && "
+             f"({operator} == 'Exists' || ({operator} == 'Equal' && {value} == '{taint.value}')))")
+    return (f"(has({pod}.spec.tolerations) && "
+            f"{pod}.spec.tolerations.exists(t, {effect} && ({match})))")
+
+
+def gpu_request_condition(inputs: OpaAdmissionInputs) -> str:
+    """CEL: true when any container, init container or ephemeral container names a guarded GPU
+    resource in its requests or limits."""
+    match = _cel_matches(inputs.admission.gpu_resource_names)
+    return _cel_any_container(
+        "has(c.resources) && ("
+        f"(has(c.resources.requests) && c.resources.requests.exists(r, {match})) || "
+        f"(has(c.resources.limits) && c.resources.limits.exists(r, {match})))")
+
+
+def pod_condition(inputs: OpaAdmissionInputs) -> str:
+    """CEL for the pod webhooks' matchConditions: true for every request a rule of the policy
+    can be about (and some it turns out not to be), so that pods which cannot break a rule never
+    wait for OPA, and OPA being down cannot block them.
+
+    CREATE: pods that name a guarded resource; pods that may run on a GPU node (bound by name
+    to a GPU node, or to any node where GPU nodes are not named; tolerating the GPU taint,
+    except a DaemonSet's pod that asks for no device path and no high priority); pods that set
+    NVIDIA_VISIBLE_DEVICES, name an NVIDIA RuntimeClass or carry a device-injecting annotation.
+    UPDATE: a toleration of the GPU taint or a device-injecting annotation added; in a team
+    namespace, a GPU pod's Kueue gate lifted or Kueue's labels or annotations changed by anyone
+    but Kueue. Every ephemeral container added (the node is not known to the condition)."""
+    adm = inputs.admission
+    taint = inputs.gpu_nodes.taints[0]
+    visible_devices = f"has(c.env) && c.env.exists(e, e.name == '{VISIBLE_DEVICES_ENV}')"
+    daemonset_pod = (
+        f"request.userInfo.username in {_cel_list(DAEMONSET_CONTROLLERS)} && "
+        "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
+        "o.kind == 'DaemonSet' && has(o.controller) && o.controller)")
+    bound_by_name = ("(has(object.spec.nodeName) && object.spec.nodeName in "
+                     f"{_cel_list(inputs.gpu_nodes.names)})"
+                     if inputs.gpu_nodes.names is not None else
+                     "(has(object.spec.nodeName) && object.spec.nodeName != '')")
+    annotations = (
+        "has(object.metadata.annotations) && object.metadata.annotations.exists(k, "
+        + " || ".join(f"k.startsWith('{prefix}')" for prefix in DEVICE_ANNOTATION_PREFIXES)
+        + ")")
+    # Over-approximated: any capability added, any host path, any mount path that names the
+    # toolkit's device list directory; OPA decides which count.
+    device_list_name = TOOLKIT_DEVICE_LIST_ROOT.rsplit("/", 1)[1]
+    device_path = " || ".join([
+        _cel_any_container("(has(c.securityContext) && ((has(c.securityContext.privileged) && "
+                           "c.securityContext.privileged) || (has(c.securityContext.capabilities)"
+                           " && has(c.securityContext.capabilities.add) && "
+                           "size(c.securityContext.capabilities.add) > 0))) || "
+                           "(has(c.volumeMounts) && c.volumeMounts.exists(m, "
+                           f"m.mountPath.contains('{device_list_name}')))"),
+        "(has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.hostPath)))",
+        "(has(object.spec.hostPID) && object.spec.hostPID)",
+        "(has(object.spec.hostIPC) && object.spec.hostIPC)",
+        f"({annotations})"])
+    high_priority = (f"(has(object.spec.priority) && "
+                     f"object.spec.priority > {adm.max_gpu_pod_priority})")
+    on_create = " || ".join([
+        f"({gpu_request_condition(inputs)})",
+        bound_by_name,
+        f"({_cel_tolerates(taint, 'object')} && (!({daemonset_pod}) || {device_path} || "
+        f"{high_priority}))",
+        f"({_cel_any_container(visible_devices)})",
+        f"(has(object.spec.runtimeClassName) && object.spec.runtimeClassName in "
+        f"{_cel_list(adm.nvidia_runtime_classes)})",
+        f"({annotations})",
+    ])
+    if inputs.gpu_path == "dra":
+        on_create += (" || (has(object.spec.resourceClaims) && "
+                      "size(object.spec.resourceClaims) > 0)")
+    on_update = (f"({_cel_tolerates(taint, 'object')} && "
+                 f"!{_cel_tolerates(taint, 'oldObject')}) || ({annotations})")
+    if inputs.teams is not None:
+        on_update += f" || ({team_pod_update_condition(inputs)})"
+    return (f"request.operation == 'CREATE' ? ({on_create}) : "
+            f"(has(request.subResource) && request.subResource == 'ephemeralcontainers' ? "
+            f"true : ({on_update}))")
+
+
+def _cel_changed(field: str, prefix: str) -> str:
+    """CEL: a key of metadata.<field> that starts with `prefix` added, changed or removed."""
+    new, old = f"object.metadata.{field}", f"oldObject.metadata.{field}"
+    return (f"(has({new}) && {new}.exists(k, k.startsWith('{prefix}') && !(has({old}) && "
+            f"k in {old} && {old}[k] == {new}[k]))) || (has({old}) && {old}.exists(k, "
+            f"k.startsWith('{prefix}') && !(has({new}) && k in {new})))")
+
+
+def team_pod_update_condition(inputs: OpaAdmissionInputs) -> str:
+    """CEL, on a pod UPDATE: in a team namespace, someone other than Kueue lifts a GPU pod's
+    Kueue gate or changes Kueue's labels or annotations on it."""
+    teams = inputs.teams
+    assert teams is not None
+    gate_lifted = (f"has(oldObject.spec.schedulingGates) && oldObject.spec.schedulingGates.exists("
+                   f"g, g.name in {_cel_list([ADMISSION_GATE, TOPOLOGY_GATE])} && "
+                   "!(has(object.spec.schedulingGates) && "
+                   "object.spec.schedulingGates.exists(h, h.name == g.name)))")
+    return (f"request.namespace in {_cel_list(sorted(teams.namespaces))} && "
+            f"request.userInfo.username != '{teams.kueue_user}' && "
+            f"({gpu_request_condition(inputs)}) && (({gate_lifted}) || "
+            f"{_cel_changed('labels', KUEUE_PREFIX)} || "
+            f"{_cel_changed('annotations', KUEUE_PREFIX)})")
+
+
+def _cel_workload_gpus(inputs: OpaAdmissionInputs) -> str:
+    """CEL: a Job's, or a JobSet's, pod template asks for a guarded resource."""
+    match = _cel_matches(inputs.admission.gpu_resource_names)
+    asks = ("has(c.resources) && ((has(c.resources.requests) && "
+            f"c.resources.requests.exists(r, {match})) || (has(c.resources.limits) && "
+            f"c.resources.limits.exists(r, {match})))")
+
+    def template(spec: str) -> str:
+        return " || ".join(f"({lst}.exists(c, {asks}))" for lst in (
+            f"{spec}.containers",
+            f"(has({spec}.initContainers) ? {spec}.initContainers : [])"))
+
+    return (f"request.kind.kind == 'Job' ? ({template('object.spec.template.spec')}) : "
+            "(has(object.spec.replicatedJobs) && object.spec.replicatedJobs.exists(j, "
+            f"{template('j.template.spec.template.spec')}))")
+
+
+def team_workload_condition(inputs: OpaAdmissionInputs) -> str:
+    """CEL for the webhook on a team's Jobs and JobSets: one that asks for GPUs, written by
+    anyone but Kueue, created running, started, or (a Job) grown while running."""
+    teams = inputs.teams
+    assert teams is not None
+    running = "!(has(object.spec.suspend) && object.spec.suspend)"
+    was_suspended = "has(oldObject.spec.suspend) && oldObject.spec.suspend"
+    grown = ("request.kind.kind == 'Job' && has(object.spec.parallelism) && "
+             "object.spec.parallelism > (has(oldObject.spec.parallelism) ? "
+             "oldObject.spec.parallelism : 1)")
+    return (f"request.userInfo.username != '{teams.kueue_user}' && "
+            f"({_cel_workload_gpus(inputs)}) && {running} && "
+            f"(request.operation == 'CREATE' ? "
+            f"!(request.userInfo.username in {_cel_list(teams.workload_controllers)}) : "
+            f"(({was_suspended}) || ({grown})))")
+
+
+def dra_condition(inputs: OpaAdmissionInputs) -> str:
+    """CEL for the webhook on Dynamic Resource Allocation: every claim and claim template
+    created; a claim's allocation written by anyone but the schedulers and the resource-claim
+    controller; a DeviceClass written by anyone but the exempt namespaces' ServiceAccounts (the
+    platform's own classes left out); an NVIDIA driver's ResourceSlice written by anyone but
+    them."""
+    trusted = " || ".join(f"request.userInfo.username.startsWith('system:serviceaccount:{ns}:')"
+                          for ns in inputs.exempt_namespaces)
+    writers = _cel_list(claim_writers(inputs))
+    def has(obj: str, field: str) -> str:
+        return f"(has({obj}.status) && has({obj}.status.{field}))"
+    allocation = " || ".join(
+        f"({has('object', f)} != {has('oldObject', f)} || ({has('object', f)} && "
+        f"{has('oldObject', f)} && object.status.{f} != oldObject.status.{f}))"
+        for f in ("allocation", "reservedFor"))
+    sub = "(has(request.subResource) ? request.subResource : '')"
+    resource = "request.resource.resource"
+    return (f"{resource} == 'resourceslices' ? (object.spec.driver.endsWith("
+            f"'{NVIDIA_DEVICE_CLASS_SUFFIX}') && !({trusted})) : "
+            f"{resource} == 'deviceclasses' ? (!(object.metadata.name in "
+            f"{_cel_list(inputs.platform_device_classes)}) && !({trusted})) : "
+            f"{sub} == 'status' ? (!(request.userInfo.username in {writers}) && "
+            f"({allocation})) : true")

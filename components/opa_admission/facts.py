@@ -1,0 +1,80 @@
+"""Facts the admission policy decides with: who creates which pods and claims, what gives a
+container a GPU other than the GPU resource on a GPU node, and which namespaces the webhooks
+never see. Each is written once, here, with where it was read from."""
+
+from __future__ import annotations
+
+# Device classes of NVIDIA's Dynamic Resource Allocation driver (gpu.nvidia.com,
+# mig.nvidia.com, compute-domain-*.nvidia.com) end in this.
+NVIDIA_DEVICE_CLASS_SUFFIX = "nvidia.com"
+# Who writes ResourceClaims' allocations: kube-scheduler (the cluster's, and the binpack
+# scheduler's ServiceAccount, added by the program) and the resource-claim controller, which
+# releases them.
+CLAIM_CONTROLLERS = ("system:kube-scheduler",
+                     "system:serviceaccount:kube-system:resource-claim-controller",
+                     "system:kube-controller-manager")
+# Who creates a DaemonSet's pods: the controller-manager's DaemonSet controller, with its own
+# ServiceAccount (--use-service-account-credentials) or with the controller-manager's identity.
+DAEMONSET_CONTROLLERS = ("system:serviceaccount:kube-system:daemon-set-controller",
+                         "system:kube-controller-manager")
+# Who creates a Job's pods: the controller-manager's Job controller, with its own ServiceAccount
+# or with the controller-manager's identity.
+JOB_CONTROLLERS = ("system:serviceaccount:kube-system:job-controller",
+                   "system:kube-controller-manager")
+# Who creates the pods of Deployments (their ReplicaSets) and StatefulSets: the
+# controller-manager's controllers, with their own ServiceAccounts or its identity.
+PARENT_CONTROLLERS = ("system:serviceaccount:kube-system:replicaset-controller",
+                      "system:serviceaccount:kube-system:statefulset-controller",
+                      "system:kube-controller-manager")
+# Device paths: what gives a container a GPU other than the GPU resource, on a GPU node.
+# The capabilities that make the NVIDIA container toolkit (v1.20.0, as the operator chart pins it)
+# treat a container as privileged: CAP_SYS_ADMIN in its bounding set (and ALL, which holds it).
+PRIVILEGED_CAPABILITIES = ("SYS_ADMIN", "ALL")
+# Host paths that hold GPU devices, driver files or a way to them, each spelled as the node
+# resolves it (HOST_PATH_ALIASES lists the other spellings): device nodes, the driver's /proc and
+# /sys entries and libraries (host, GKE and standalone installs), the container runtimes' sockets
+# and state (containerd, CRI-O, k3s and RKE2's containerd, Docker and cri-dockerd, Bottlerocket's
+# host containerd; the NRI socket) and CDI specs, the kubelet's device-plugin, DRA-plugin and
+# pod-resources sockets, and the MPS pipes of GKE's device plugin. A mount of one of them, of a
+# path under one, or of a directory that holds one (/, /usr, /run, /var) is a device path.
+DEVICE_HOST_PATHS = ("/dev", "/proc", "/sys", "/usr/lib", "/usr/lib64", "/usr/local/nvidia",
+                     "/home/kubernetes/bin/nvidia", "/var/lib/nvidia", "/run/nvidia",
+                     "/run/containerd", "/run/crio", "/run/k3s", "/run/docker", "/run/docker.sock",
+                     "/run/cri-dockerd.sock", "/run/dockershim.sock", "/run/host-containerd",
+                     "/run/nri", "/run/cdi", "/etc/cdi", "/var/lib/kubelet", "/tmp/nvidia-mps")
+# Other spellings of the same host directories, as (spelling, where the node resolves it):
+# symlinks every systemd distribution has (/var/run) or merged /usr has (/lib, /lib64, /bin,
+# /sbin), and the bind mounts and symlinks of Bottlerocket (/local/*, its sys-root /usr) and
+# Container-Optimized OS (/mnt/stateful_partition/*). A path is compared in every spelling.
+HOST_PATH_ALIASES = (("/var/run", "/run"), ("/lib", "/usr/lib"), ("/lib64", "/usr/lib64"),
+                     ("/bin", "/usr/bin"), ("/sbin", "/usr/sbin"),
+                     ("/local/var", "/var"), ("/local/opt", "/opt"), ("/local/mnt", "/mnt"),
+                     ("/x86_64-bottlerocket-linux-gnu/sys-root/usr", "/usr"),
+                     ("/aarch64-bottlerocket-linux-gnu/sys-root/usr", "/usr"),
+                     ("/mnt/stateful_partition/var", "/var"),
+                     ("/mnt/stateful_partition/home", "/home"))
+# The NVIDIA container toolkit reads a container's mounts whose destination starts with this (a
+# plain string prefix, after cleaning the path) as a list of GPUs to give it, `all` included
+# (the device plugin's volume-mounts strategy; toolkit v1.20.0, internal/config/image).
+TOOLKIT_DEVICE_LIST_ROOT = "/var/run/nvidia-container-devices"
+
+
+def path_spellings(path: str) -> list[str]:
+    """Every spelling of a host path through HOST_PATH_ALIASES (the path itself first)."""
+    spellings = [path]
+    for spelling in spellings:
+        for alias, target in HOST_PATH_ALIASES:
+            if spelling == target or spelling.startswith(target + "/"):
+                other = alias + spelling[len(target):]
+                if other not in spellings:
+                    spellings.append(other)
+    return spellings
+
+
+# Pod annotations that make the runtime inject devices: CDI's (honoured by containerd and CRI-O
+# with CDI on, as the GPU Operator configures them) and the NVIDIA toolkit's NRI plugin's.
+DEVICE_ANNOTATION_PREFIXES = ("cdi.k8s.io/", "nvidia.cdi.k8s.io/")
+# The namespace the webhooks never see whatever the stack says: the control plane's own. (OPA's
+# own is exempt too, since a webhook that guards the pods that serve it can deadlock, and so are
+# the trusted namespaces of the platform's other components: OpaAdmissionInputs says which.)
+ALWAYS_EXEMPT = ("kube-system",)

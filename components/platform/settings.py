@@ -1,0 +1,203 @@
+"""A stack's settings: every section of the stack file, each the section of its component,
+and the rules that span sections."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from ..base.facts import DRA_MIN_KUBERNETES, GPU_RESOURCE, mig_resource, resource_matches
+from ..base.model import (
+    KubernetesVersion,
+    Model,
+    RegistryMirror,
+    kubernetes_version_field,
+    mirror_field,
+    to_snake,
+)
+from ..base.validation import Invalid
+from ..binpack_scheduler.settings import SchedulerSettings
+from ..gpu_compaction.settings import CompactionSettings
+from ..gpu_nodes.settings import GpuNodesSettings
+from ..gpu_operator.settings import GpuOperatorSettings
+from ..monitoring.settings import MonitoringSettings
+from ..opa_admission.settings import AdmissionSettings
+from ..teams.settings import KUEUE_MIN_KUBERNETES, TeamsSettings
+
+
+class ClusterSettings(Model):
+    """The cluster the stack deploys to: a context of a kubeconfig."""
+
+    context: str = Field(
+        description="Context of the stack's cluster in the kubeconfig (required): the program "
+                    "never deploys to whatever context happens to be current.")
+    kubeconfig: str | None = Field(
+        default=None,
+        description="Path of the kubeconfig file; unset: `$KUBECONFIG`, else "
+                    "`~/.kube/config`, as kubectl reads them.")
+
+
+class StackSettings(Model):
+    """A stack's settings: every section of the stack file."""
+
+    cluster: ClusterSettings = Field(description="The cluster the stack deploys to (required).")
+    image_registry_mirror: RegistryMirror = mirror_field()
+    kubernetes_version: KubernetesVersion = kubernetes_version_field()
+    gpu_nodes: GpuNodesSettings = Field(description="GPU nodes (required).")
+    gpu_operator: GpuOperatorSettings = Field(
+        default_factory=GpuOperatorSettings,
+        description="NVIDIA's GPU Operator: its Helm release and the operands it runs on GPU "
+                    "nodes.")
+    scheduler: SchedulerSettings = Field(
+        default_factory=SchedulerSettings,
+        description="The binpack scheduler, a second kube-scheduler that packs GPU pods, and "
+                    "the PriorityClass of preemptible GPU pods.")
+    admission: AdmissionSettings = Field(
+        default_factory=AdmissionSettings,
+        description="OPA behind the admission webhooks: which pods are GPU pods and what is "
+                    "refused.")
+    monitoring: MonitoringSettings = Field(
+        default_factory=MonitoringSettings,
+        description="kube-prometheus-stack, the GPU dashboard, recording rules and alerts.")
+    compaction: CompactionSettings = Field(
+        default_factory=CompactionSettings,
+        description="Moving opted-in GPU pods off lightly used GPU nodes with the descheduler, "
+                    "so whole nodes come free.")
+    teams: TeamsSettings = Field(
+        default_factory=TeamsSettings,
+        description="Teams that share the GPUs through Kueue: a quota and a queue per team.")
+
+
+    @model_validator(mode="after")
+    def namespaces_are_apart(self) -> StackSettings:
+        owners: dict[str, str] = {}
+        for at, namespace in self.platform_namespaces:
+            if namespace in owners:
+                raise Invalid(f"already used by {owners[namespace]}",
+                              "a separate namespace per component", at=at, value=namespace,
+                              has_value=True)
+            owners[namespace] = ".".join(at)
+        for index, team in enumerate(self.teams.teams if self.teams.enabled else []):
+            for namespace in team.namespaces:
+                clash = owners.get(namespace) or ("admission.exemptNamespaces" if namespace in
+                                                  self.admission.exempt_namespaces else None)
+                if clash:
+                    raise Invalid(f"already {clash}: a team's GPU pods must be checked",
+                                  "a namespace of the team's own",
+                                  at=("teams", "teams", index, "namespaces"), value=namespace,
+                                  has_value=True)
+        return self
+
+    @property
+    def platform_namespaces(self) -> list[tuple[tuple[str, ...], str]]:
+        """(setting, namespace) of every namespace of the platform's own components."""
+        sections: list[tuple[str, ...]] = [(section,) for section in (
+            "gpuOperator", "scheduler", "admission",
+            "monitoring")]
+        if self.compaction.enabled:
+            sections.append(("compaction",))
+        if self.teams.enabled:
+            sections.append(("teams", "kueue"))
+        found = []
+        for path in sections:
+            section: Any = self
+            for key in path:
+                section = getattr(section, to_snake(key))
+            found.append(((*path, "namespace"), section.namespace))
+        return found
+
+    @model_validator(mode="after")
+    def dra_needs_kubernetes_1_37(self) -> StackSettings:
+        major, minor, _ = (int(n) for n in self.kubernetes_version.split("."))
+        if self.gpu_operator.gpu_path == "dra" and (major, minor) < DRA_MIN_KUBERNETES:
+            raise Invalid("the DRA path serves nvidia.com/gpu through a DeviceClass's "
+                          "extendedResourceName, GA from Kubernetes 1.37; the cluster is "
+                          f"{self.kubernetes_version}", "devicePlugin, or kubernetesVersion "
+                          "1.37.0 or newer", at=("gpuOperator", "gpuPath"), value="dra",
+                          has_value=True)
+        return self
+
+    @model_validator(mode="after")
+    def teams_run_where_kueue_does(self) -> StackSettings:
+        if not self.teams.enabled:
+            return self
+        major, minor, _ = (int(n) for n in self.kubernetes_version.split("."))
+        if (major, minor) < KUEUE_MIN_KUBERNETES:
+            raise Invalid(f"Kueue {self.teams.kueue.chart_version} supports Kubernetes 1.34 "
+                          f"and newer; the cluster is {self.kubernetes_version}",
+                          "false, or kubernetesVersion 1.34.0 or newer", at=("teams", "enabled"),
+                          value=True, has_value=True)
+        mig = set(self.gpu_operator.mig.resources)
+        for index, team in enumerate(self.teams.teams):
+            for flavor, resources in team.quota.items():
+                for resource, count in resources.items():
+                    at = ("teams", "teams", index, "quota", flavor, resource)
+                    if not any(resource_matches(resource, pattern)
+                               for pattern in self.admission.gpu_resource_names):
+                        raise Invalid("pods that ask for it are not GPU pods to the admission "
+                                      "policy, so nothing keeps them in the queue",
+                                      "a resource of admission.gpuResourceNames", at=at,
+                                      value=count, has_value=True)
+                    if resource.startswith(mig_resource("")) and resource not in mig:
+                        raise Invalid("the GPU nodes advertise no such MIG resource",
+                                      f"one of {', '.join(sorted(mig)) or '(none: the mixed '}"
+                                      f"{'' if mig else 'MIG strategy is off)'}", at=at,
+                                      value=count, has_value=True)
+        return self
+
+    @model_validator(mode="after")
+    def quotas_fit_the_gpu_nodes(self) -> StackSettings:
+        nodes = self.gpu_nodes
+        if not (self.teams.enabled and nodes.gpus_per_node and nodes.tainted_by == "program"):
+            return self
+        slices = self.gpu_operator.time_slicing.replicas or 1
+        held = len(nodes.names) * nodes.gpus_per_node * slices
+        quota = sum(resources.get(GPU_RESOURCE, 0) for team in self.teams.teams
+                    for resources in team.quota.values())
+        if quota > held:
+            per_gpu = f" × {slices} slices" if slices > 1 else ""
+            raise Invalid(f"the teams' quotas of {GPU_RESOURCE} add up to {quota}, more than "
+                          f"the named GPU nodes hold ({len(nodes.names)} nodes × "
+                          f"{nodes.gpus_per_node} GPUs{per_gpu} = {held})",
+                          f"quotas that add up to {held} or less, or more GPU nodes",
+                          at=("teams", "teams"), value=quota, has_value=True)
+        return self
+
+    @model_validator(mode="after")
+    def quota_covers_the_gpu_nodes(self) -> StackSettings:
+        if len(self.gpu_nodes.names) > self.gpu_operator.max_cluster_nodes:
+            raise Invalid(f"the cluster has at least the {len(self.gpu_nodes.names)} GPU nodes "
+                          "named in gpuNodes.names", f"{len(self.gpu_nodes.names)} or more",
+                          at=("gpuOperator", "maxClusterNodes"),
+                          value=self.gpu_operator.max_cluster_nodes, has_value=True)
+        return self
+
+    @model_validator(mode="after")
+    def monitoring_has_an_exporter(self) -> StackSettings:
+        if not self.gpu_operator.dcgm_exporter.enabled:
+            raise Invalid("the GPU dashboard and ServiceMonitor read the DCGM exporter",
+                          "true", at=("gpuOperator", "dcgmExporter", "enabled"), value=False,
+                          has_value=True)
+        return self
+
+    @model_validator(mode="after")
+    def scheduler_scores_gpus(self) -> StackSettings:
+        scored = {r.name for r in self.scheduler.scoring_strategy.resources}
+        if not any(resource_matches(name, pattern) for name in scored
+                   for pattern in self.admission.gpu_resource_names):
+            raise Invalid("the binpack scheduler must score GPUs to pack them",
+                          f"a resource list that includes {GPU_RESOURCE}",
+                          at=("scheduler", "scoringStrategy", "resources"),
+                          value=sorted(scored), has_value=True)
+        return self
+
+    @model_validator(mode="after")
+    def preemptible_pods_are_admitted(self) -> StackSettings:
+        preemptible = self.scheduler.preemptible_class
+        if preemptible.enabled and preemptible.value > self.admission.max_gpu_pod_priority:
+            raise Invalid(f"GPU pods in the preemptible class (priority {preemptible.value}) "
+                          "would be refused", f"at least {preemptible.value}",
+                          at=("admission", "maxGpuPodPriority"),
+                          value=self.admission.max_gpu_pod_priority, has_value=True)
+        return self

@@ -1,0 +1,256 @@
+"""The stack's cluster as a preview finds it: reachable, and at which Kubernetes version, so that
+the binpack scheduler's image (`kubernetesVersion`) keeps within Kubernetes' version skew policy
+when a managed control plane has upgraded itself.
+
+The version is read as kubectl finds the cluster (the context in the kubeconfig files), from
+`/version`, which API servers serve to anonymous clients; no credentials are needed or sent.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pulumi
+import requests
+import yaml
+
+from ..base.validation import CONFIG_NAMESPACE, Invalid
+from .settings import ClusterSettings, StackSettings
+
+_GIT_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
+TIMEOUT_SECONDS = 10
+
+
+class ClusterUnreachable(Exception):
+    """The stack's cluster cannot be found or reached; the message says where it was looked for."""
+
+
+def kubeconfig_paths(cluster: ClusterSettings) -> list[Path]:
+    """The kubeconfig files kubectl would read: `cluster.kubeconfig`, else $KUBECONFIG's list,
+    else ~/.kube/config."""
+    if cluster.kubeconfig:
+        return [Path(cluster.kubeconfig).expanduser()]
+    listed = os.environ.get("KUBECONFIG", "")
+    if listed:
+        return [Path(p).expanduser() for p in listed.split(os.pathsep) if p]
+    return [Path.home() / ".kube" / "config"]
+
+
+def _where(cluster: ClusterSettings) -> str:
+    files = ", ".join(str(p) for p in kubeconfig_paths(cluster))
+    return f"cluster.context {cluster.context!r} (kubeconfig {files})"
+
+
+def endpoint(cluster: ClusterSettings) -> tuple[str, dict, str | None]:
+    """The context's API server URL, the request options to reach it (its CA, proxy) and the
+    temporary file this made for a CA given inline, if any (the caller removes it); the first
+    file that defines a name wins, as kubectl merges them."""
+    contexts: dict = {}
+    clusters: dict = {}
+    for path in kubeconfig_paths(cluster):
+        if not path.is_file():
+            continue
+        config = yaml.safe_load(path.read_text()) or {}
+        for entry in config.get("contexts") or []:
+            contexts.setdefault(entry["name"], (entry.get("context") or {}, path))
+        for entry in config.get("clusters") or []:
+            clusters.setdefault(entry["name"], (entry.get("cluster") or {}, path))
+    if cluster.context not in contexts:
+        raise ClusterUnreachable(f"{_where(cluster)}: no such context; defined: "
+                                 f"{', '.join(sorted(contexts)) or '(none)'}")
+    context, _ = contexts[cluster.context]
+    if context.get("cluster") not in clusters:
+        raise ClusterUnreachable(f"{_where(cluster)}: the context names cluster "
+                                 f"{context.get('cluster')!r}, which no kubeconfig defines")
+    entry, path = clusters[context["cluster"]]
+    options: dict = {"verify": not entry.get("insecure-skip-tls-verify", False)}
+    made = None
+    if entry.get("certificate-authority-data"):
+        with tempfile.NamedTemporaryFile("wb", suffix=".crt", delete=False) as ca:
+            ca.write(base64.b64decode(entry["certificate-authority-data"]))
+        options["verify"] = made = ca.name
+    elif entry.get("certificate-authority"):
+        options["verify"] = str(path.parent / Path(entry["certificate-authority"]).expanduser())
+    if entry.get("proxy-url"):
+        options["proxies"] = {"https": entry["proxy-url"], "http": entry["proxy-url"]}
+    return entry["server"].rstrip("/"), options, made
+
+
+def user_credentials(cluster: ClusterSettings) -> tuple[dict, list[str]]:
+    """The request options that authenticate as the context's user, as kubectl would (a client
+    certificate, a token, or what an exec credential plugin such as gke-gcloud-auth-plugin or
+    `aws eks get-token` returns), and the temporary files this made (the caller removes them)."""
+    users: dict = {}
+    contexts: dict = {}
+    for path in kubeconfig_paths(cluster):
+        if not path.is_file():
+            continue
+        config = yaml.safe_load(path.read_text()) or {}
+        for entry in config.get("contexts") or []:
+            contexts.setdefault(entry["name"], entry.get("context") or {})
+        for entry in config.get("users") or []:
+            users.setdefault(entry["name"], (entry.get("user") or {}, path))
+    name = contexts.get(cluster.context, {}).get("user")
+    if name not in users:
+        raise ClusterUnreachable(f"{_where(cluster)}: the context's user {name!r} is defined in "
+                                 f"no kubeconfig")
+    user, path = users[name]
+    if user.get("exec"):
+        user = {**user, **_exec_credential(user["exec"])}
+    options: dict = {}
+    made: list[str] = []
+
+    def file_of(key: str) -> str | None:
+        if user.get(f"{key}-data"):
+            with tempfile.NamedTemporaryFile("wb", suffix=".pem", delete=False) as written:
+                written.write(base64.b64decode(user[f"{key}-data"]))
+            made.append(written.name)
+            return written.name
+        if user.get(key):
+            return str(path.parent / Path(user[key]).expanduser())
+        return None
+    certificate, key = file_of("client-certificate"), file_of("client-key")
+    if certificate and key:
+        options["cert"] = (certificate, key)
+    token = user.get("token") or (Path(user["tokenFile"]).read_text().strip()
+                                  if user.get("tokenFile") else None)
+    if token:
+        options["headers"] = {"Authorization": f"Bearer {token}"}
+    return options, made
+
+
+def _exec_credential(plugin: dict) -> dict:
+    """The credential an exec plugin prints (client.authentication.k8s.io ExecCredential), as
+    kubeconfig user fields."""
+    env = {**os.environ, **{e["name"]: e["value"] for e in plugin.get("env") or []}}
+    result = subprocess.run([plugin["command"], *(plugin.get("args") or [])], env=env,
+                            capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        raise ClusterUnreachable(f"the credential plugin {plugin['command']} failed: "
+                                 f"{result.stderr.strip()[-500:]}")
+    status = json.loads(result.stdout).get("status") or {}
+    found = {"token": status.get("token")}
+    for field, key in (("clientCertificateData", "client-certificate-data"),
+                       ("clientKeyData", "client-key-data")):
+        if status.get(field):
+            found[key] = base64.b64encode(status[field].encode()).decode()
+    return {k: v for k, v in found.items() if v}
+
+
+def api_warnings(response: requests.Response) -> list[str]:
+    """The warnings an API server's response carries (RFC 7234 `299 - "text"` headers, which
+    requests joins with ", "), as their text."""
+    raw = response.headers.get("Warning")
+    headers = [] if not raw else re.split(r', (?=299 )', raw)
+    texts = [header.split(" - ", 1)[-1].strip() for header in headers]
+    return [text[1:-1].replace('\\"', '"').replace("\\\\", "\\") if text.startswith('"')
+            else text for text in texts]
+
+
+def server_version(cluster: ClusterSettings) -> str | None:
+    """The API server's gitVersion (e.g. v1.36.4-gke.1200), or None when it refuses anonymous
+    clients the version (it is reachable, but its version unknown)."""
+    server, options, made = endpoint(cluster)
+    try:
+        reply = requests.get(f"{server}/version", timeout=TIMEOUT_SECONDS, **options)
+    except requests.RequestException as error:
+        raise ClusterUnreachable(f"{_where(cluster)}: cannot reach the API server {server}: "
+                                 f"{error}") from None
+    finally:
+        if made:
+            os.unlink(made)
+    if reply.status_code in (401, 403):
+        return None
+    if not reply.ok:
+        raise ClusterUnreachable(f"{_where(cluster)}: {server}/version answered HTTP "
+                                 f"{reply.status_code}")
+    return reply.json().get("gitVersion")
+
+
+def skew_warnings(kubernetes_version: str, server: str) -> list[str]:
+    """What a platform engineer should know when the cluster's version and `kubernetesVersion`
+    differ: kube-scheduler may be up to one minor older than the API server, never newer."""
+    match = _GIT_VERSION.match(server)
+    if not match:
+        return [f"the cluster reports version {server!r}, which is not MAJOR.MINOR.PATCH: "
+                f"version skew not checked"]
+    cluster = tuple(int(n) for n in match.groups())
+    setting = tuple(int(n) for n in kubernetes_version.split("."))
+    image = f"kube-scheduler v{kubernetes_version}"
+    upgrade = (f"set gpu-platform:kubernetesVersion to {'.'.join(map(str, cluster))} and run "
+               f"pulumi up")
+    if setting[:2] > cluster[:2]:
+        return [f"kubernetesVersion {kubernetes_version} is newer than the cluster ({server}): "
+                f"{image} must not be newer than the API server (Kubernetes version skew "
+                f"policy); {upgrade}"]
+    if cluster[0] != setting[0] or cluster[1] - setting[1] > 1:
+        return [f"the cluster runs {server}, more than one minor version ahead of "
+                f"kubernetesVersion {kubernetes_version}: {image} is outside the supported "
+                f"version skew; {upgrade}"]
+    if cluster[1] > setting[1]:
+        return [f"the cluster runs {server}, one minor version ahead of kubernetesVersion "
+                f"{kubernetes_version}: {image} is supported there, but {upgrade} before the "
+                f"next control-plane upgrade"]
+    if cluster != setting:
+        return [f"the cluster runs {server}; kubernetesVersion is {kubernetes_version}: the "
+                f"binpack scheduler runs that patch release ({upgrade} to match)"]
+    return []
+
+
+def preview_warnings(settings: StackSettings) -> list[str]:
+    """The version skew warnings for the stack's cluster. An unreachable or unknown cluster
+    raises ClusterUnreachable, naming the context, the kubeconfig and the cause."""
+    version = server_version(settings.cluster)
+    if version is None:
+        return [f"{_where(settings.cluster)}: the API server does not tell anonymous clients its "
+                f"version, so version skew against kubernetesVersion "
+                f"{settings.kubernetes_version} was not checked"]
+    return skew_warnings(settings.kubernetes_version, version)
+
+
+def kubeconfig_problem(cluster: ClusterSettings) -> Invalid | None:
+    """Why `cluster.kubeconfig`, when set, cannot take the program to `cluster.context`: read
+    from the file, once, with the settings (a model's validator reads no files)."""
+    if cluster.kubeconfig is None:
+        return None
+    path = Path(cluster.kubeconfig).expanduser()
+    if not path.is_file():
+        return Invalid("no such kubeconfig file", "the path of a kubeconfig file on the "
+                       "machine that runs pulumi, or unset for $KUBECONFIG / ~/.kube/config",
+                       at=("kubeconfig",), value=cluster.kubeconfig, has_value=True)
+    try:
+        config = yaml.safe_load(path.read_text()) or {}
+        contexts = [c["name"] for c in config.get("contexts") or []]
+    except (yaml.YAMLError, KeyError, TypeError, AttributeError):
+        return Invalid("not a kubeconfig file", "a kubeconfig (YAML with contexts)",
+                       at=("kubeconfig",), value=cluster.kubeconfig, has_value=True)
+    if cluster.context not in contexts:
+        return Invalid(f"no such context in {cluster.kubeconfig}",
+                       f"one of {', '.join(contexts) or '(none defined)'}", at=("context",),
+                       value=cluster.context, has_value=True)
+    return None
+
+
+def check_cluster(settings: StackSettings) -> None:
+    """In a preview (and the preview step of `pulumi up`): the stack's cluster must be reachable,
+    and a version skew between it and kubernetesVersion is reported as a warning."""
+    try:
+        warnings = preview_warnings(settings)
+    except ClusterUnreachable as error:
+        raise ClusterError(str(error)) from None
+    for warning in warnings:
+        pulumi.log.warn(f"{CONFIG_NAMESPACE}: {warning}")
+
+
+class ClusterError(Exception):
+    """The stack's cluster is not there: raised before anything is declared."""
+
+    def __init__(self, problem: str):
+        super().__init__(f"the stack's cluster cannot be reached (nothing was deployed):\n"
+                         f"  - {problem}")

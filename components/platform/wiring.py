@@ -1,0 +1,163 @@
+"""What the platform hands each component: its section of the settings, and the facts it needs
+from the others, each from the one setting that holds it; and what the whole platform runs
+(images, charts).
+
+The settings were validated once, when the stack file was read (or GpuPlatform's args when a
+program declared it): each component's inputs are put together from them without validating
+any value again."""
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from ..base import charts
+from ..base.facts import KUEUE_CHART, kueue_controller_user
+from ..base.model import GpuNodeFacts
+from ..base.validation import SettingsError, Subject, describe_invalid
+from ..binpack_scheduler.inputs import BinpackSchedulerInputs
+from ..gpu_compaction.inputs import GpuCompactionInputs
+from ..gpu_nodes.inputs import GpuNodesInputs
+from ..gpu_operator import dra
+from ..gpu_operator import values as gpu_operator_values
+from ..gpu_operator.inputs import GpuOperatorInputs
+from ..monitoring import values as monitoring_values
+from ..monitoring.inputs import (
+    MonitoredAdmission,
+    MonitoredCompaction,
+    MonitoredScheduler,
+    MonitoredTeams,
+    MonitoringInputs,
+)
+from ..opa_admission.inputs import AdmittedTeams, OpaAdmissionInputs
+from ..teams import kueue
+from ..teams.inputs import TeamsInputs
+from .settings import StackSettings
+from .stack_cluster import kubeconfig_problem
+
+
+@dataclass(frozen=True)
+class ComponentInputs:
+    """Each component's inputs, as the platform declares it (compaction's and teams' also when
+    they are off, for what they would run)."""
+
+    gpu_nodes: GpuNodesInputs
+    gpu_operator: GpuOperatorInputs
+    scheduler: BinpackSchedulerInputs
+    admission: OpaAdmissionInputs
+    monitoring: MonitoringInputs
+    compaction: GpuCompactionInputs
+    teams: TeamsInputs
+
+
+Valid = TypeVar("Valid", bound=BaseModel)
+
+
+def valid(model: type[Valid], **fields: Any) -> Valid:
+    """`model` of values that are valid already: its defaults filled in, nothing validated."""
+    return model.model_construct(**fields)
+
+
+def component_inputs(settings: StackSettings, secret_sections: Collection[str] = ()
+                     ) -> ComponentInputs:
+    """Each component's inputs from the stack's settings. (Monitoring's certificate expiry is
+    added once the admission component has it.)"""
+    nodes, op = settings.gpu_nodes, settings.gpu_operator
+    sched, adm = settings.scheduler, settings.admission
+    compaction, teams = settings.compaction, settings.teams
+    mirror = {"image_registry_mirror": settings.image_registry_mirror}
+    gpu_nodes = valid(GpuNodeFacts, taints=nodes.taints,
+                      names=list(nodes.names) if nodes.tainted_by == "program" else None)
+    return ComponentInputs(
+        gpu_nodes=valid(GpuNodesInputs, gpu_nodes=nodes),
+        gpu_operator=valid(GpuOperatorInputs, gpu_operator=op, gpu_nodes=gpu_nodes,
+                           secret_values="gpuOperator" in secret_sections, **mirror),
+        scheduler=valid(BinpackSchedulerInputs, scheduler=sched,
+                        kubernetes_version=settings.kubernetes_version,
+                        mig_resources=op.mig.resources, **mirror),
+        admission=valid(
+            OpaAdmissionInputs, admission=adm, scheduler_name=sched.name,
+            preemptible_class=(sched.preemptible_class.name
+                               if sched.preemptible_class.enabled else None),
+            gpu_nodes=gpu_nodes,
+            teams=(valid(AdmittedTeams, namespaces=teams.team_namespaces,
+                         gpu_pods_outside_teams=teams.gpu_pods_outside_teams,
+                         kueue_user=kueue_controller_user(teams.kueue.namespace,
+                                                          teams.kueue.release_name),
+                         workload_controllers=list(teams.workload_controllers))
+                   if teams.enabled else None),
+            gpu_path=op.gpu_path,
+            platform_device_classes=[c for c, _ in own_device_classes(op)],
+            scheduler_user=f"system:serviceaccount:{sched.namespace}:{sched.name}",
+            trusted_namespaces=[op.namespace, settings.monitoring.namespace], **mirror),
+        monitoring=valid(
+            MonitoringInputs, monitoring=settings.monitoring,
+            kubernetes_version=settings.kubernetes_version,
+            gpu_operator_namespace=op.namespace, gpu_path=op.gpu_path,
+            scheduler=valid(MonitoredScheduler, name=sched.name, namespace=sched.namespace),
+            admission=valid(MonitoredAdmission, namespace=adm.namespace,
+                            webhook_name=adm.webhook_name, failure_policy=adm.failure_policy,
+                            certificate_renewal_hours=adm.certificate.early_renewal_hours),
+            compaction=(valid(MonitoredCompaction, name=compaction.name,
+                              namespace=compaction.namespace)
+                        if compaction.enabled else None),
+            teams=(valid(MonitoredTeams, namespace=teams.kueue.namespace,
+                         release_name=teams.kueue.release_name)
+                   if teams.enabled else None),
+            secret_values="monitoring" in secret_sections, **mirror),
+        compaction=valid(GpuCompactionInputs, compaction=compaction, scheduler_name=sched.name,
+                         scoring_strategy=sched.scoring_strategy,
+                         mig_resources=op.mig.resources, **mirror),
+        teams=valid(TeamsInputs, teams=teams, gpu_nodes=gpu_nodes,
+                    device_classes=dra.served_resources(op), **mirror),
+    )
+
+
+def own_device_classes(op: Any) -> list[tuple[str, str]]:
+    """The platform's own DeviceClasses on the DRA path, each with the resource it serves."""
+    return [(classes[0], resource) for resource, classes in dra.served_resources(op).items()]
+
+
+def check_chart_values(inputs: ComponentInputs, subject: Subject) -> None:
+    """The extra chart values merge over the generated ones (raises SettingsError naming each
+    that may not)."""
+    gpu_operator_values.check_chart_values(inputs.gpu_operator, subject)
+    monitoring_values.check_chart_values(inputs.monitoring, subject)
+    if inputs.teams.teams.enabled:
+        kueue.check_chart_values(inputs.teams, subject)
+
+
+def check_platform(settings: StackSettings, subject: Subject) -> None:
+    """What the settings must satisfy beyond their model, checked once with them: the
+    kubeconfig holds the stack's context, and the extra chart values merge over the generated
+    ones (SettingsError naming `subject`'s settings)."""
+    if problem := kubeconfig_problem(settings.cluster):
+        raise SettingsError([describe_invalid(subject.root, ("cluster",), problem)], subject)
+    check_chart_values(component_inputs(settings), subject)
+
+
+def required_images(inputs: ComponentInputs) -> list[str]:
+    """The images the program and the charts run, as the nodes will pull them (from the
+    mirror, when set)."""
+    optional_images = []
+    if (compaction := inputs.compaction).compaction.enabled:
+        optional_images.append(compaction.image(compaction.compaction.image))
+        if compaction.compaction.plan_threshold:
+            optional_images.append(compaction.image(compaction.compaction.plan_image))
+    if (teams := inputs.teams).teams.enabled:
+        optional_images.append(teams.image(teams.teams.kueue.image))
+    operator = inputs.gpu_operator
+    return sorted({inputs.scheduler.scheduler_image,
+                   inputs.admission.image(inputs.admission.admission.opa), *optional_images,
+                   *(image.ref(operator) for image in gpu_operator_values.chart_images(operator)),
+                   *monitoring_values.chart_images(inputs.monitoring)})
+
+
+def required_charts(inputs: ComponentInputs) -> list[str]:
+    releases = [(gpu_operator_values.CHART, inputs.gpu_operator.gpu_operator),
+                (monitoring_values.CHART, inputs.monitoring.monitoring)]
+    if inputs.teams.teams.enabled:
+        releases.append((KUEUE_CHART, inputs.teams.teams.kueue))
+    return [charts.chart_reference(chart, release.chart_version, release.repository,
+                                   release.chart_path) for chart, release in releases]

@@ -1,0 +1,93 @@
+"""The teams' queues: GPU flavors, a ClusterQueue per team with its quota, a LocalQueue in each
+of its namespaces, and the workload priorities."""
+
+from typing import Any
+
+from ..base import manifests
+from ..base.facts import GPU_PRESENT_LABEL, KUEUE_API, KUEUE_DEFAULT_QUEUE
+from .inputs import TeamsInputs
+from .kueue import namespace_selector
+from .settings import Quota, TeamSettings
+
+COMPONENT = "teams"
+# On each team namespace: the team it belongs to.
+TEAM_LABEL = "gpu-platform.io/team"
+
+
+def quota_resources(quota: Quota) -> list[str]:
+    return sorted({resource for resources in quota.values() for resource in resources})
+
+
+def resource_flavor(inputs: TeamsInputs, name: str, node_labels: dict[str, str]) -> dict:
+    """A flavor of GPU node: its labels (every GPU node's, and the flavor's own), and the
+    tolerations of the GPU taints, which Kueue gives the pods it admits on it. It names no
+    topology: Kueue's topology-aware scheduling, which picks nodes itself and pins pods to them
+    with a nodeSelector (overriding the binpack scheduler's packing), acts only on flavors that
+    do."""
+    return {
+        "apiVersion": KUEUE_API, "kind": "ResourceFlavor",
+        "metadata": {"name": name, "labels": manifests.labels(name, COMPONENT)},
+        "spec": {"nodeLabels": {GPU_PRESENT_LABEL[0]: GPU_PRESENT_LABEL[1], **node_labels},
+                 "tolerations": [taint.toleration() for taint in inputs.gpu_nodes.taints]},
+    }
+
+
+def cluster_queue(inputs: TeamsInputs, team: TeamSettings) -> dict:
+    """A team's ClusterQueue: its quota of each GPU resource on each flavor, with its borrowing
+    and lending limits, in the cohort. Borrowed GPUs are reclaimed when their lender needs them
+    (reclaimWithinCohort: Any); within the team, a workload of a higher WorkloadPriorityClass
+    preempts lower ones; a team never preempts another's workloads within their quota."""
+    teams = inputs.teams
+    resources = quota_resources(team.quota)
+    flavors = []
+    for flavor in teams.flavors:
+        if flavor.name not in team.quota:
+            continue
+        quotas = []
+        for resource in resources:
+            # Quantities as the API server stores them (Kueue's webhook writes them back as
+            # strings): declared as numbers, every preview would show them changed.
+            entry: dict[str, Any] = {
+                "name": resource, "nominalQuota": str(team.quota[flavor.name].get(resource, 0))}
+            for key, limits in (("borrowingLimit", team.borrowing_limit),
+                                ("lendingLimit", team.lending_limit)):
+                if resource in limits.get(flavor.name, {}):
+                    entry[key] = str(limits[flavor.name][resource])
+            quotas.append(entry)
+        flavors.append({"name": flavor.name, "resources": quotas})
+    return {
+        "apiVersion": KUEUE_API, "kind": "ClusterQueue",
+        "metadata": {"name": team.name, "labels": manifests.labels(team.name, COMPONENT)},
+        "spec": {
+            "cohortName": teams.cohort,
+            "namespaceSelector": namespace_selector(team.namespaces),
+            # A workload that does not fit now does not hold back smaller ones behind it.
+            "queueingStrategy": "BestEffortFIFO",
+            "resourceGroups": [{"coveredResources": resources, "flavors": flavors}],
+            "preemption": {"reclaimWithinCohort": "Any",
+                           "borrowWithinCohort": {"policy": "Never"},
+                           "withinClusterQueue": "LowerPriority"},
+            "fairSharing": {"weight": str(team.fair_sharing_weight)},
+        },
+    }
+
+
+def team_namespace(team: TeamSettings, namespace: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": namespace, "labels": {TEAM_LABEL: team.name}}}
+
+
+def local_queue(team: TeamSettings, namespace: str) -> dict:
+    """The queue of a team namespace, named as Kueue names the queue of workloads that name
+    none."""
+    return {"apiVersion": KUEUE_API, "kind": "LocalQueue",
+            "metadata": {"name": KUEUE_DEFAULT_QUEUE, "namespace": namespace,
+                         "labels": manifests.labels(KUEUE_DEFAULT_QUEUE, COMPONENT)},
+            "spec": {"clusterQueue": team.name}}
+
+
+def workload_priority_classes(inputs: TeamsInputs) -> list[dict]:
+    return [{"apiVersion": KUEUE_API, "kind": "WorkloadPriorityClass",
+             "metadata": {"name": c.name, "labels": manifests.labels(c.name, COMPONENT)},
+             "value": c.value, "description": c.description}
+            for c in inputs.teams.workload_priority_classes]

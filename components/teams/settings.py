@@ -1,0 +1,220 @@
+"""The `teams` section of the stack settings."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from ..base.facts import NVIDIA_RESOURCES
+from ..base.model import ImageSettings, Model, ReleaseProtection
+from ..base.validation import (
+    ChartPath,
+    DnsLabel,
+    GoDuration,
+    Invalid,
+    NamespaceNames,
+    OwnNamespace,
+    Repository,
+    chart_path_field,
+)
+
+# What Kueue calls things, as the platform uses them (sigs.k8s.io/kueue v0.19.2), and the
+# oldest Kubernetes it supports.
+KUEUE_MIN_KUBERNETES = (1, 34)
+# Who creates the Jobs of a JobSet: its controller, as JobSet's release manifests install it
+# (namespace jobset-system, ServiceAccount jobset-controller-manager).
+JOBSET_CONTROLLER = "system:serviceaccount:jobset-system:jobset-controller-manager"
+
+
+class FlavorSettings(Model):
+    """A kind of GPU node the teams' quotas are counted on (a Kueue ResourceFlavor)."""
+
+    name: DnsLabel = Field(description="The flavor's name, as the teams' quotas name it.")
+    node_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels of this flavor's GPU nodes, such as GPU Feature Discovery's "
+                    "`nvidia.com/gpu.product` for one GPU model: a workload admitted on the "
+                    "flavor runs only there. Empty: every GPU node.")
+
+
+class WorkloadPriorityClassSettings(Model):
+    """A priority of workloads within a team (a Kueue WorkloadPriorityClass)."""
+
+    name: DnsLabel = Field(description="The class's name: a workload names it with the label "
+                                       "`kueue.x-k8s.io/priority-class`.")
+    value: int = Field(ge=-1_000_000_000, le=1_000_000_000,
+                       description="Its priority: when the team's quota is full, a workload "
+                                   "of a higher class preempts the team's workloads of lower "
+                                   "ones. A workload that names no class has 0.")
+    description: str = Field(default="", description="What the class is for.")
+
+
+Quota = dict[str, dict[str, int]]
+
+
+class TeamSettings(Model):
+    """A team: its namespaces, its share of the GPUs, and how it shares them."""
+
+    name: DnsLabel = Field(description="The team's name; also its ClusterQueue's.")
+    namespaces: NamespaceNames = Field(
+        min_length=1,
+        description="The team's namespaces: GPU workloads there are queued for the team's "
+                    "quota. The program creates them if need be, and leaves them in place when "
+                    "the team or the stack is removed.")
+    quota: Quota = Field(
+        min_length=1,
+        description="The team's nominal quota: per flavor, per GPU resource, how many it is "
+                    "guaranteed, e.g. `{gpu: {nvidia.com/gpu: 16}}`. A resource counts as "
+                    "the dashboard counts it: with time-slicing, `nvidia.com/gpu` counts "
+                    "slices; with the mixed MIG strategy, each `nvidia.com/mig-<profile>` "
+                    "counts slices of that profile. CPU and memory are not counted (see "
+                    "docs/concepts/teams.md#what-a-quota-counts).")
+    borrowing_limit: Quota = Field(
+        default_factory=dict,
+        description="How many more than its quota the team may borrow from other teams' idle "
+                    "quota, per flavor and resource; unset: as many as are idle.")
+    lending_limit: Quota = Field(
+        default_factory=dict,
+        description="How much of its quota other teams may borrow while the team leaves it "
+                    "idle, per flavor and resource; unset: all of it. The team gets what it "
+                    "lent back when it needs it: the borrowers' workloads are preempted.")
+    fair_sharing_weight: int = Field(
+        default=1, ge=1, le=1000,
+        description="The team's weight when every team wants more than it has: GPUs beyond "
+                    "the nominal quotas are shared in proportion to the weights (1..1000).")
+
+    @model_validator(mode="after")
+    def limits_within_the_quota(self) -> TeamSettings:
+        for key, limits in (("borrowingLimit", self.borrowing_limit),
+                            ("lendingLimit", self.lending_limit)):
+            for flavor, resources in limits.items():
+                for resource, limit in resources.items():
+                    nominal = self.quota.get(flavor, {}).get(resource)
+                    if nominal is None:
+                        raise Invalid("a limit of a resource the team has no quota of",
+                                      "flavors and resources of `quota`",
+                                      at=(key, flavor, resource), value=limit, has_value=True)
+                    if limit < 0 or (key == "lendingLimit" and limit > nominal):
+                        raise Invalid("a lending limit is part of the quota" if limit >= 0
+                                      else "a negative limit",
+                                      f"0..{nominal}" if key == "lendingLimit" else "0 or more",
+                                      at=(key, flavor, resource), value=limit, has_value=True)
+        for flavor, resources in self.quota.items():
+            for resource, count in resources.items():
+                if count < 0:
+                    raise Invalid("a negative quota", "0 or more",
+                                  at=("quota", flavor, resource), value=count, has_value=True)
+        return self
+
+
+class KueueSettings(Model):
+    """Kueue: its pinned Helm release."""
+
+    release_name: DnsLabel = Field(default="kueue", description="Helm release name.")
+    namespace: OwnNamespace = Field(default="kueue-system", description="Namespace of Kueue.")
+    repository: Repository = Field(default="oci://registry.k8s.io/kueue/charts",
+                                   description="Helm repository of the chart: https://, or an "
+                                               "oci:// registry (a mirror, for example).")
+    chart_version: str = Field(default="0.19.2", description="Pinned chart version.")
+    chart_path: ChartPath = chart_path_field()
+    image: ImageSettings = Field(
+        default_factory=lambda: ImageSettings(repository="registry.k8s.io/kueue/kueue",
+                                              tag="v0.19.2"),
+        description="Kueue's image (pinned; the integration suite builds this version).")
+    replicas: int = Field(
+        default=2, ge=1, le=5,
+        description="Kueue pods (1..5), kept available by a PodDisruptionBudget: pods in team "
+                    "namespaces cannot be created while none answers its webhooks.")
+    protection: ReleaseProtection = Field(
+        default_factory=lambda: ReleaseProtection(protect=True),
+        description="Protected by default: the chart holds Kueue's CRDs, so uninstalling it "
+                    "deletes every queue and the workloads queued in them.")
+    extra_values: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Further chart values, merged over the generated ones; keys that other "
+                    "settings own are refused.")
+
+
+class TeamsSettings(Model):
+    """Teams that share the GPUs through Kueue: a quota per team, borrowing and reclaim, fair
+    sharing and all-or-nothing admission."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Run Kueue and give each team a queue with its quota. Needs Kubernetes "
+                    "1.34 or newer. See docs/concepts/teams.md.")
+    kueue: KueueSettings = Field(default_factory=KueueSettings,
+                                 description="Kueue's release.")
+    cohort: DnsLabel = Field(default="gpu-platform",
+                             description="The Kueue cohort the teams' queues form: they "
+                                         "borrow from and lend to each other.")
+    flavors: list[FlavorSettings] = Field(
+        default_factory=lambda: [FlavorSettings(name="gpu")], min_length=1,
+        description="The kinds of GPU node quotas are counted on, one per GPU model where "
+                    "the nodes differ. A flavor's workloads tolerate the GPU taints.")
+    teams: list[TeamSettings] = Field(default_factory=list,
+                                      description="The teams (required when on).")
+    gpu_pods_outside_teams: Literal["refuse", "admit"] = Field(
+        default="refuse",
+        description="A GPU pod in a namespace of no team: `refuse` (its GPUs would count "
+                    "against no quota), or `admit` as without teams, for a migration period.")
+    wait_for_pods_ready: GoDuration = Field(
+        default="10m",
+        description="All-or-nothing admission: a workload whose pods are not all running "
+                    "this long after it was admitted gives its GPUs back and is queued again "
+                    "(Go duration).")
+    workload_controllers: list[str] = Field(
+        default_factory=lambda: [JOBSET_CONTROLLER],
+        description="Users that create a team's Jobs for a parent Kueue already admitted, which "
+                    "Kueue then leaves running (JobSet's controller, as JobSet's release "
+                    "manifests name it). Anyone else's Job in a team namespace must start "
+                    "suspended and is started by Kueue alone.")
+    workload_priority_classes: list[WorkloadPriorityClassSettings] = Field(
+        default_factory=lambda: [
+            WorkloadPriorityClassSettings(name="team-high", value=1000,
+                                          description="Urgent work of a team."),
+            WorkloadPriorityClassSettings(name="team-low", value=-1000,
+                                          description="Work a team may postpone.")],
+        description="Priorities within a team (Kueue WorkloadPriorityClasses).")
+
+    @model_validator(mode="after")
+    def teams_fit_together(self) -> TeamsSettings:
+        if self.enabled and not self.teams:
+            raise Invalid("teams are on, but none is declared", "at least one team",
+                          at=("teams",), value=[], has_value=True)
+        flavors = [f.name for f in self.flavors]
+        for index, name in enumerate(flavors):
+            if name in flavors[:index]:
+                raise Invalid("flavor declared twice", "unique names", at=("flavors", index),
+                              value=name, has_value=True)
+        owners: dict[str, str] = {}
+        for index, team in enumerate(self.teams):
+            if team.name in [t.name for t in self.teams[:index]]:
+                raise Invalid("team declared twice", "unique names", at=("teams", index, "name"),
+                              value=team.name, has_value=True)
+            for namespace in team.namespaces:
+                if namespace in owners:
+                    raise Invalid(f"already a namespace of team {owners[namespace]}",
+                                  "each namespace in one team",
+                                  at=("teams", index, "namespaces"), value=namespace,
+                                  has_value=True)
+                owners[namespace] = team.name
+            for flavor, resources in team.quota.items():
+                if flavor not in flavors:
+                    raise Invalid("no such flavor", f"one of {', '.join(flavors)}",
+                                  at=("teams", index, "quota", flavor), value=resources,
+                                  has_value=True)
+                for resource in resources:
+                    if not resource.startswith(NVIDIA_RESOURCES.rstrip("*")):
+                        raise Invalid("teams' quotas count GPUs only",
+                                      "NVIDIA's resources: nvidia.com/gpu, "
+                                      "nvidia.com/mig-<profile>, ...",
+                                      at=("teams", index, "quota", flavor, resource),
+                                      value=resources[resource], has_value=True)
+        return self
+
+    @property
+    def team_namespaces(self) -> dict[str, str]:
+        """Each team namespace, with its team."""
+        return {namespace: team.name for team in self.teams for namespace in team.namespaces}
