@@ -77,6 +77,17 @@ TaintValue = Annotated[str, AfterValidator(lambda v: check_label_value(v, "taint
 LabelKey = Annotated[str, AfterValidator(lambda v: check_qualified_name(v, "label key"))]
 
 
+def check_labels(labels: dict[str, str]) -> dict[str, str]:
+    for key, value in labels.items():
+        check_qualified_name(key, "label key", at=(key,))
+        check_label_value(value, "label value", at=(key,))
+    return labels
+
+
+# Labels as a node or a selector carries them: keys and values as Kubernetes checks them.
+Labels = Annotated[dict[str, str], AfterValidator(check_labels)]
+
+
 class Taint(Model):
     """A node taint. In the stack file it may also be written as kubectl does:
     `key=value:Effect`."""

@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ..base.model import Model, Taint
-from ..base.validation import Invalid, check_label_value, check_qualified_name, is_dns_subdomain
+from ..base.model import Labels, Model, Taint
+from ..base.validation import Invalid, is_dns_subdomain
 
 
 class GpuNodesSettings(Model):
@@ -37,7 +37,7 @@ class GpuNodesSettings(Model):
         description="Take the taint list over when another field manager (kubelet, a cloud "
                     "controller, kubectl) owns it. Off: such a conflict stops `pulumi up` and "
                     "changes nothing.")
-    labels: dict[str, str] = Field(
+    labels: Labels = Field(
         default_factory=dict, description="Labels added to every GPU node.")
     gpus_per_node: int | None = Field(
         default=None, ge=1, le=64,
@@ -57,14 +57,6 @@ class GpuNodesSettings(Model):
                 raise Invalid("node listed twice", "each node once", at=(index,), value=name,
                               has_value=True)
         return names
-
-    @field_validator("labels")
-    @classmethod
-    def labels_are_valid(cls, labels: dict[str, str]) -> dict[str, str]:
-        for key, value in labels.items():
-            check_qualified_name(key, "label key", at=(key,))
-            check_label_value(value, "label value", at=(key,))
-        return labels
 
     @model_validator(mode="after")
     def names_fit_the_taint_mode(self) -> GpuNodesSettings:

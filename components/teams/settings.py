@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from ..base.facts import NVIDIA_RESOURCES
-from ..base.model import ImageSettings, Model, ReleaseProtection
+from ..base.model import ImageSettings, Labels, Model, ReleaseProtection
 from ..base.validation import (
     ChartPath,
     DnsLabel,
@@ -31,7 +31,7 @@ class FlavorSettings(Model):
     """A kind of GPU node the teams' quotas are counted on (a Kueue ResourceFlavor)."""
 
     name: DnsLabel = Field(description="The flavor's name, as the teams' quotas name it.")
-    node_labels: dict[str, str] = Field(
+    node_labels: Labels = Field(
         default_factory=dict,
         description="Labels of this flavor's GPU nodes, such as GPU Feature Discovery's "
                     "`nvidia.com/gpu.product` for one GPU model: a workload admitted on the "
