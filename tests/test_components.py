@@ -292,6 +292,15 @@ def assert_restricted(pod: dict, container: dict):
     assert security["readOnlyRootFilesystem"] is True
 
 
+def test_scheduler_pods_run_only_on_the_nodes_the_stack_selects():
+    selected = settings_of(scheduler={"nodeSelector": {"pool": "platform"}})
+    pod = binpack_scheduler.deployment(scheduler_of(selected))["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "platform"}
+    # Only the placement changes: the pods roll onto those nodes, still spread among them.
+    assert pod["affinity"] == binpack_scheduler.deployment(
+        scheduler_of(DEFAULT))["spec"]["template"]["spec"]["affinity"]
+
+
 def test_scheduler_has_a_role_of_its_own_that_grants_no_lease_cluster_wide():
     objects = binpack_scheduler.rbac_objects(scheduler_of(settings_of(scheduler={"replicas": 2})))
     refs = {(o["kind"], o["roleRef"]["name"], o["metadata"].get("namespace"))

@@ -84,6 +84,10 @@ class SchedulerSettings(TypedDict):
      "Allowed: 0..100. Default: `100`.")
     resources: NotRequired[ContainerResources]
     "Scheduler container requests and limits."
+    node_selector: NotRequired[dict[str, str]]
+    ("Labels of the nodes the scheduler's pods run on, such as a node pool of the platform's "
+     "own services, so that GPU placement does not stop when busy workload nodes are drained "
+     "or scaled away. Empty: any node that admits them. Default: `{}`.")
     log_level: NotRequired[int]
     "kube-scheduler -v verbosity. Allowed: 0..10. Default: `2`."
     preemptible_class: NotRequired[PreemptibleClassSettings]

@@ -153,6 +153,7 @@ def deployment(inputs: BinpackSchedulerInputs) -> dict:
     probe = {"httpGet": {"path": "/healthz", "port": SECURE_PORT, "scheme": "HTTPS"},
              "periodSeconds": 10, "failureThreshold": 3}
     mount, volume = manifests.config_map_mount("config", CONFIG_DIR, f"{sched.name}-config")
+    placement = {"nodeSelector": dict(sched.node_selector)} if sched.node_selector else {}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -173,6 +174,7 @@ def deployment(inputs: BinpackSchedulerInputs) -> dict:
                     "priorityClassName": manifests.CRITICAL_PRIORITY,
                     "securityContext": manifests.RESTRICTED_POD_SECURITY,
                     "affinity": manifests.spread_by_node(sched.name, SCHEDULER_COMPONENT),
+                    **placement,
                     "containers": [{
                         "name": "kube-scheduler",
                         "image": inputs.scheduler_image,

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from ..base.model import ContainerResources, Model
+from ..base.model import ContainerResources, Labels, Model
 from ..base.scoring import ScoringStrategy
 from ..base.validation import (
     DnsLabel,
@@ -154,6 +154,12 @@ class SchedulerSettings(Model):
         default_factory=lambda: ContainerResources(
             requests={"cpu": "100m", "memory": "128Mi"}, limits={"memory": "512Mi"}),
         description="Scheduler container requests and limits.")
+    node_selector: Labels = Field(
+        default_factory=dict,
+        description="Labels of the nodes the scheduler's pods run on, such as a node pool of the "
+                    "platform's own services, so that GPU placement does not stop when busy "
+                    "workload nodes are drained or scaled away. Empty: any node that admits "
+                    "them.")
     log_level: int = Field(default=2, ge=0, le=10, description="kube-scheduler -v verbosity.")
     preemptible_class: PreemptibleClassSettings = Field(
         default_factory=PreemptibleClassSettings,
