@@ -17,11 +17,15 @@ from components.facts import AUDIT_LABEL, JOB_CONTROLLERS
 from policy_harness import (
     K8S,
     MODES,
+    PARAMS_FIXTURE,
     POLICY,
+    STACKS,
     USER,
     decide,
     deployed_policy,
+    deployed_stack,
     evaluate,
+    params_fixture,
     review,
     sent_to_opa,
 )
@@ -637,6 +641,29 @@ def test_opa_check_strict_and_tests_pass_and_format_is_canonical(opa_bin):
     unformatted = subprocess.run([str(opa_bin), "fmt", "--list", str(POLICY)],
                                  capture_output=True, text=True, check=True).stdout.split()
     assert unformatted == []
+
+
+def test_the_rego_tests_decide_with_the_parameters_each_stack_renders(opa_bin, deployed,
+                                                                     tmp_path_factory):
+    rendered = params_fixture({
+        stack: (deployed if stack == "example" else
+                deployed_stack(stack, tmp_path_factory.mktemp))["params"] for stack in STACKS},
+        opa_bin)
+    assert PARAMS_FIXTURE.read_text() == rendered, \
+        f"{PARAMS_FIXTURE.relative_to(harness.ROOT)} is stale: run " \
+        "venv/bin/python tests/policy_harness.py"
+
+
+def test_the_mode_changes_no_parameter_but_the_mode():
+    """The Rego tests decide a stack's cases in each mode by setting `mode` in its parameters,
+    which is what the program renders with admission.mode set."""
+    def params(settings: dict) -> dict:
+        config = harness.stack_file_config(settings)
+        return opa_admission.policy_params(harness.admission_of(harness.settings_of(config)))
+
+    enforce = params(with_changes(admission={"mode": "enforce"}))
+    for mode in MODES:
+        assert params(with_changes(admission={"mode": mode})) == {**enforce, "mode": mode}
 
 
 def test_opa_api_is_locked_down(opa_bin, example_run, deployed, tmp_path):
