@@ -1,7 +1,8 @@
 """The admission policy as the API server meets it, for tests: the policy files and parameters
 taken from the ConfigMaps the program declares, evaluated in real OPA (the version the platform
-ships), and the webhooks' matchConditions run in a CEL engine. Used by test_policy.py (the
-policy's rules) and test_examples.py (the users' example manifests).
+ships), and the webhooks' matchConditions run in a CEL engine. Used by test_policy.py (what only
+Python can check: the parameters, the webhooks' prefilter, OPA's API) and test_examples.py (the
+users' example manifests).
 
 Run as a script, it renders PARAMS_FIXTURE, the parameters the Rego tests decide with:
 
@@ -162,6 +163,46 @@ def review(spec=None, *, namespace="team-a", operation="CREATE", kind="Pod", gro
     if sub_resource:
         request["subResource"] = sub_resource
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def policy_cases(opa_bin: Path) -> dict[str, dict]:
+    """Every rule group's Rego test cases, by name (`cases` in
+    policy/admission/<group>/<group>_test.rego; policy/admission/testing/reviews_test.rego says
+    what a case holds), each with its group and its stack."""
+    query = "{group: cases | some group; cases := data.gpuplatform.admission_test[group].cases}"
+    by_group = evaluate(opa_bin, POLICY / "admission", query, None)
+    assert isinstance(by_group, dict) and by_group, "no Rego test cases"
+    cases: dict[str, dict] = {}
+    for group, group_cases in sorted(by_group.items()):
+        for name, case in group_cases.items():
+            assert name not in cases, f"two Rego test cases are named {name!r}"
+            cases[name] = {"stack": "example", **case, "group": group}
+    return cases
+
+
+def webhook_for(deployed, request_) -> dict | None:
+    """The validating webhook the API server calls for the request, if any: its rules match
+    the request's resource and its namespaceSelector the namespace."""
+    request = request_["request"]
+    resource = request["resource"]["resource"]
+    if request.get("subResource"):
+        resource += "/" + request["subResource"]
+    for webhook in deployed["webhooks"]:
+        if not any(resource in rule["resources"] and request["operation"] in rule["operations"]
+                   and request["kind"]["group"] in rule["apiGroups"]
+                   for rule in webhook["rules"]):
+            continue
+        scope = next(r.get("scope", "*") for r in webhook["rules"] if resource in r["resources"])
+        if scope == "Cluster" or not request["namespace"]:
+            return webhook      # the namespaceSelector skips no cluster-scoped object
+        for expression in webhook.get("namespaceSelector", {}).get("matchExpressions", []):
+            assert expression["key"] == "kubernetes.io/metadata.name"
+            inside = request["namespace"] in expression["values"]
+            if inside != (expression["operator"] == "In"):
+                break
+        else:
+            return webhook
+    return None
 
 
 def sent_to_opa(webhook, request_) -> bool:
