@@ -392,7 +392,7 @@ def test_every_file_opa_loads_is_in_a_config_map_its_pod_mounts():
     assert f"{opa_admission.PARAMS_ROOT}:{opa_admission.POLICY_MOUNT}/" \
            f"{opa_admission.PARAMS_KEY}" in opa["args"]
     assert "data.gpuplatform.params" in opa_admission.rego_files("admission")[
-        "gpu_scheduler.rego"]
+        "decisions.rego"]
 
 
 def test_a_changed_policy_or_parameter_is_a_new_opa_generation_the_webhooks_switch_to():

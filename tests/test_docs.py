@@ -208,10 +208,12 @@ def test_contributing_lists_every_generated_file():
     table of generated files, with the command that makes it."""
     table = (ROOT / "CONTRIBUTING.md").read_text().split("## Generated docs", 1)[1]
     marked = [path.relative_to(ROOT).as_posix() for path in
-              [*ROOT.glob("components/**/*.py"), *DOCS.rglob("*.md")]
-              if re.search(r"^(<!-- )?(\"\"\".*\n\n)?(Generated|Written) by",
+              [*ROOT.glob("components/**/*.py"), *DOCS.rglob("*.md"),
+               *ROOT.glob("policy/**/*.rego")]
+              if re.search(r"^(<!-- |# )?(\"\"\".*\n\n)?(Generated|Written) by",
                            path.read_text()[:1000], re.MULTILINE)]
-    assert {"docs/benchmarks/teams.md", "components/teams/generated_args.py"} <= set(marked)
+    assert {"docs/benchmarks/teams.md", "components/teams/generated_args.py",
+            "policy/admission/testing/params_test.rego"} <= set(marked)
     listed = re.findall(r"`([^`]+)`", table)
     assert [path for path in marked
             if not any(fnmatch.fnmatch(path, pattern) for pattern in listed)] == []
