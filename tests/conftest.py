@@ -18,6 +18,11 @@ def opa_bin() -> Path:
 
 
 @pytest.fixture(scope="session")
+def promtool_bin() -> Path:
+    return tools.promtool()
+
+
+@pytest.fixture(scope="session")
 def example_run() -> harness.Recording:
     """The example stack (Pulumi.dev.yaml) run once under mocks."""
     return harness.run_program()

@@ -4,9 +4,8 @@ import json
 
 import pytest
 import yaml
-from test_settings import TEAMS, raw, with_changes
+from test_settings import raw, with_changes
 
-import harness
 from components import (
     binpack_scheduler,
     gpu_compaction,
@@ -14,7 +13,6 @@ from components import (
     gpu_operator,
     monitoring,
     opa_admission,
-    teams,
 )
 from components.base.validation import SettingsError
 from components.platform.config import load_settings
@@ -532,72 +530,3 @@ def test_dashboard_and_rules_ship_to_the_stack():
     config_map = monitoring.dashboard_config_map(monitoring_of(DEFAULT))
     board = json.loads(config_map["data"]["gpu-platform.json"])
     assert board["uid"] == "gpu-platform-gpus"
-
-
-# --- the DRA path ------------------------------------------------------------------------------
-
-DRA = settings_of(kubernetesVersion="1.37.2",
-                  gpuOperator={"gpuPath": "dra", "mig": {"strategy": "mixed",
-                                                         "profiles": ["1g.10gb"]}})
-
-
-def test_the_dra_path_deploys_the_chart_s_dra_stack_instead_of_the_device_plugin():
-    values = gpu_operator.chart_values(operator_of(DRA))
-    assert values["clusterPolicy"] == {"deployCR": False}
-    assert values["gpuCluster"] == {"deployCR": True}
-    assert gpu_operator.chart_values(operator_of(DEFAULT))["clusterPolicy"] == {"deployCR": True}
-    images = {image.image for image in gpu_operator.chart_images(operator_of(DRA))}
-    assert "dra-driver-nvidia-gpu" in images
-    assert not images & {"k8s-device-plugin", "container-toolkit"}
-    # The operator's DCGM exporter claims every GPU with adminAccess in its own namespace.
-    labels = gpu_operator.operator_namespace(operator_of(DRA))["metadata"]["labels"]
-    assert labels["resource.kubernetes.io/admin-access"] == "true"
-    assert "resource.kubernetes.io/admin-access" not in gpu_operator.operator_namespace(
-        operator_of(DEFAULT))["metadata"]["labels"]
-
-
-def test_a_driver_the_operator_installs_on_the_dra_path_comes_from_its_driver_resource():
-    driver = settings_of(kubernetesVersion="1.37.2",
-                         gpuOperator={"gpuPath": "dra", "driver": {"enabled": True}})
-    values = gpu_operator.chart_values(operator_of(driver))
-    assert values["driver"] == {"enabled": True,
-                                "nvidiaDriverCRD": {"enabled": True, "deployDefaultCR": True}}
-
-
-def test_the_dra_driver_s_values_are_the_pinned_chart_s():
-    extra = {"draDriver": {"featureGates": {"MPSSupport": True},
-                           "computeDomains": {"enabled": False}}}
-    values = gpu_operator.chart_values(operator_of(settings_of(
-        kubernetesVersion="1.37.2", gpuOperator={"gpuPath": "dra", "extraValues": extra})))
-    assert values["draDriver"] == extra["draDriver"]
-
-
-def test_the_platform_s_device_classes_serve_the_gpu_resources_from_nvidia_s_driver():
-    classes = {c["metadata"]["name"]: c["spec"]
-               for c in gpu_operator.device_classes(operator_of(DRA))}
-    gpu = classes[gpu_operator.GPU_DEVICE_CLASS]
-    assert gpu["extendedResourceName"] == "nvidia.com/gpu"
-    assert gpu["selectors"] == [{"cel": {"expression":
-        "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"}}]
-    mig = classes[gpu_operator.mig_device_class("1g.10gb")]
-    assert mig["extendedResourceName"] == "nvidia.com/mig-1g.10gb"
-    assert "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'" in \
-        mig["selectors"][0]["cel"]["expression"]
-    assert gpu_operator.device_classes(operator_of(DEFAULT)) == []
-
-
-def test_on_the_dra_path_kueue_counts_a_gpu_claim_against_the_gpu_quota():
-    dra_teams = settings_of(kubernetesVersion="1.37.2", gpuOperator={"gpuPath": "dra"},
-                            teams=TEAMS)
-    config = teams.kueue_configuration(harness.inputs_of(dra_teams).teams)
-    assert config["resources"]["deviceClassMappings"] == [
-        {"name": "nvidia.com/gpu",
-         "deviceClassNames": [gpu_operator.GPU_DEVICE_CLASS, "gpu.nvidia.com"]}]
-    plain = teams.kueue_configuration(harness.inputs_of(settings_of(teams=TEAMS)).teams)
-    assert "deviceClassMappings" not in plain["resources"]
-
-
-def test_on_the_dra_path_the_operator_s_quota_counts_the_dra_stack():
-    # The kubelet plugin, the validator and the DCGM exporter on each GPU node.
-    assert gpu_operator.critical_pods(operator_of(DRA)) < \
-        gpu_operator.critical_pods(operator_of(DEFAULT))
