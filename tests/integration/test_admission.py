@@ -21,31 +21,25 @@ import urllib3
 from kubelet import ProcessKubelet, RunningPod
 
 import tools
-from cluster import (
-    TEST_MANAGER,
-    WEBHOOK_KINDS,
-    ApiError,
-    Scheduler,
-    apply_declared,
-    create_gpu_node,
-    create_node,
-    ensure_namespace,
-    find,
-    job,
-    placement,
-    pod,
-    pod_template,
-    scheduler_with_strategy,
-    start_binpack_scheduler,
-    workloads_running,
-)
 from components import opa_admission
 from components.base import facts
 from components.base.facts import AUDIT_LABEL
 from components.opa_admission.inputs import OpaAdmissionInputs
 from components.platform.settings import StackSettings
-from controlplane import ControlPlane, wait_until
+from controlplane import ApiError, ControlPlane, wait_until
+from declared_objects import TEST_MANAGER, WEBHOOK_KINDS, apply_declared, find
+from fake_kubelet import workloads_running
 from harness import admission_of
+from kube_components import Scheduler, scheduler_with_strategy, start_binpack_scheduler
+from nodes_and_pods import (
+    create_gpu_node,
+    create_node,
+    ensure_namespace,
+    job,
+    placement,
+    pod,
+    pod_template,
+)
 from scripts import admission_report
 
 USER_NAMESPACE = "team-a"
