@@ -36,7 +36,7 @@ def control_plane_with_schedulers(control_plane, declared, example_settings):
     """This module's control plane with the binpack scheduler as the program deploys it and a
     kube-scheduler with the default profile next to it. Everything declared is applied but the
     webhook, which would (rightly) refuse the default scheduler's GPU pods; admission is proven
-    in test_admission.py."""
+    in admission/."""
     cp = control_plane
     declared_objects.apply_declared(cp.admin, [o for o in declared.objects
                                                if o["kind"] != "ValidatingWebhookConfiguration"])

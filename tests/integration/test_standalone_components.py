@@ -54,7 +54,7 @@ def test_everything_each_program_declares_is_accepted(applied, objects):
 def test_the_scheduler_declared_alone_packs_gpu_pods(control_plane, applied, objects):
     cp = control_plane
     # GPU pods here have no OPA to ask: the webhooks go (admission is proven with OPA running
-    # in test_admission.py).
+    # in admission/).
     for obj in objects["admission"]:
         if obj["kind"] in WEBHOOK_KINDS:
             cp.admin.delete(obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
