@@ -36,7 +36,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "integratio
 import workload  # noqa: E402
 from workload import BatchJob, NodeShape, Scale, Task, Trace  # noqa: E402
 
-import cluster  # noqa: E402
+import descheduler  # noqa: E402
+import fake_kubelet  # noqa: E402
+import kube_components  # noqa: E402
+import nodes_and_pods  # noqa: E402
 import tools  # noqa: E402
 from components import gpu_compaction, gpu_operator  # noqa: E402
 from components.binpack_scheduler import (  # noqa: E402
@@ -45,7 +48,11 @@ from components.binpack_scheduler import (  # noqa: E402
 )
 from components.gpu_compaction.planner import compaction_plan  # noqa: E402
 from components.platform.settings import StackSettings  # noqa: E402
-from controlplane import ControlPlane, wait_until  # noqa: E402
+from controlplane import (  # noqa: E402
+    ApiError,  # noqa: E402
+    ControlPlane,
+    wait_until,
+)
 from harness import compaction_of, operator_of, scheduler_of, scheduler_scoring  # noqa: E402
 
 NAMESPACE = "bench"
@@ -429,8 +436,8 @@ def profiles(settings: StackSettings, variants: bool = False) -> dict[str, dict]
     one with other resource weights and with kube-scheduler's adaptive share of nodes scored."""
     shipped = replay_configuration(scheduler_configuration(scheduler_of(settings)))
     chosen = {settings.scheduler.name: shipped,
-              DEFAULT_PROFILE: cluster.scheduler_with_strategy("default-scheduler"),
-              "MostAllocated": cluster.scheduler_with_strategy("most-allocated", {
+              DEFAULT_PROFILE: kube_components.scheduler_with_strategy("default-scheduler"),
+              "MostAllocated": kube_components.scheduler_with_strategy("most-allocated", {
                   "type": "MostAllocated",
                   "resources": [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}]})}
     if variants:
@@ -490,8 +497,9 @@ class GpuPath:
     def control_plane(self, apiserver_args: tuple[str, ...] = ()) -> ControlPlane:
         return ControlPlane(apiserver_args, kubernetes=self.kubernetes)
 
-    def controllers(self, cp: ControlPlane) -> cluster.ControllerManager:
-        return cluster.ControllerManager(cp, ("resourceclaim-controller",) if self.dra else ())
+    def controllers(self, cp: ControlPlane) -> kube_components.ControllerManager:
+        return kube_components.ControllerManager(cp, ("resourceclaim-controller",) if self.dra
+                                                 else ())
 
     def create_nodes(self, cp: ControlPlane, settings: StackSettings,
                      nodes: dict[str, NodeShape]) -> None:
@@ -503,9 +511,9 @@ class GpuPath:
             capacity = node_status_capacity(shape)
             if self.dra:
                 del capacity[GPU]
-            cluster.create_gpu_node(kube, settings, name, shape.gpus, capacity=capacity)
+            nodes_and_pods.create_gpu_node(kube, settings, name, shape.gpus, capacity=capacity)
             if self.dra:
-                kube.create(cluster.nvidia_resource_slice(name, shape.gpus))
+                kube.create(nodes_and_pods.nvidia_resource_slice(name, shape.gpus))
 
 
 DEVICE_PLUGIN = GpuPath()
@@ -522,9 +530,9 @@ def pod_template(labels: dict[str, str], task: Task, scheduler: str,
                  settings: StackSettings) -> dict:
     """The integration suite's GPU pod template with `task`'s requests; deleted pods go at once
     (no grace period), as the replay has no kubelet to wait for."""
-    template = cluster.pod_template(labels, gpus=task.gpus, scheduler=scheduler,
-                                    settings=settings, cpu=f"{task.cpu_milli}m",
-                                    memory=f"{task.memory_mib}Mi")
+    template = nodes_and_pods.pod_template(labels, gpus=task.gpus, scheduler=scheduler,
+                                           settings=settings, cpu=f"{task.cpu_milli}m",
+                                           memory=f"{task.memory_mib}Mi")
     template["spec"]["terminationGracePeriodSeconds"] = 0
     return template
 
@@ -571,15 +579,15 @@ class RealCluster(Backend):
         self.now = 0.0
         self.gpu_path = gpu_path
         gpu_path.create_nodes(cp, settings, nodes)
-        cluster.ensure_namespace(self.kube, NAMESPACE)
+        nodes_and_pods.ensure_namespace(self.kube, NAMESPACE)
         if preemptible_jobs:
             self.kube.create(preemptible_priority_class(scheduler_of(settings)))
-        self.watch = cluster.PodWatch(self.kube, self.WATCHED_NAMESPACE)
+        self.watch = kube_components.PodWatch(self.kube, self.WATCHED_NAMESPACE)
         for service in trace.services:
             self._create_service(service)
         self.controllers = gpu_path.controllers(cp)
-        self.scheduler = cluster.Scheduler(cp, "scheduler", config,
-                                           kubeconfig=cp.kubeconfig("scheduler"))
+        self.scheduler = kube_components.Scheduler(cp, "scheduler", config,
+                                                   kubeconfig=cp.kubeconfig("scheduler"))
 
     # where the trace's workloads go
 
@@ -613,7 +621,7 @@ class RealCluster(Backend):
         preemptible = job.id in self.preemptible_jobs
         if preemptible:
             template["spec"]["priorityClassName"] = self.settings.scheduler.preemptible_class.name
-        self.kube.create(cluster.job(
+        self.kube.create(nodes_and_pods.job(
             name, self.job_namespace(job), template, resumes_after_eviction=preemptible or (
                 bool(self.compaction) and self.compaction.moves(job=job))))
         self.jobs_by_name[name] = job
@@ -657,7 +665,7 @@ class RealCluster(Backend):
             self.kube.list("v1", "Node"), self.kube.list("v1", "Pod", NAMESPACE),
             self.settings.compaction.plan_threshold)
         compaction.policy_file.write_text(json.dumps(policy))
-        run = subprocess.run(cluster.descheduler_command(
+        run = subprocess.run(descheduler.descheduler_command(
             [f"--policy-config-file={compaction.policy_file}", "--disable-metrics",
              "--v=1"], self.descheduler_kubeconfig), capture_output=True, text=True, timeout=120)
         if run.returncode != 0:
@@ -681,7 +689,7 @@ class RealCluster(Backend):
         if kind == "DELETED" or phase in ("Succeeded", "Failed") or \
                 pod["metadata"].get("deletionTimestamp"):
             if pod["metadata"].get("deletionTimestamp") and kind != "DELETED":
-                cluster.remove_deleted_pod(self.kube, pod)
+                fake_kubelet.remove_deleted_pod(self.kube, pod)
             if record.node is not None:
                 self.ledger.release(record)
             if record.job is not None and record.running and name not in self.pending_finish:
@@ -702,9 +710,9 @@ class RealCluster(Backend):
             del self.waiting[name]
             started.append(record)
             try:
-                self.kube.patch_status(pod, cluster.pod_status("Running", ready=True,
-                                                               reason="Replay"))
-            except cluster.ApiError as error:
+                self.kube.patch_status(pod, fake_kubelet.pod_status("Running", ready=True,
+                                                                    reason="Replay"))
+            except ApiError as error:
                 if error.status != 404:     # evicted or scaled away meanwhile: its event follows
                     raise
 
@@ -853,7 +861,7 @@ def counter(text: str, metric: str) -> float:
                if line.startswith(metric + " ") or line.startswith(metric + "{"))
 
 
-def scrape(scheduler: cluster.Scheduler, cp: ControlPlane) -> dict:
+def scrape(scheduler: kube_components.Scheduler, cp: ControlPlane) -> dict:
     """The scheduler's own figures: the duration of successful scheduling attempts and of their
     scheduling algorithm (filter and score, without binding), attempts, CPU seconds, and the
     peak resident memory of its process."""
@@ -976,10 +984,10 @@ def latency_probe(config: dict, node_count: int, pods: int, settings: StackSetti
     try:
         kube = cp.admin
         gpu_path.create_nodes(cp, settings, nodes)
-        cluster.ensure_namespace(kube, NAMESPACE)
+        nodes_and_pods.ensure_namespace(kube, NAMESPACE)
         controllers = gpu_path.controllers(cp)
-        scheduler = cluster.Scheduler(cp, "scheduler", config,
-                                      kubeconfig=cp.kubeconfig("scheduler"))
+        scheduler = kube_components.Scheduler(cp, "scheduler", config,
+                                              kubeconfig=cp.kubeconfig("scheduler"))
         labels = {"app": "probe"}
         started = time.monotonic()
         kube.create({"apiVersion": "apps/v1", "kind": "Deployment",

@@ -31,12 +31,12 @@ import workload
 from binpack import BatchJob, NodeShape, PodRecord, RealCluster, Trace
 from kueue import API_VERSION, Kueue
 
-import cluster
 import harness
 from components import teams
 from components.base.facts import GPU_RESOURCE
 from components.platform.settings import StackSettings
 from controlplane import ControlPlane, wait_until
+from declared_objects import TEST_MANAGER, TestCertificates, declared
 
 # The teams, and the share of the load (and of the GPUs, as nominal quota) each has.
 SHARES = {"research": 0.5, "vision": 0.3, "speech": 0.2}
@@ -169,7 +169,7 @@ QUEUE_KINDS = ("Namespace", "ResourceFlavor", "WorkloadPriorityClass", "ClusterQ
 def declared_queues(stack: dict[str, str], settings: StackSettings) -> list[dict]:
     """The team namespaces and Kueue's objects the program declares for `stack`, run under the
     mocks as the integration suite runs it."""
-    objects = cluster.declared(harness.run_program(stack), cluster.TestCertificates(
+    objects = declared(harness.run_program(stack), TestCertificates(
         harness.inputs_of(settings).admission)).objects
     wanted = [o for o in objects if o["kind"] in QUEUE_KINDS[1:]
               or (o["kind"] == "Namespace" and teams.TEAM_LABEL in o["metadata"].get("labels", {}))]
@@ -236,7 +236,7 @@ class TeamsCluster(RealCluster):
     def _apply_queues(self, cp: ControlPlane, queues: list[dict]) -> None:
         kube = cp.admin
         for obj in queues:
-            kube.apply(obj, cluster.TEST_MANAGER)
+            kube.apply(obj, TEST_MANAGER)
         for queue in (o for o in queues if o["kind"] == "ClusterQueue"):
             name = queue["metadata"]["name"]
             wait_until(lambda name=name: condition(

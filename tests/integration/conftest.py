@@ -8,9 +8,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import cluster  # noqa: E402
+import declared_objects  # noqa: E402
 from controlplane import ControlPlane  # noqa: E402
 from harness import admission_of  # noqa: E402
+from kube_components import (  # noqa: E402
+    DEFAULT_SCHEDULER,
+    Scheduler,
+    scheduler_with_strategy,
+    start_binpack_scheduler,
+)
 
 
 @pytest.fixture(scope="module")
@@ -30,22 +36,21 @@ def control_plane_with_schedulers(control_plane, declared, example_settings):
     """This module's control plane with the binpack scheduler as the program deploys it and a
     kube-scheduler with the default profile next to it. Everything declared is applied but the
     webhook, which would (rightly) refuse the default scheduler's GPU pods; admission is proven
-    in test_admission.py."""
+    in admission/."""
     cp = control_plane
-    cluster.apply_declared(cp.admin, [o for o in declared.objects
-                                      if o["kind"] != "ValidatingWebhookConfiguration"])
-    cluster.start_binpack_scheduler(cp, example_settings.scheduler, declared.objects)
-    cluster.Scheduler(cp, cluster.DEFAULT_SCHEDULER,
-                      cluster.scheduler_with_strategy(cluster.DEFAULT_SCHEDULER),
-                      kubeconfig=cp.kubeconfig(cluster.DEFAULT_SCHEDULER))
+    declared_objects.apply_declared(cp.admin, [o for o in declared.objects
+                                               if o["kind"] != "ValidatingWebhookConfiguration"])
+    start_binpack_scheduler(cp, example_settings.scheduler, declared.objects)
+    Scheduler(cp, DEFAULT_SCHEDULER, scheduler_with_strategy(DEFAULT_SCHEDULER),
+              kubeconfig=cp.kubeconfig(DEFAULT_SCHEDULER))
     return cp
 
 
 @pytest.fixture(scope="session")
-def certificates(example_settings) -> cluster.TestCertificates:
-    return cluster.TestCertificates(admission_of(example_settings))
+def certificates(example_settings) -> declared_objects.TestCertificates:
+    return declared_objects.TestCertificates(admission_of(example_settings))
 
 
 @pytest.fixture(scope="session")
-def declared(example_run, certificates) -> cluster.Declared:
-    return cluster.declared(example_run, certificates)
+def declared(example_run, certificates) -> declared_objects.Declared:
+    return declared_objects.declared(example_run, certificates)

@@ -2,7 +2,8 @@
 a temporary directory, client certificates for an admin user, service-account signing keys and
 RBAC authorization. No kubelet and no controller-manager: objects are stored and admitted as on
 a cluster, and pods are bound by whichever kube-scheduler the caller starts, but nothing runs
-(cluster.py has a kube-controller-manager and a fake kubelet for the tests that need them).
+(kube_components.py has a kube-controller-manager, and fake_kubelet.py a fake kubelet, for the
+tests that need them).
 
 Everything it starts is stopped, and its directory removed, by `stop()` (also at interpreter
 exit, should a caller forget).

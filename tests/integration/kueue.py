@@ -32,8 +32,8 @@ import yaml
 from kubelet import PodNetwork, write_volume
 
 import tools
-from cluster import TEST_MANAGER
 from controlplane import ApiError, ControlPlane, Kube, free_port, wait_until
+from declared_objects import TEST_MANAGER
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 NAMESPACE = "kueue-system"

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import requests
 
-from cluster import PodWatch, Scheduler, create_gpu_node, ensure_namespace, pod
 from components.platform.settings import StackSettings
 from controlplane import ControlPlane, Kube, wait_until
+from kube_components import PodWatch, Scheduler
+from nodes_and_pods import create_gpu_node, ensure_namespace, pod
 
 
 def create_concurrently(cp: ControlPlane, objects: list[dict], clients: int = 16) -> None:

@@ -5,8 +5,10 @@ import copy
 
 import pytest
 
-from cluster import TEST_MANAGER, ApiError, apply_declared, create_node, read_back_differences
 from components import opa_admission
+from controlplane import ApiError
+from declared_objects import TEST_MANAGER, apply_declared, read_back_differences
+from nodes_and_pods import create_node
 
 
 @pytest.fixture(scope="module")

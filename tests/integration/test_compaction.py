@@ -13,23 +13,21 @@ import time
 
 import pytest
 
-from cluster import (
-    compaction_run,
+from components import gpu_compaction
+from controlplane import wait_until
+from declared_objects import find
+from descheduler import compaction_run
+from fake_kubelet import (
     cordon,
-    create_node,
     deploy_on_nodes,
-    find,
     gpu_workloads,
     gpus_used,
-    job,
-    pod_template,
     running_pods,
     settled,
     succeed,
 )
-from components import gpu_compaction
-from controlplane import wait_until
 from harness import compaction_of
+from nodes_and_pods import create_node, job, pod_template
 
 NAMESPACE = "serving"
 NODES = ("gpu-1", "gpu-2", "gpu-3", "gpu-4")

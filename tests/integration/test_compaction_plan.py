@@ -13,17 +13,12 @@ import time
 
 import pytest
 
-from cluster import (
-    compaction_run,
-    create_gpu_node,
-    deploy_on_nodes,
-    gpu_workloads,
-    gpus_used,
-    settled,
-)
 from components import gpu_compaction
 from controlplane import wait_until
+from descheduler import compaction_run
+from fake_kubelet import deploy_on_nodes, gpu_workloads, gpus_used, settled
 from harness import compaction_of
+from nodes_and_pods import create_gpu_node
 
 NAMESPACE = "planned"
 NODES = ("p-a", "p-b", "p-c", "p-d", "p-e")

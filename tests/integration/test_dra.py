@@ -20,7 +20,6 @@ from kubelet import ProcessKubelet
 from kueue import API_VERSION, Kueue
 from test_settings import with_changes
 
-import cluster
 import harness
 import tools
 from components import gpu_operator, opa_admission, teams
@@ -28,7 +27,25 @@ from components.base import facts
 from components.base.facts import GPU_RESOURCE
 from components.gpu_operator.dra import NVIDIA_DRA_DRIVER, NVIDIA_DRA_KUBELET_PLUGIN
 from components.platform.settings import StackSettings
-from controlplane import ControlPlane, Kube, wait_until
+from controlplane import ApiError, ControlPlane, Kube, wait_until
+from declared_objects import (
+    TEST_MANAGER,
+    WEBHOOK_KINDS,
+    TestCertificates,
+    apply_declared,
+    declared,
+    find,
+)
+from fake_kubelet import workloads_running
+from kube_components import Scheduler, scheduler_with_strategy, start_binpack_scheduler
+from nodes_and_pods import (
+    create_dra_gpu_node,
+    create_node,
+    ensure_namespace,
+    nvidia_resource_slice,
+    placement,
+    pod,
+)
 
 KUBERNETES = tools.DRA_KUBERNETES_VERSION
 # Webhooks are called at their Services' ready endpoints (conftest.control_plane).
@@ -60,17 +77,17 @@ def platform(control_plane) -> Iterator[Platform]:
     config = harness.stack_file_config(STACK)
     settings = harness.settings_of(config)
     inputs = harness.inputs_of(settings)
-    declared = cluster.declared(harness.run_program(config),
-                                cluster.TestCertificates(inputs.admission)).objects
-    webhooks = [o for o in declared if o["kind"] in cluster.WEBHOOK_KINDS]
-    probe = cluster.find(declared, "ConfigMap", opa_admission.REACHABILITY_PROBE)
+    objects = declared(harness.run_program(config),
+                       TestCertificates(inputs.admission)).objects
+    webhooks = [o for o in objects if o["kind"] in WEBHOOK_KINDS]
+    probe = find(objects, "ConfigMap", opa_admission.REACHABILITY_PROBE)
     driver_user = (f"system:serviceaccount:{settings.gpu_operator.namespace}:"
                    f"{NVIDIA_DRA_KUBELET_PLUGIN}")
     with ExitStack() as stack:
         running = Kueue(cp, teams.kueue_configuration(inputs.teams)).start()
         stack.callback(running.stop)
-        cluster.apply_declared(kube, [o for o in declared if o["kind"] not in
-                                      cluster.WEBHOOK_KINDS and o is not probe])
+        apply_declared(kube, [o for o in objects if o["kind"] not in
+                              WEBHOOK_KINDS and o is not probe])
         # What the GPU Operator grants itself and its DRA driver's kubelet plugin, and the
         # DeviceClass of whole GPUs it creates (manifests/state-dra-driver of v26.7.0).
         operator_user = f"system:serviceaccount:{settings.gpu_operator.namespace}:gpu-operator"
@@ -84,27 +101,27 @@ def platform(control_plane) -> Iterator[Platform]:
                 f"device.attributes['{NVIDIA_DRA_DRIVER}'].type == 'gpu'"}}]}})
         kubelet = ProcessKubelet(cp, {settings.admission.opa.repository: tools.opa()})
         stack.callback(kubelet.stop)
-        stack.enter_context(cluster.workloads_running(
+        stack.enter_context(workloads_running(
             cp, leave_out=kubelet.runs, controllers=("resourceclaim-controller",)))
-        cluster.Scheduler(cp, "default-scheduler",
-                          cluster.scheduler_with_strategy("default-scheduler"),
-                          kubeconfig=cp.kubeconfig("default-scheduler"))
-        cluster.start_binpack_scheduler(cp, settings.scheduler, declared)
-        cluster.create_node(kube, "cpu-node-1")
+        Scheduler(cp, "default-scheduler",
+                  scheduler_with_strategy("default-scheduler"),
+                  kubeconfig=cp.kubeconfig("default-scheduler"))
+        start_binpack_scheduler(cp, settings.scheduler, objects)
+        create_node(kube, "cpu-node-1")
         admission = harness.admission_of(settings)
         service = opa_admission.generation_name(admission, facts.OPA_SERVICE)
         wait_until(lambda: len(ready_endpoints(kube, settings, service)) ==
                    settings.admission.replicas, "OPA's pods ready behind its Service",
                    timeout=90)
         for webhook in webhooks:
-            kube.apply(webhook, cluster.TEST_MANAGER)
-        cluster.ensure_namespace(kube, NO_TEAM)
+            kube.apply(webhook, TEST_MANAGER)
+        ensure_namespace(kube, NO_TEAM)
         wait_until(lambda: "spec.schedulerName" in refusal(
-            kube, cluster.pod("probe", NO_TEAM, gpus=1)), "the webhook to take effect",
+            kube, pod("probe", NO_TEAM, gpus=1)), "the webhook to take effect",
             timeout=15)
         driver = cp.impersonating(driver_user)
         for node in GPU_NODES:
-            cluster.create_dra_gpu_node(kube, settings, node, 8, driver)
+            create_dra_gpu_node(kube, settings, node, 8, driver)
         yield Platform(cp, settings, settings.scheduler.name, driver)
 
 
@@ -115,12 +132,12 @@ def grant(kube: Kube, user: str, resource: str) -> None:
                 "metadata": {"name": name}, "rules": [
                     {"apiGroups": ["resource.k8s.io"], "resources": [resource],
                      "verbs": ["get", "list", "watch", "create", "update", "delete"]}]},
-               cluster.TEST_MANAGER)
+               TEST_MANAGER)
     kube.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                 "metadata": {"name": name},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                             "name": name},
-                "subjects": [{"kind": "User", "name": user}]}, cluster.TEST_MANAGER)
+                "subjects": [{"kind": "User", "name": user}]}, TEST_MANAGER)
 
 
 def ready_endpoints(kube: Kube, settings: StackSettings, service: str) -> list[str]:
@@ -135,14 +152,14 @@ def refusal(kube: Kube, obj: dict) -> str:
     try:
         kube.create(obj, dry_run=True)
         return ""
-    except cluster.ApiError as error:
+    except ApiError as error:
         return error.message
 
 
 def gpu_pod(name: str, namespace: str, platform: Platform, gpus: int) -> dict:
     """A pod that asks for nvidia.com/gpu, as on the device plugin path."""
-    return cluster.pod(name, namespace, gpus=gpus, settings=platform.settings,
-                       scheduler=platform.scheduler)
+    return pod(name, namespace, gpus=gpus, settings=platform.settings,
+               scheduler=platform.scheduler)
 
 
 def claim_template(name: str, namespace: str, gpus: int,
@@ -155,7 +172,7 @@ def claim_template(name: str, namespace: str, gpus: int,
 
 def claim_pod(name: str, namespace: str, platform: Platform, template: str) -> dict:
     """A pod that asks for GPUs through a claim of its own, made from `template`."""
-    obj = cluster.pod(name, namespace, settings=platform.settings, scheduler=platform.scheduler)
+    obj = pod(name, namespace, settings=platform.settings, scheduler=platform.scheduler)
     obj["spec"]["tolerations"] = [t.toleration() for t in platform.settings.gpu_nodes.taints]
     obj["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": template}]
     obj["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpus"}]
@@ -197,13 +214,13 @@ def test_gpu_pods_that_ask_for_nvidia_com_gpu_are_packed_as_on_the_device_plugin
     """Two pods of 2 GPUs then one of 3: each lands on the node the first chose, its claim
     made by the scheduler and allocated there."""
     kube = platform.cp.admin
-    cluster.ensure_namespace(kube, NO_TEAM)
+    ensure_namespace(kube, NO_TEAM)
     kube.create(gpu_pod("first", NO_TEAM, platform, 2))
-    first = cluster.placement(kube, NO_TEAM, "first", timeout=60)
+    first = placement(kube, NO_TEAM, "first", timeout=60)
     assert first in GPU_NODES
     for name, gpus in (("second", 2), ("third", 3)):
         kube.create(gpu_pod(name, NO_TEAM, platform, gpus))
-        assert cluster.placement(kube, NO_TEAM, name, timeout=60) == first
+        assert placement(kube, NO_TEAM, name, timeout=60) == first
     wait_until(lambda: allocated(kube).get(first) == 7, "7 GPUs allocated on the first node",
                timeout=30)
     pod = kube.get("v1", "Pod", "third", NO_TEAM)
@@ -219,10 +236,10 @@ def test_pods_with_claims_of_their_own_are_placed_by_the_binpack_scheduler(platf
     kube = platform.cp.admin
     kube.create(claim_template("two-gpus", NO_TEAM, 2))
     kube.create(gpu_pod("anchor", NO_TEAM, platform, 4))
-    anchor = cluster.placement(kube, NO_TEAM, "anchor", timeout=60)
+    anchor = placement(kube, NO_TEAM, "anchor", timeout=60)
     for index in range(2):
         kube.create(claim_pod(f"claimer-{index}", NO_TEAM, platform, "two-gpus"))
-    places = [cluster.placement(kube, NO_TEAM, f"claimer-{index}", timeout=60)
+    places = [placement(kube, NO_TEAM, f"claimer-{index}", timeout=60)
               for index in range(2)]
     print(f"\npods with claims of their own: on {places}; the 4-GPU pod before them on "
           f"{anchor}; allocated {allocated(kube)}")
@@ -242,7 +259,7 @@ def test_every_way_around_the_principle_is_refused(platform):
     # else the API server refuses it first).
     kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {
         "name": "agents", "labels": {"resource.kubernetes.io/admin-access": "true"}}},
-        cluster.TEST_MANAGER)
+        TEST_MANAGER)
     admin = claim_template("all-gpus", "agents", 1)
     request = admin["spec"]["spec"]["devices"]["requests"][0]["exactly"]
     request.update({"allocationMode": "All", "adminAccess": True})
@@ -257,10 +274,10 @@ def test_every_way_around_the_principle_is_refused(platform):
                         "metadata": {"name": "mine.example.com"}, "spec": spec}
         assert "only the platform's own classes and NVIDIA's" in refusal(kube, device_class)
     # NVIDIA's slices published by someone else, for a node of their choosing.
-    forged = cluster.nvidia_resource_slice("cpu-node-1", 8)
+    forged = nvidia_resource_slice("cpu-node-1", 8)
     assert "only the driver publishes them" in refusal(kube, forged)
     # The driver's own slice is admitted.
-    assert refusal(platform.driver, cluster.nvidia_resource_slice("cpu-node-1", 1)) == ""
+    assert refusal(platform.driver, nvidia_resource_slice("cpu-node-1", 1)) == ""
     # A claim allocated by hand, on a node of the user's choosing.
     kube.create(claim_template("one-gpu", NO_TEAM, 1))
     claim = kube.create({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
@@ -271,7 +288,7 @@ def test_every_way_around_the_principle_is_refused(platform):
         "request": "gpus", "driver": NVIDIA_DRA_DRIVER, "pool": GPU_NODES[2],
         "device": "gpu-7"}]}, "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
             {"key": "metadata.name", "operator": "In", "values": [GPU_NODES[2]]}]}]}}}
-    with pytest.raises(cluster.ApiError) as refused:
+    with pytest.raises(ApiError) as refused:
         kube.request("PUT", kube.path("resource.k8s.io/v1", "ResourceClaim", NO_TEAM,
                                       "by-hand", "status"), body=claim)
     assert "its allocation is written by a scheduler" in refused.value.message
@@ -293,7 +310,7 @@ def test_a_teams_quota_counts_the_same_gpus_whichever_way_they_are_asked_for(pla
                    if r["name"] == GPU_RESOURCE)
     wait_until(lambda: used() == 12, "research's 12 GPUs counted in its queue", timeout=90)
     for name in ("asks-0", "asks-1", "claims"):
-        assert cluster.placement(kube, RESEARCH, name, timeout=60) in GPU_NODES
+        assert placement(kube, RESEARCH, name, timeout=60) in GPU_NODES
     # Beyond the cohort's 24: another 13 GPUs of vision's wait in its queue.
     kube.create(gpu_pod("beyond", VISION, platform, 8))
     kube.create(claim_template("five-gpus", VISION, 5))

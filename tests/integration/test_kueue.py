@@ -25,25 +25,14 @@ from kueue import (
 )
 from test_settings import raw, with_changes
 
-from cluster import (
-    DEFAULT_SCHEDULER,
-    GPU,
-    PodWatch,
-    Scheduler,
-    create_gpu_node,
-    create_node,
-    ensure_namespace,
-    job,
-    pod_template,
-    running_pods,
-    scheduler_with_strategy,
-    workloads_running,
-)
 from components import teams
 from components.base.facts import GPU_PRESENT_LABEL
 from components.platform.config import load_settings
 from controlplane import Kube, wait_until
+from fake_kubelet import running_pods, workloads_running
 from harness import inputs_of
+from kube_components import DEFAULT_SCHEDULER, PodWatch, Scheduler, scheduler_with_strategy
+from nodes_and_pods import GPU, create_gpu_node, create_node, ensure_namespace, job, pod_template
 
 TEAM_A, TEAM_B, UNMANAGED = "team-a", "team-b", "platform-jobs"
 TEAM_A_QUEUE = "gpus"

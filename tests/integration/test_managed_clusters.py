@@ -13,11 +13,12 @@ import pytest
 import yaml
 from load import create_concurrently
 
-from cluster import TEST_MANAGER, ApiError, ControllerManager, apply_declared, find
 from components import gpu_operator
 from components.base import manifests
-from controlplane import ControlPlane, wait_until
+from controlplane import ApiError, ControlPlane, wait_until
+from declared_objects import TEST_MANAGER, apply_declared, find
 from harness import operator_of
+from kube_components import ControllerManager
 
 # The ResourceQuota admission configuration as GKE documents it for critical priorities.
 LIMITED_CRITICAL_PRIORITIES = {

@@ -8,18 +8,11 @@ their pods land on nodes the binpack scheduler would not have chosen, then uncor
 import pytest
 import requests
 
-from cluster import (
-    TEST_MANAGER,
-    ApiError,
-    cordon,
-    ensure_namespace,
-    gpu_workloads,
-    job,
-    pod_template,
-    running_pods,
-)
 from components.monitoring import dashboard
-from controlplane import wait_until
+from controlplane import ApiError, wait_until
+from declared_objects import TEST_MANAGER
+from fake_kubelet import cordon, gpu_workloads, running_pods
+from nodes_and_pods import ensure_namespace, job, pod_template
 
 NAMESPACE = "training"
 NODES = ("gpu-1", "gpu-2", "gpu-3")

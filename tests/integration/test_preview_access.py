@@ -9,9 +9,9 @@ import yaml
 from kueue import Kueue
 
 import harness
-from cluster import TEST_MANAGER, ApiError, apply_declared, find
 from components import opa_admission, teams
-from controlplane import wait_until
+from controlplane import ApiError, wait_until
+from declared_objects import TEST_MANAGER, apply_declared, find
 
 ACCESS = Path(__file__).resolve().parents[2] / "docs" / "operators" / "preview-access.yaml"
 # A preview applies as the field manager that `pulumi up` used.

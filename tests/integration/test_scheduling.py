@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from cluster import DEFAULT_SCHEDULER as DEFAULT
-from cluster import create_gpu_node, ensure_namespace, placement, pod
+from kube_components import DEFAULT_SCHEDULER as DEFAULT
+from nodes_and_pods import create_gpu_node, ensure_namespace, placement, pod
 
 NAMESPACE = "training"
 

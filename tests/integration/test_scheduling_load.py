@@ -7,9 +7,9 @@ with."""
 import yaml
 from load import bind_burst, failover
 
-from cluster import WEBHOOK_KINDS, apply_declared, find
 from components import binpack_scheduler
 from components.base.validation import go_duration_seconds
+from declared_objects import WEBHOOK_KINDS, apply_declared, find
 
 # What the shipped client rate (scheduler.clientConnection) promises for a burst of pending
 # 1-GPU pods, with room for a slower machine: docs/benchmarks/scheduling.md has the measured

@@ -11,20 +11,13 @@ from test_components_alone import (
     SCHEDULER_ARGS,
 )
 
-import cluster
 import harness
-from cluster import (
-    apply_declared,
-    create_gpu_node,
-    declared,
-    ensure_namespace,
-    placement,
-    pod,
-    start_binpack_scheduler,
-)
 from components import opa_admission
 from components.binpack_scheduler.inputs import BinpackSchedulerInputs
 from components.opa_admission.inputs import OpaAdmissionInputs
+from declared_objects import TestCertificates, apply_declared, declared
+from kube_components import start_binpack_scheduler
+from nodes_and_pods import create_gpu_node, ensure_namespace, placement, pod
 
 WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 NAMESPACE = "team-a"
@@ -33,7 +26,7 @@ NAMESPACE = "team-a"
 @pytest.fixture(scope="module")
 def objects() -> dict[str, list[dict]]:
     """What each program declares, as `pulumi up` would send it."""
-    certificates = cluster.TestCertificates(OpaAdmissionInputs.model_validate(ADMISSION_ARGS))
+    certificates = TestCertificates(OpaAdmissionInputs.model_validate(ADMISSION_ARGS))
     return {name: declared(harness.run_program({}, source=source), certificates).objects
             for name, source in (("scheduler", SCHEDULER_ALONE),
                                  ("admission", ADMISSION_ALONE))}
@@ -61,7 +54,7 @@ def test_everything_each_program_declares_is_accepted(applied, objects):
 def test_the_scheduler_declared_alone_packs_gpu_pods(control_plane, applied, objects):
     cp = control_plane
     # GPU pods here have no OPA to ask: the webhooks go (admission is proven with OPA running
-    # in test_admission.py).
+    # in admission/).
     for obj in objects["admission"]:
         if obj["kind"] in WEBHOOK_KINDS:
             cp.admin.delete(obj["apiVersion"], obj["kind"], obj["metadata"]["name"])

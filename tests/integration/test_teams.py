@@ -16,14 +16,34 @@ from kubelet import ProcessKubelet
 from kueue import API_VERSION, Kueue
 from test_settings import with_changes
 
-import cluster
 import harness
 import tools
 from components import opa_admission, teams
 from components.base import facts
 from components.base.facts import GPU_RESOURCE
 from components.platform.settings import StackSettings
-from controlplane import ControlPlane, Kube, wait_until
+from controlplane import ApiError, ControlPlane, Kube, wait_until
+from declared_objects import (
+    TEST_MANAGER,
+    WEBHOOK_KINDS,
+    TestCertificates,
+    apply_declared,
+    declared,
+    find,
+    read_back_differences,
+)
+from fake_kubelet import cordon, workloads_running
+from kube_components import Scheduler, scheduler_with_strategy, start_binpack_scheduler
+from nodes_and_pods import (
+    GPU,
+    create_gpu_node,
+    create_node,
+    ensure_namespace,
+    job,
+    placement,
+    pod,
+    pod_template,
+)
 
 RESEARCH, VISION, NO_TEAM = "research", "vision", "team-a"
 GPU_NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3")
@@ -58,39 +78,39 @@ def platform(control_plane) -> Iterator[Platform]:
     config = harness.stack_file_config(STACK)
     settings = harness.settings_of(config)
     inputs = harness.inputs_of(settings)
-    declared = cluster.declared(harness.run_program(config),
-                                cluster.TestCertificates(inputs.admission)).objects
-    webhooks = [o for o in declared if o["kind"] in cluster.WEBHOOK_KINDS]
-    probe = cluster.find(declared, "ConfigMap", opa_admission.REACHABILITY_PROBE)
+    objects = declared(harness.run_program(config),
+                       TestCertificates(inputs.admission)).objects
+    webhooks = [o for o in objects if o["kind"] in WEBHOOK_KINDS]
+    probe = find(objects, "ConfigMap", opa_admission.REACHABILITY_PROBE)
     with ExitStack() as stack:
         # Kueue first: its CRDs, and its webhooks, which decide the queues' objects.
         running = Kueue(cp, teams.kueue_configuration(inputs.teams)).start()
         stack.callback(running.stop)
-        cluster.apply_declared(kube, [o for o in declared if o["kind"] not in cluster.WEBHOOK_KINDS
+        apply_declared(kube, [o for o in objects if o["kind"] not in WEBHOOK_KINDS
                               and o is not probe])
         kubelet = ProcessKubelet(cp, {settings.admission.opa.repository: tools.opa()})
         stack.callback(kubelet.stop)
-        stack.enter_context(cluster.workloads_running(cp, leave_out=kubelet.runs))
-        cluster.Scheduler(cp, "default-scheduler",
-                          cluster.scheduler_with_strategy("default-scheduler"),
-                          kubeconfig=cp.kubeconfig("default-scheduler"))
-        cluster.start_binpack_scheduler(cp, settings.scheduler, declared)
-        cluster.create_node(kube, "cpu-node-1")
+        stack.enter_context(workloads_running(cp, leave_out=kubelet.runs))
+        Scheduler(cp, "default-scheduler",
+                  scheduler_with_strategy("default-scheduler"),
+                  kubeconfig=cp.kubeconfig("default-scheduler"))
+        start_binpack_scheduler(cp, settings.scheduler, objects)
+        create_node(kube, "cpu-node-1")
         wait_until(lambda: len(opa_ready(kube, settings)) == settings.admission.replicas,
                    "OPA's pods ready behind its Service", timeout=90)
         for webhook in webhooks:
-            kube.apply(webhook, cluster.TEST_MANAGER)
+            kube.apply(webhook, TEST_MANAGER)
         for team in (RESEARCH, VISION):
             wait_until(lambda team=team: status(kube, "ClusterQueue", team, "Active") == "True",
                        f"ClusterQueue {team} to be active")
         # The webhook takes effect within moments: a GPU pod of no team is refused.
-        cluster.ensure_namespace(kube, NO_TEAM)
+        ensure_namespace(kube, NO_TEAM)
         wait_until(lambda: "belongs to no team" in refusal(kube, gpu_pod("probe", NO_TEAM,
                                                                           settings)),
                    "the admission webhook to take effect", timeout=15)
         for node in GPU_NODES:
-            cluster.create_gpu_node(kube, settings, node, gpus=8)
-        yield Platform(cp, settings, running, settings.scheduler.name, declared)
+            create_gpu_node(kube, settings, node, gpus=8)
+        yield Platform(cp, settings, running, settings.scheduler.name, objects)
 
 
 def opa_ready(kube: Kube, settings: StackSettings) -> list[str]:
@@ -114,15 +134,15 @@ def refusal(kube: Kube, obj: dict) -> str:
     try:
         kube.create(obj, dry_run=True)
         return ""
-    except cluster.ApiError as error:
+    except ApiError as error:
         return error.message
 
 
 def gpu_pod(name: str, namespace: str, settings: StackSettings, gpus: int = 1,
             owner: dict | None = None) -> dict:
     """A GPU pod on the binpack scheduler; with `owner`, claiming to be that Job's pod."""
-    obj = cluster.pod(name, namespace, gpus=gpus, settings=settings,
-                      scheduler=settings.scheduler.name)
+    obj = pod(name, namespace, gpus=gpus, settings=settings,
+              scheduler=settings.scheduler.name)
     if owner:
         obj["metadata"]["ownerReferences"] = [{
             "apiVersion": "batch/v1", "kind": "Job", "name": owner["metadata"]["name"],
@@ -133,9 +153,9 @@ def gpu_pod(name: str, namespace: str, settings: StackSettings, gpus: int = 1,
 def gpu_job(name: str, namespace: str, platform: Platform, pods: int, gpus: int) -> dict:
     """A Job of `pods` pods of `gpus` GPUs on the binpack scheduler, naming no queue and
     tolerating nothing: the team's flavor gives it the tolerations."""
-    template = cluster.pod_template({"app": name}, gpus=gpus)
+    template = pod_template({"app": name}, gpus=gpus)
     template["spec"]["schedulerName"] = platform.scheduler
-    return cluster.job(name, namespace, template, parallelism=pods, completions=pods)
+    return job(name, namespace, template, parallelism=pods, completions=pods)
 
 
 def job_pods(kube: Kube, namespace: str, name: str) -> list[dict]:
@@ -200,7 +220,7 @@ def test_what_the_program_declares_reads_back_as_declared(platform):
     objects = [o for o in platform.declared if kube.serves(o["apiVersion"], o["kind"])
                and o["metadata"]["name"] != opa_admission.REACHABILITY_PROBE]
     assert {o["kind"] for o in objects} >= set(KUEUE_KINDS)
-    assert cluster.read_back_differences(kube, objects) == {}
+    assert read_back_differences(kube, objects) == {}
 
 
 def test_admitted_pods_still_land_on_the_busiest_gpu_node(platform):
@@ -254,7 +274,7 @@ def test_a_job_that_cannot_run_whole_gives_all_its_gpus_back_within_the_timeout(
     nodes cordoned: two run and one finds no node. After waitForPodsReady's timeout the whole
     job is evicted and queued again: none of its pods holds GPUs."""
     kube = platform.cp.admin
-    cluster.cordon(kube, [GPU_NODES[2]], True)
+    cordon(kube, [GPU_NODES[2]], True)
     try:
         kube.create(gpu_job("partial", RESEARCH, platform, pods=3, gpus=8))
         wait_until(lambda: len(running_on(kube, RESEARCH, "partial")) == 2,
@@ -271,13 +291,13 @@ def test_a_job_that_cannot_run_whole_gives_all_its_gpus_back_within_the_timeout(
         assert evicted and evicted["reason"] == "PodsReadyTimeout"
         assert held <= PODS_READY_TIMEOUT + 20
     finally:
-        cluster.cordon(kube, [GPU_NODES[2]], False)
+        cordon(kube, [GPU_NODES[2]], False)
     finish(kube, RESEARCH, "partial")
 
 
 def test_a_serving_deployment_counts_against_its_team(platform):
     kube = platform.cp.admin
-    template = cluster.pod_template({"app": "serve"}, gpus=2)
+    template = pod_template({"app": "serve"}, gpus=2)
     template["spec"]["schedulerName"] = platform.scheduler
     kube.create({"apiVersion": "apps/v1", "kind": "Deployment",
                  "metadata": {"name": "serve", "namespace": "vision-serving"},
@@ -288,13 +308,13 @@ def test_a_serving_deployment_counts_against_its_team(platform):
         usage = kube.get(API_VERSION, "ClusterQueue", VISION).get("status", {}).get(
             "flavorsUsage", [])
         return sum(int(r["total"]) for f in usage for r in f["resources"]
-                   if r["name"] == cluster.GPU)
+                   if r["name"] == GPU)
     wait_until(lambda: used() == 4, "the Deployment's 4 GPUs counted in vision's queue",
                timeout=60)
     metrics = platform.kueue.metrics()
     line = next(line for line in metrics.splitlines()
                 if line.startswith("kueue_cluster_queue_resource_usage{")
-                and f'cluster_queue="{VISION}"' in line and f'resource="{cluster.GPU}"' in line)
+                and f'cluster_queue="{VISION}"' in line and f'resource="{GPU}"' in line)
     assert line.rsplit(" ", 1)[1] == "4"
     kube.delete("apps/v1", "Deployment", "serve", "vision-serving", propagation="Background")
 
@@ -331,7 +351,7 @@ def update_refusal(kube: Kube, kind: tuple[str, str], name: str, namespace: str,
     try:
         kube.merge_patch(*kind, name, patch, namespace, what=f"patch {kind[1]} {name}")
         return ""
-    except cluster.ApiError as error:
+    except ApiError as error:
         return error.message
 
 
@@ -358,7 +378,7 @@ def test_only_kueue_lifts_its_gates_and_writes_its_labels_on_a_teams_gpu_pod(pla
     kube.delete("v1", "Pod", "held", RESEARCH)
     # Kueue's own update lifts the gates of a pod it admits.
     kube.create(gpu_pod("let-go", RESEARCH, settings, gpus=1))
-    assert cluster.placement(kube, RESEARCH, "let-go", timeout=60) in GPU_NODES
+    assert placement(kube, RESEARCH, "let-go", timeout=60) in GPU_NODES
     kube.delete("v1", "Pod", "let-go", RESEARCH)
 
 
@@ -394,4 +414,4 @@ def test_with_kueue_stopped_team_namespaces_take_no_pods_and_others_are_untouche
     platform.kueue.kill()
     message = refusal(kube, gpu_pod("while-down", RESEARCH, settings))
     assert "failed calling webhook" in message
-    assert refusal(kube, cluster.pod("cpu-elsewhere", "default")) == ""
+    assert refusal(kube, pod("cpu-elsewhere", "default")) == ""

@@ -13,19 +13,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from cluster import (
-    DEFAULT_SCHEDULER,
-    FakeKubelet,
-    create_gpu_node,
-    ensure_namespace,
-    job,
-    pod,
-    pod_template,
-    succeed,
-    workloads_running,
-)
 from components.platform.settings import StackSettings
 from controlplane import Kube, wait_until
+from fake_kubelet import FakeKubelet, succeed, workloads_running
+from kube_components import DEFAULT_SCHEDULER
+from nodes_and_pods import create_gpu_node, ensure_namespace, job, pod, pod_template
 
 NAMESPACE = "inference"
 HOSTNAME = "kubernetes.io/hostname"
