@@ -11,41 +11,31 @@ Three GPU nodes of 8: pods that ask for nvidia.com/gpu land where the binpack sc
 them, as on the device plugin path; pods with claims of their own are placed by it too."""
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 
 import pytest
-from kubelet import ProcessKubelet
-from kueue import API_VERSION, Kueue
+from kueue import API_VERSION
 from test_settings import with_changes
 
-import harness
 import tools
-from components import gpu_operator, opa_admission, teams
-from components.base import facts
+from components import gpu_operator
 from components.base.facts import GPU_RESOURCE
 from components.gpu_operator.dra import NVIDIA_DRA_DRIVER, NVIDIA_DRA_KUBELET_PLUGIN
 from components.platform.settings import StackSettings
 from controlplane import ApiError, ControlPlane, Kube, wait_until
 from declared_objects import (
     TEST_MANAGER,
-    WEBHOOK_KINDS,
-    TestCertificates,
-    apply_declared,
-    declared,
-    find,
 )
-from fake_kubelet import workloads_running
-from kube_components import Scheduler, scheduler_with_strategy, start_binpack_scheduler
 from nodes_and_pods import (
     create_dra_gpu_node,
-    create_node,
     ensure_namespace,
     nvidia_resource_slice,
     placement,
     pod,
 )
+from running_platform import refusal, run_platform
 
 KUBERNETES = tools.DRA_KUBERNETES_VERSION
 # Webhooks are called at their Services' ready endpoints (conftest.control_plane).
@@ -74,55 +64,39 @@ class Platform:
 @pytest.fixture(scope="module")
 def platform(control_plane) -> Iterator[Platform]:
     cp, kube = control_plane, control_plane.admin
-    config = harness.stack_file_config(STACK)
-    settings = harness.settings_of(config)
-    inputs = harness.inputs_of(settings)
-    objects = declared(harness.run_program(config),
-                       TestCertificates(inputs.admission)).objects
-    webhooks = [o for o in objects if o["kind"] in WEBHOOK_KINDS]
-    probe = find(objects, "ConfigMap", opa_admission.REACHABILITY_PROBE)
-    driver_user = (f"system:serviceaccount:{settings.gpu_operator.namespace}:"
-                   f"{NVIDIA_DRA_KUBELET_PLUGIN}")
     with ExitStack() as stack:
-        running = Kueue(cp, teams.kueue_configuration(inputs.teams)).start()
-        stack.callback(running.stop)
-        apply_declared(kube, [o for o in objects if o["kind"] not in
-                              WEBHOOK_KINDS and o is not probe])
-        # What the GPU Operator grants itself and its DRA driver's kubelet plugin, and the
-        # DeviceClass of whole GPUs it creates (manifests/state-dra-driver of v26.7.0).
+        running = run_platform(stack, cp, STACK, before_pods=operator_grants(cp),
+                               controllers=("resourceclaim-controller",))
+        settings = running.settings
+        ensure_namespace(kube, NO_TEAM)
+        wait_until(lambda: "spec.schedulerName" in refusal(
+            kube, pod("probe", NO_TEAM, gpus=1)), "the webhook to take effect",
+            timeout=15)
+        driver = cp.impersonating(driver_user(settings))
+        for node in GPU_NODES:
+            create_dra_gpu_node(kube, settings, node, 8, driver)
+        yield Platform(cp, settings, settings.scheduler.name, driver)
+
+
+def driver_user(settings: StackSettings) -> str:
+    return f"system:serviceaccount:{settings.gpu_operator.namespace}:{NVIDIA_DRA_KUBELET_PLUGIN}"
+
+
+def operator_grants(cp: ControlPlane) -> Callable[[StackSettings], None]:
+    """What the GPU Operator grants itself and its DRA driver's kubelet plugin, and the
+    DeviceClass of whole GPUs it creates (manifests/state-dra-driver of v26.7.0)."""
+    def grant_and_create(settings: StackSettings) -> None:
         operator_user = f"system:serviceaccount:{settings.gpu_operator.namespace}:gpu-operator"
-        for user, resource in ((driver_user, "resourceslices"), (operator_user, "deviceclasses")):
-            grant(kube, user, resource)
+        for user, resource in ((driver_user(settings), "resourceslices"),
+                               (operator_user, "deviceclasses")):
+            grant(cp.admin, user, resource)
         cp.impersonating(operator_user).create({
             "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
             "metadata": {"name": NVIDIA_DRA_DRIVER},
             "spec": {"selectors": [{"cel": {"expression":
                 f"device.driver == '{NVIDIA_DRA_DRIVER}' && "
                 f"device.attributes['{NVIDIA_DRA_DRIVER}'].type == 'gpu'"}}]}})
-        kubelet = ProcessKubelet(cp, {settings.admission.opa.repository: tools.opa()})
-        stack.callback(kubelet.stop)
-        stack.enter_context(workloads_running(
-            cp, leave_out=kubelet.runs, controllers=("resourceclaim-controller",)))
-        Scheduler(cp, "default-scheduler",
-                  scheduler_with_strategy("default-scheduler"),
-                  kubeconfig=cp.kubeconfig("default-scheduler"))
-        start_binpack_scheduler(cp, settings.scheduler, objects)
-        create_node(kube, "cpu-node-1")
-        admission = harness.admission_of(settings)
-        service = opa_admission.generation_name(admission, facts.OPA_SERVICE)
-        wait_until(lambda: len(ready_endpoints(kube, settings, service)) ==
-                   settings.admission.replicas, "OPA's pods ready behind its Service",
-                   timeout=90)
-        for webhook in webhooks:
-            kube.apply(webhook, TEST_MANAGER)
-        ensure_namespace(kube, NO_TEAM)
-        wait_until(lambda: "spec.schedulerName" in refusal(
-            kube, pod("probe", NO_TEAM, gpus=1)), "the webhook to take effect",
-            timeout=15)
-        driver = cp.impersonating(driver_user)
-        for node in GPU_NODES:
-            create_dra_gpu_node(kube, settings, node, 8, driver)
-        yield Platform(cp, settings, settings.scheduler.name, driver)
+    return grant_and_create
 
 
 def grant(kube: Kube, user: str, resource: str) -> None:
@@ -138,22 +112,6 @@ def grant(kube: Kube, user: str, resource: str) -> None:
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                             "name": name},
                 "subjects": [{"kind": "User", "name": user}]}, TEST_MANAGER)
-
-
-def ready_endpoints(kube: Kube, settings: StackSettings, service: str) -> list[str]:
-    slices = kube.list("discovery.k8s.io/v1", "EndpointSlice", settings.admission.namespace,
-                       labelSelector=f"kubernetes.io/service-name={service}")
-    return [a for s in slices for e in s.get("endpoints") or []
-            if e.get("conditions", {}).get("ready") for a in e["addresses"]]
-
-
-def refusal(kube: Kube, obj: dict) -> str:
-    """The API server's refusal of `obj` (a dry run), or "" when it would be created."""
-    try:
-        kube.create(obj, dry_run=True)
-        return ""
-    except ApiError as error:
-        return error.message
 
 
 def gpu_pod(name: str, namespace: str, platform: Platform, gpus: int) -> dict:

@@ -12,38 +12,28 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 import pytest
-from kubelet import ProcessKubelet
 from kueue import API_VERSION, Kueue
 from test_settings import with_changes
 
-import harness
-import tools
-from components import opa_admission, teams
+from components import opa_admission
 from components.base import facts
 from components.base.facts import GPU_RESOURCE
 from components.platform.settings import StackSettings
 from controlplane import ApiError, ControlPlane, Kube, wait_until
 from declared_objects import (
-    TEST_MANAGER,
-    WEBHOOK_KINDS,
-    TestCertificates,
-    apply_declared,
-    declared,
-    find,
     read_back_differences,
 )
-from fake_kubelet import cordon, workloads_running
-from kube_components import Scheduler, scheduler_with_strategy, start_binpack_scheduler
+from fake_kubelet import cordon
 from nodes_and_pods import (
     GPU,
     create_gpu_node,
-    create_node,
     ensure_namespace,
     job,
     placement,
     pod,
     pod_template,
 )
+from running_platform import refusal, run_platform
 
 RESEARCH, VISION, NO_TEAM = "research", "vision", "team-a"
 GPU_NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3")
@@ -75,31 +65,9 @@ class Platform:
 @pytest.fixture(scope="module")
 def platform(control_plane) -> Iterator[Platform]:
     cp, kube = control_plane, control_plane.admin
-    config = harness.stack_file_config(STACK)
-    settings = harness.settings_of(config)
-    inputs = harness.inputs_of(settings)
-    objects = declared(harness.run_program(config),
-                       TestCertificates(inputs.admission)).objects
-    webhooks = [o for o in objects if o["kind"] in WEBHOOK_KINDS]
-    probe = find(objects, "ConfigMap", opa_admission.REACHABILITY_PROBE)
     with ExitStack() as stack:
-        # Kueue first: its CRDs, and its webhooks, which decide the queues' objects.
-        running = Kueue(cp, teams.kueue_configuration(inputs.teams)).start()
-        stack.callback(running.stop)
-        apply_declared(kube, [o for o in objects if o["kind"] not in WEBHOOK_KINDS
-                              and o is not probe])
-        kubelet = ProcessKubelet(cp, {settings.admission.opa.repository: tools.opa()})
-        stack.callback(kubelet.stop)
-        stack.enter_context(workloads_running(cp, leave_out=kubelet.runs))
-        Scheduler(cp, "default-scheduler",
-                  scheduler_with_strategy("default-scheduler"),
-                  kubeconfig=cp.kubeconfig("default-scheduler"))
-        start_binpack_scheduler(cp, settings.scheduler, objects)
-        create_node(kube, "cpu-node-1")
-        wait_until(lambda: len(opa_ready(kube, settings)) == settings.admission.replicas,
-                   "OPA's pods ready behind its Service", timeout=90)
-        for webhook in webhooks:
-            kube.apply(webhook, TEST_MANAGER)
+        running = run_platform(stack, cp, STACK)
+        settings = running.settings
         for team in (RESEARCH, VISION):
             wait_until(lambda team=team: status(kube, "ClusterQueue", team, "Active") == "True",
                        f"ClusterQueue {team} to be active")
@@ -110,16 +78,7 @@ def platform(control_plane) -> Iterator[Platform]:
                    "the admission webhook to take effect", timeout=15)
         for node in GPU_NODES:
             create_gpu_node(kube, settings, node, gpus=8)
-        yield Platform(cp, settings, running, settings.scheduler.name, objects)
-
-
-def opa_ready(kube: Kube, settings: StackSettings) -> list[str]:
-    service = opa_admission.generation_name(harness.inputs_of(settings).admission,
-                                            facts.OPA_SERVICE)
-    slices = kube.list("discovery.k8s.io/v1", "EndpointSlice", settings.admission.namespace,
-                       labelSelector=f"kubernetes.io/service-name={service}")
-    return [a for s in slices for e in s.get("endpoints") or []
-            if e.get("conditions", {}).get("ready") for a in e["addresses"]]
+        yield Platform(cp, settings, running.kueue, settings.scheduler.name, running.declared)
 
 
 def status(kube: Kube, kind: str, name: str, condition: str,
@@ -127,15 +86,6 @@ def status(kube: Kube, kind: str, name: str, condition: str,
     obj = kube.get(API_VERSION, kind, name, namespace)
     return next((c["status"] for c in obj.get("status", {}).get("conditions", [])
                  if c["type"] == condition), None)
-
-
-def refusal(kube: Kube, obj: dict) -> str:
-    """The API server's refusal of `obj` (a dry run), or "" when it would be created."""
-    try:
-        kube.create(obj, dry_run=True)
-        return ""
-    except ApiError as error:
-        return error.message
 
 
 def gpu_pod(name: str, namespace: str, settings: StackSettings, gpus: int = 1,

@@ -22,6 +22,7 @@ from controlplane import ApiError, ControlPlane, wait_until
 from declared_objects import TEST_MANAGER, find
 from harness import admission_of
 from nodes_and_pods import pod
+from running_platform import ready_endpoints
 
 USER_NAMESPACE = "team-a"
 
@@ -44,12 +45,8 @@ class Admission:
                                     lambda name: name.startswith(f"{self.generation_name()}-"))
 
     def ready_endpoints(self) -> list[str]:
-        slices = self.cp.admin.list("discovery.k8s.io/v1", "EndpointSlice",
-                                    self.settings.admission.namespace,
-                                    labelSelector=f"kubernetes.io/service-name="
-                                                  f"{self.generation_name()}")
-        return sorted(address for endpoints in slices for e in endpoints.get("endpoints") or []
-                      if e.get("conditions", {}).get("ready") for address in e["addresses"])
+        return ready_endpoints(self.cp.admin, self.settings.admission.namespace,
+                               self.generation_name())
 
     def decisions(self) -> float:
         """How many admission decisions the OPA pods have served (from their own metrics)."""
