@@ -49,18 +49,9 @@ def _where(cluster: ClusterSettings) -> str:
 
 def endpoint(cluster: ClusterSettings) -> tuple[str, dict, str | None]:
     """The context's API server URL, the request options to reach it (its CA, proxy) and the
-    temporary file this made for a CA given inline, if any (the caller removes it); the first
-    file that defines a name wins, as kubectl merges them."""
-    contexts: dict = {}
-    clusters: dict = {}
-    for path in kubeconfig_paths(cluster):
-        if not path.is_file():
-            continue
-        config = yaml.safe_load(path.read_text()) or {}
-        for entry in config.get("contexts") or []:
-            contexts.setdefault(entry["name"], (entry.get("context") or {}, path))
-        for entry in config.get("clusters") or []:
-            clusters.setdefault(entry["name"], (entry.get("cluster") or {}, path))
+    temporary file this made for a CA given inline, if any (the caller removes it)."""
+    contexts = _kubeconfig_entries(cluster, "contexts", "context")
+    clusters = _kubeconfig_entries(cluster, "clusters", "cluster")
     if cluster.context not in contexts:
         raise ClusterUnreachable(f"{_where(cluster)}: no such context; defined: "
                                  f"{', '.join(sorted(contexts)) or '(none)'}")
@@ -70,33 +61,22 @@ def endpoint(cluster: ClusterSettings) -> tuple[str, dict, str | None]:
                                  f"{context.get('cluster')!r}, which no kubeconfig defines")
     entry, path = clusters[context["cluster"]]
     options: dict = {"verify": not entry.get("insecure-skip-tls-verify", False)}
-    made = None
-    if entry.get("certificate-authority-data"):
-        with tempfile.NamedTemporaryFile("wb", suffix=".crt", delete=False) as ca:
-            ca.write(base64.b64decode(entry["certificate-authority-data"]))
-        options["verify"] = made = ca.name
-    elif entry.get("certificate-authority"):
-        options["verify"] = str(path.parent / Path(entry["certificate-authority"]).expanduser())
+    made: list[str] = []
+    ca = _file_of(entry, "certificate-authority", path, made)
+    if ca:
+        options["verify"] = ca
     if entry.get("proxy-url"):
         options["proxies"] = {"https": entry["proxy-url"], "http": entry["proxy-url"]}
-    return entry["server"].rstrip("/"), options, made
+    return entry["server"].rstrip("/"), options, (made[0] if made else None)
 
 
 def user_credentials(cluster: ClusterSettings) -> tuple[dict, list[str]]:
     """The request options that authenticate as the context's user, as kubectl would (a client
     certificate, a token, or what an exec credential plugin such as gke-gcloud-auth-plugin or
     `aws eks get-token` returns), and the temporary files this made (the caller removes them)."""
-    users: dict = {}
-    contexts: dict = {}
-    for path in kubeconfig_paths(cluster):
-        if not path.is_file():
-            continue
-        config = yaml.safe_load(path.read_text()) or {}
-        for entry in config.get("contexts") or []:
-            contexts.setdefault(entry["name"], entry.get("context") or {})
-        for entry in config.get("users") or []:
-            users.setdefault(entry["name"], (entry.get("user") or {}, path))
-    name = contexts.get(cluster.context, {}).get("user")
+    contexts = _kubeconfig_entries(cluster, "contexts", "context")
+    users = _kubeconfig_entries(cluster, "users", "user")
+    name = contexts.get(cluster.context, ({}, None))[0].get("user")
     if name not in users:
         raise ClusterUnreachable(f"{_where(cluster)}: the context's user {name!r} is defined in "
                                  f"no kubeconfig")
@@ -105,17 +85,8 @@ def user_credentials(cluster: ClusterSettings) -> tuple[dict, list[str]]:
         user = {**user, **_exec_credential(user["exec"])}
     options: dict = {}
     made: list[str] = []
-
-    def file_of(key: str) -> str | None:
-        if user.get(f"{key}-data"):
-            with tempfile.NamedTemporaryFile("wb", suffix=".pem", delete=False) as written:
-                written.write(base64.b64decode(user[f"{key}-data"]))
-            made.append(written.name)
-            return written.name
-        if user.get(key):
-            return str(path.parent / Path(user[key]).expanduser())
-        return None
-    certificate, key = file_of("client-certificate"), file_of("client-key")
+    certificate = _file_of(user, "client-certificate", path, made)
+    key = _file_of(user, "client-key", path, made)
     if certificate and key:
         options["cert"] = (certificate, key)
     token = user.get("token") or (Path(user["tokenFile"]).read_text().strip()
@@ -123,6 +94,32 @@ def user_credentials(cluster: ClusterSettings) -> tuple[dict, list[str]]:
     if token:
         options["headers"] = {"Authorization": f"Bearer {token}"}
     return options, made
+
+
+def _kubeconfig_entries(cluster: ClusterSettings, section: str,
+                        field: str) -> dict[str, tuple[dict, Path]]:
+    """Each named entry of a kubeconfig `section` (contexts, clusters, users) with the file that
+    defines it; the first file that defines a name wins, as kubectl merges them."""
+    entries: dict[str, tuple[dict, Path]] = {}
+    for path in kubeconfig_paths(cluster):
+        if path.is_file():
+            config = yaml.safe_load(path.read_text()) or {}
+            for entry in config.get(section) or []:
+                entries.setdefault(entry["name"], (entry.get(field) or {}, path))
+    return entries
+
+
+def _file_of(entry: dict, key: str, defined_in: Path, made: list[str]) -> str | None:
+    """The file a kubeconfig field names (relative to the kubeconfig that holds it) or, given
+    inline as `<key>-data`, a temporary file of its content, added to `made`."""
+    if entry.get(f"{key}-data"):
+        with tempfile.NamedTemporaryFile("wb", suffix=".pem", delete=False) as written:
+            written.write(base64.b64decode(entry[f"{key}-data"]))
+        made.append(written.name)
+        return written.name
+    if entry.get(key):
+        return str(defined_in.parent / Path(entry[key]).expanduser())
+    return None
 
 
 def _exec_credential(plugin: dict) -> dict:
