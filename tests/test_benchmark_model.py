@@ -13,6 +13,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "benchmark"))
 import binpack  # noqa: E402
+import real_cluster  # noqa: E402
+import replay_setup  # noqa: E402
 import workload  # noqa: E402
 from test_compaction_plan import cpu_separated_state  # noqa: E402
 from workload import BatchJob, NodeShape, Task, Trace  # noqa: E402
@@ -204,9 +206,9 @@ def test_waiting_jobs_start_when_gpus_free_up_and_run_their_full_time():
 
 def test_a_scheduler_histogram_quantile_interpolates_within_the_bucket():
     buckets = [(0.001, 0), (0.002, 50), (0.004, 100), (float("inf"), 100)]
-    assert binpack.histogram_quantile(buckets, 0.5) == pytest.approx(0.002)
-    assert binpack.histogram_quantile(buckets, 0.75) == pytest.approx(0.003)
-    assert binpack.histogram_quantile([], 0.5) is None
+    assert real_cluster.histogram_quantile(buckets, 0.5) == pytest.approx(0.002)
+    assert real_cluster.histogram_quantile(buckets, 0.75) == pytest.approx(0.003)
+    assert real_cluster.histogram_quantile([], 0.5) is None
 
 
 def test_the_benchmark_plans_each_run_as_the_cronjob_would(aggressive_compaction_settings,
@@ -220,8 +222,8 @@ def test_the_benchmark_plans_each_run_as_the_cronjob_would(aggressive_compaction
     for item in pods:
         item["status"]["startTime"] = just_started
     policy = gpu_compaction.descheduler_policy(compaction_of(settings))
-    compaction = binpack.Compaction(0.25, frozenset(), frozenset(), policy,
-                                    scheduler_scoring(settings), tmp_path / "policy.json")
+    compaction = replay_setup.Compaction(0.25, frozenset(), frozenset(), policy,
+                                         scheduler_scoring(settings), tmp_path / "policy.json")
     for planned, cpu_threshold in ((True, 15.625), (False, None)):
         run = compaction.run_policy(nodes, pods, planned)
         assert compaction_plan.plugin_args(run, "HighNodeUtilization")["thresholds"].get(
@@ -243,7 +245,7 @@ def test_a_job_evicted_again_and_again_waits_longer_each_time_for_its_replacemen
     assert outcome.evictions_by_job() == {0: 7, 1: 1}
     assert outcome.job_backoff_hours() * 3600 == pytest.approx(
         (10 + 20 + 40 + 80 + 160 + 320 + 600) + 10)
-    assert binpack.RealCluster.SETTLE_TIMEOUT > 600, "the replay outwaits the longest wait"
+    assert real_cluster.RealCluster.SETTLE_TIMEOUT > 600, "the replay outwaits the longest wait"
 
 
 # --- the benchmark with teams ---------------------------------------------------------------

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 
 import binpack
+import real_cluster
+import replay_setup
 import scheduling
 import teams
 import workload
@@ -84,7 +86,7 @@ def figures(outcome: binpack.Outcome, reference: binpack.Outcome) -> dict:
 def run(args, settings) -> None:
     """Replay every configuration asked for, keeping each replay's figures in runs.jsonl as
     soon as it ends; a replay already kept there (same trace and scheduler) is skipped."""
-    configs = binpack.profiles(settings, args.variants)
+    configs = replay_setup.profiles(settings, args.variants)
     shipped = configs[settings.scheduler.name]
     paths = gpu_paths(args)
     if args.dra:
@@ -120,8 +122,8 @@ def run(args, settings) -> None:
                     if label in done:
                         continue
                     started = time.monotonic()
-                    outcome = binpack.replay(label, config, trace, nodes, settings,
-                                             progress_printer(label), gpu_path=path)
+                    outcome = real_cluster.replay(label, config, trace, nodes, settings,
+                                                  progress_printer(label), gpu_path=path)
                     print(f"  {label}: {time.monotonic() - started:.0f}s", file=sys.stderr,
                           flush=True)
                     keep(args.out, key | figures(outcome, best))
@@ -129,28 +131,28 @@ def run(args, settings) -> None:
                     continue
                 label = moving_label(args, settings, biggest.gpus)
                 if label and label not in done:
-                    compaction = binpack.compaction_for(
+                    compaction = replay_setup.compaction_for(
                         settings, trace, args.compaction, args.compaction_jobs,
                         args.compaction_interval, args.out / "work") \
                         if args.compaction is not None else None
-                    preemptible = binpack.preemptible_jobs(trace, args.preemptible,
-                                                           biggest.gpus)
+                    preemptible = replay_setup.preemptible_jobs(trace, args.preemptible,
+                                                                biggest.gpus)
                     started = time.monotonic()
-                    outcome = binpack.replay(label, shipped, trace, nodes, settings,
-                                             progress_printer(label), compaction, preemptible,
-                                             args.checkpoint_every)
+                    outcome = real_cluster.replay(label, shipped, trace, nodes, settings,
+                                                  progress_printer(label), compaction,
+                                                  preemptible, args.checkpoint_every)
                     print(f"  {label}: {time.monotonic() - started:.0f}s, "
                           f"{outcome.evictions} evictions and preemptions", file=sys.stderr,
                           flush=True)
                     keep(args.out, key | figures(outcome, best))
 
 
-def gpu_paths(args) -> list[binpack.GpuPath]:
+def gpu_paths(args) -> list[replay_setup.GpuPath]:
     """The GPU paths to replay: the device plugin on the example stack's release, or with
     --dra both paths on the release of the DRA path, so that they differ in nothing else."""
     if not args.dra:
-        return [binpack.DEVICE_PLUGIN]
-    return [binpack.GpuPath(dra, tools.DRA_KUBERNETES_VERSION) for dra in (False, True)]
+        return [replay_setup.DEVICE_PLUGIN]
+    return [replay_setup.GpuPath(dra, tools.DRA_KUBERNETES_VERSION) for dra in (False, True)]
 
 
 def moving_label(args, settings, whole_node_gpus: int) -> str:
@@ -245,7 +247,7 @@ def report(out: Path, docs: Path) -> None:
 def latency(args, settings) -> None:
     """Scheduling attempt cost of the shipped profile (every node scored) against the same
     profile with kube-scheduler's adaptive share, at each size."""
-    shipped = binpack.profiles(settings)[settings.scheduler.name]
+    shipped = replay_setup.profiles(settings)[settings.scheduler.name]
     adaptive = json.loads(json.dumps(shipped))
     adaptive["percentageOfNodesToScore"] = 0
     lines = ["| nodes | nodes scored | pods | attempt p50 / p95, ms | filter and score p50 / "
@@ -253,12 +255,12 @@ def latency(args, settings) -> None:
              "| ---: | --- |" + " ---: |" * 6]
     # With --dra: every node scored, on each GPU path of the DRA path's release.
     probes = ([(f"all{path.label}", shipped, path) for path in gpu_paths(args)] if args.dra
-              else [("all (shipped)", shipped, binpack.DEVICE_PLUGIN),
-                    ("adaptive", adaptive, binpack.DEVICE_PLUGIN)])
+              else [("all (shipped)", shipped, replay_setup.DEVICE_PLUGIN),
+                    ("adaptive", adaptive, replay_setup.DEVICE_PLUGIN)])
     for size in args.latency:
         for label, config, path in probes:
             print(f"latency probe: {size} nodes, {label}", file=sys.stderr, flush=True)
-            m = binpack.latency_probe(config, size, args.probe_pods, settings, path)
+            m = real_cluster.latency_probe(config, size, args.probe_pods, settings, path)
             lines.append(f"| {size} | {label} | {args.probe_pods} | "
                          f"{m['attempt_p50'] * 1000:.1f} / {m['attempt_p95'] * 1000:.1f} | "
                          f"{m['algorithm_p50'] * 1000:.1f} / {m['algorithm_p95'] * 1000:.1f} | "

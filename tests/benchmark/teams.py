@@ -26,10 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import binpack
+import real_cluster
+import replay_setup
 import report
 import workload
-from binpack import BatchJob, NodeShape, PodRecord, RealCluster, Trace
+from binpack import BatchJob, NodeShape, PodRecord, Trace
 from kueue import API_VERSION, Kueue
+from real_cluster import RealCluster
 
 import harness
 from components import teams
@@ -405,7 +408,7 @@ def replay(config: dict, trace: TeamTrace, nodes: dict[str, NodeShape],
     stack = stack_config(trace, nodes)
     settings = harness.settings_of(stack)
     queues = declared_queues(stack, settings)
-    outcome, backend = binpack.on_control_plane(
+    outcome, backend = real_cluster.on_control_plane(
         "with teams (Kueue)", trace.trace, nodes,
         lambda cp: TeamsCluster(cp, config, nodes, trace, settings, queues), progress,
         APISERVER_ARGS)
@@ -498,7 +501,7 @@ def measure(out: Path, settings: StackSettings, mixes: list[str], sizes: list[in
     """For each mix, cluster size and seed: the teams' trace replayed without teams (the
     shipped profile alone), with teams, and by the repacking reference; the figures appended to
     teams.jsonl as soon as a seed is done (a seed already kept there is skipped)."""
-    config = binpack.profiles(settings)[settings.scheduler.name]
+    config = replay_setup.profiles(settings)[settings.scheduler.name]
     for mix in mixes:
         kind = workload.DEFAULT_CLUSTER[mix]
         for size in sizes:
@@ -519,8 +522,8 @@ def measure(out: Path, settings: StackSettings, mixes: list[str], sizes: list[in
                       f"{len(trace.trace.jobs)} jobs, quotas {trace.quotas}, "
                       f"{trace.trace.horizon:.0f} simulated hours", file=sys.stderr, flush=True)
                 reference = binpack.reference(trace.trace, nodes)
-                without = binpack.replay("without teams", config, trace.trace, nodes, settings,
-                                         progress("without teams"))
+                without = real_cluster.replay("without teams", config, trace.trace, nodes,
+                                              settings, progress("without teams"))
                 outcome, backend = replay(config, trace, nodes, progress("with teams"))
                 row = key | figures(trace, outcome, backend, without, reference)
                 with open(out / report.TEAMS_RESULTS, "a") as kept:

@@ -15,6 +15,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmark"))
 import binpack  # noqa: E402
+import real_cluster  # noqa: E402
+import replay_setup  # noqa: E402
 import report  # noqa: E402
 import teams  # noqa: E402
 import workload  # noqa: E402
@@ -32,15 +34,15 @@ BATCH_TRACE = workload.generate("synthetic", seed=1, jobs=64, total_gpus=32, loa
 @pytest.fixture(scope="module")
 def shipped(example_settings) -> binpack.Outcome:
     """The trace replayed with the shipped profile, every pod naming no priority class."""
-    config = binpack.profiles(example_settings)[example_settings.scheduler.name]
-    return binpack.replay("shipped", config, TRACE, NODES, example_settings)
+    config = replay_setup.profiles(example_settings)[example_settings.scheduler.name]
+    return real_cluster.replay("shipped", config, TRACE, NODES, example_settings)
 
 
 def test_the_shipped_profile_beats_the_default_profile_on_a_small_queued_trace(
         example_settings, shipped):
-    configs = binpack.profiles(example_settings)
-    default = binpack.replay("default", configs[binpack.DEFAULT_PROFILE], TRACE, NODES,
-                             example_settings)
+    configs = replay_setup.profiles(example_settings)
+    default = real_cluster.replay("default", configs[replay_setup.DEFAULT_PROFILE], TRACE,
+                                  NODES, example_settings)
     owned = [r for r in shipped.records if r.service is not None]
     assert owned, "no inference replica was created by its Deployment"
     print(f"\nstarted on arrival: shipped {shipped.started_on_arrival():.1%}, default "
@@ -58,11 +60,11 @@ def test_preemptible_jobs_make_room_for_whole_node_jobs_on_the_small_trace(examp
     the preemptible class, 8-GPU jobs wait less in all than without it, and every pod that
     preemption ended was one of those jobs'. (In all: with a handful of 8-GPU jobs, a p95 is
     one job's wait.)"""
-    config = binpack.profiles(example_settings)[example_settings.scheduler.name]
-    shipped = binpack.replay("shipped", config, BATCH_TRACE, NODES, example_settings)
-    preemptible = binpack.preemptible_jobs(BATCH_TRACE, 1.0, whole_node_gpus=8)
-    preempting = binpack.replay("shipped, preemption", config, BATCH_TRACE, NODES,
-                                example_settings, preemptible=preemptible)
+    config = replay_setup.profiles(example_settings)[example_settings.scheduler.name]
+    shipped = real_cluster.replay("shipped", config, BATCH_TRACE, NODES, example_settings)
+    preemptible = replay_setup.preemptible_jobs(BATCH_TRACE, 1.0, whole_node_gpus=8)
+    preempting = real_cluster.replay("shipped, preemption", config, BATCH_TRACE, NODES,
+                                     example_settings, preemptible=preemptible)
     resumed = [r for r in preempting.records if r.resumed_at is not None]
     print(f"\n8-GPU jobs' waits in all (simulated hours): {sum(shipped.waits(8)):.1f} without "
           f"preemption, {sum(preempting.waits(8)):.1f} with it; {preempting.evictions} "
@@ -80,8 +82,8 @@ def test_with_teams_no_gpu_time_is_given_up_and_a_team_within_its_quota_is_admit
     103.6% in three runs), every team's work asked for within its quota is admitted within a
     simulated minute at p95, and Kueue reclaimed borrowed GPUs for it at least once."""
     trace = teams.generate("synthetic", 1, 64, 32, 0.9, 0.25)
-    config = binpack.profiles(example_settings)[example_settings.scheduler.name]
-    without = binpack.replay("without teams", config, trace.trace, NODES, example_settings)
+    config = replay_setup.profiles(example_settings)[example_settings.scheduler.name]
+    without = real_cluster.replay("without teams", config, trace.trace, NODES, example_settings)
     outcome, backend = teams.replay(config, trace, NODES)
     row = teams.figures(trace, outcome, backend, without, binpack.reference(trace.trace, NODES))
     print(f"\nGPU-time with teams / without: {row['delivered_vs_without_teams']:.1%}; "
