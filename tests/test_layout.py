@@ -1,8 +1,11 @@
 """The code's layout holds what docs/concepts/architecture.md promises: one package per concern
 under components/, meeting the others only through args (GpuPlatform wires them), shared types
-and facts below them all in components/base, and the in-cluster planner apart."""
+and facts below them all in components/base, and the in-cluster planner apart; and no
+hand-written file longer than a reader can hold."""
 
 import ast
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -65,3 +68,23 @@ def test_the_in_cluster_planner_needs_nothing_but_the_standard_library():
             assert not node.level, "the planner runs alone, as one file"
             imported.add((node.module or "").split(".")[0])
     assert imported - {"__future__"} <= sys.stdlib_module_names, imported
+
+
+# A file a reader can hold at once: past this, split it by what its parts are about.
+LONGEST = 600
+
+
+def hand_written() -> list[Path]:
+    """Every tracked source, test, policy and doc file that no command writes."""
+    tracked = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                             cwd=harness.ROOT, capture_output=True, text=True, check=True)
+    paths = [harness.ROOT / line for line in tracked.stdout.splitlines()
+             if line.endswith((".py", ".rego", ".md", ".ts", ".sh", ".yaml"))]
+    return [path for path in paths if path.exists()
+            and not re.search(r"(Generated|Written) by", path.read_text()[:1000])]
+
+
+def test_no_hand_written_file_is_longer_than_a_reader_can_hold():
+    long = {str(path.relative_to(harness.ROOT)): n for path in hand_written()
+            if (n := len(path.read_text().splitlines())) > LONGEST}
+    assert not long, f"over {LONGEST} lines: {long}"
