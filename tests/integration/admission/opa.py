@@ -23,6 +23,7 @@ from declared_objects import TEST_MANAGER, find
 from harness import admission_of
 from nodes_and_pods import pod
 from running_platform import ready_endpoints
+from running_platform import refusal as dry_run_refusal
 
 USER_NAMESPACE = "team-a"
 
@@ -68,21 +69,13 @@ class Admission:
 
 def gpu_pod_admitted(kube, settings: StackSettings, name: str = "probe") -> bool:
     """Whether a GPU pod that keeps the rules is admitted now (a dry run: OPA is asked)."""
-    try:
-        kube.create(pod(name, USER_NAMESPACE, gpus=1, settings=settings,
-                        scheduler=settings.scheduler.name), dry_run=True)
-        return True
-    except ApiError:
-        return False
+    return admitted(kube, pod(name, USER_NAMESPACE, gpus=1, settings=settings,
+                              scheduler=settings.scheduler.name))
 
 
 def gpu_pod_admitted_on(kube, settings: StackSettings, scheduler: str | None) -> bool:
-    try:
-        kube.create(pod("webhook-probe", USER_NAMESPACE, gpus=1, settings=settings,
-                        scheduler=scheduler), dry_run=True)
-        return True
-    except ApiError:
-        return False
+    return admitted(kube, pod("webhook-probe", USER_NAMESPACE, gpus=1, settings=settings,
+                              scheduler=scheduler))
 
 
 def kubelet_state(admission: Admission) -> str:
@@ -98,11 +91,7 @@ def kubelet_state(admission: Admission) -> str:
 
 def admitted(kube, obj) -> bool:
     """Whether the API server would create `obj` now (a dry run)."""
-    try:
-        kube.create(obj, dry_run=True)
-        return True
-    except ApiError:
-        return False
+    return dry_run_refusal(kube, obj) == ""
 
 
 def refusal(kube, obj) -> str:
