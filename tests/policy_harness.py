@@ -43,7 +43,9 @@ STACKS: dict[str, dict | None] = {
     "dra": {"kubernetesVersion": "1.37.2", "gpuOperator": {"gpuPath": "dra"}, "teams": TEAMS},
     # Node pools taint their own GPU nodes: the policy knows no GPU node's name.
     "node_pools": {"gpuNodes": {"taintedBy": "nodePool", "names": []}},
-    "listed_device_classes": {"admission": {"deviceClasses": ["nic.example.com"]}},
+    # Another vendor's class checked by the platform team, and a user who may taint GPUs.
+    "admission_lists": {"admission": {"deviceClasses": ["nic.example.com"],
+                                      "deviceTaintWriters": ["ops@example.com"]}},
     "no_preemptible_class": {"scheduler": {"preemptibleClass": {"enabled": False}}},
 }
 # Each stack's parameters as its policy ConfigMap holds them, for `opa test`.

@@ -176,7 +176,10 @@ def test_exempt_namespaces_agree_between_webhook_and_policy(run):
 def test_guarded_resources_agree_between_webhook_and_policy(run):
     settings, recording = run
     guarded = policy_params(recording, settings)["gpuResourceNames"]
-    assert guarded == settings.admission.gpu_resource_names
+    # The stack's GPU resources, and every DeviceClass's own resource name (Kubernetes 1.37).
+    stack_names = settings.admission.gpu_resource_names
+    assert guarded[:len(stack_names)] == stack_names
+    assert "deviceclass.resource.kubernetes.io/*" in guarded
     condition = webhook_of(recording)["matchConditions"][0]["expression"]
     for name in guarded:
         test = f"r.startsWith('{name[:-1]}')" if name.endswith("*") else f"r == '{name}'"

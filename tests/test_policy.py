@@ -96,6 +96,9 @@ NEVER_SENT = [
     "a claim allocated by the binpack scheduler",
     "a claim released by the resource-claim controller",
     "NVIDIA's classes, made by the GPU Operator", "a ResourceSlice published by NVIDIA's driver",
+    "a ResourceSlice of NVIDIA's driver published by its node",
+    "a ComputeDomain's ResourceSlice published by NVIDIA's driver",
+    "a DeviceTaintRule on NVIDIA's devices by a user the stack lists",
 ]
 
 

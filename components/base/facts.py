@@ -42,6 +42,12 @@ def mig_resource(profile: str) -> str:
     return MIG_RESOURCE_PATTERN.replace("*", profile)
 
 
+# Stands for any MIG profile in the shapes of the platform's per-profile DeviceClasses (their
+# names, selectors and the resources they serve), as the GPU Operator component hands them to
+# the admission policy.
+PROFILE_PLACEHOLDER = "{profile}"
+
+
 # Oldest Kubernetes minor the program supports: matchConditions on admission webhooks are GA
 # from 1.30, and the scheduler configuration API is kubescheduler.config.k8s.io/v1.
 MIN_KUBERNETES = (1, 30)

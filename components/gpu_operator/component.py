@@ -6,7 +6,7 @@ from ..base import charts, manifests
 from ..base.component import Component, declare, declare_all
 from ..base.model import to_snake
 from ..base.validation import Subject
-from .dra import DRA_ADMIN_ACCESS_LABEL, device_classes, served_resources
+from .dra import DRA_ADMIN_ACCESS_LABEL, device_class_shapes, device_classes, served_resources
 from .generated_args import GpuOperatorArgs
 from .inputs import GpuOperatorInputs
 from .values import CHART, COMPONENT, chart_values, check_chart_values
@@ -112,6 +112,8 @@ class GpuOperator(Component[GpuOperatorInputs]):
         self.mig_resources = op.mig.resources
         self.gpu_path = op.gpu_path
         self.served_resources = served_resources(op)
+        self.device_class_shapes = device_class_shapes() if op.gpu_path == "dra" else []
         self.register_outputs({"namespace": self.namespace, "migResources": self.mig_resources,
                                "gpuPath": self.gpu_path,
-                               "servedResources": self.served_resources})
+                               "servedResources": self.served_resources,
+                               "deviceClassShapes": self.device_class_shapes})

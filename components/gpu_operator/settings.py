@@ -30,7 +30,7 @@ def switch(enabled: bool, description: str):
     return Field(default_factory=lambda: Switch(enabled=enabled), description=description)
 
 
-_MIG_PROFILE = re.compile(r"^([1-8]c\.)?[1-8]g\.[0-9]+gb([.-][a-z0-9]+)*$")
+MIG_PROFILE = re.compile(r"^([1-8]c\.)?[1-8]g\.[0-9]+gb([.-][a-z0-9]+)*$")
 
 
 class MigSettings(Model):
@@ -51,7 +51,7 @@ class MigSettings(Model):
     @classmethod
     def profiles_are_mig_profiles(cls, profiles: list[str]) -> list[str]:
         for index, profile in enumerate(profiles):
-            if not _MIG_PROFILE.match(profile) or not is_qualified_name(mig_resource(profile)):
+            if not MIG_PROFILE.match(profile) or not is_qualified_name(mig_resource(profile)):
                 raise Invalid("not a MIG profile", "a profile name as the device plugin "
                               "advertises it after nvidia.com/mig-, such as 1g.10gb or 3g.40gb",
                               at=(index,), value=profile, has_value=True)

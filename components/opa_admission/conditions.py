@@ -12,7 +12,7 @@ from .facts import (
     TOOLKIT_DEVICE_LIST_ROOT,
 )
 from .inputs import OpaAdmissionInputs
-from .policy import claim_writers
+from .policy import claim_writers, guarded_resource_names
 
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 
@@ -45,14 +45,23 @@ def _cel_tolerates(taint: Taint, pod: str) -> str:
             f"{pod}.spec.tolerations.exists(t, {effect} && ({match})))")
 
 
-def gpu_request_condition(inputs: OpaAdmissionInputs) -> str:
-    """CEL: true when any container, init container or ephemeral container names a guarded GPU
-    resource in its requests or limits."""
-    match = _cel_matches(inputs.admission.gpu_resource_names)
-    return _cel_any_container(
-        "has(c.resources) && ("
-        f"(has(c.resources.requests) && c.resources.requests.exists(r, {match})) || "
-        f"(has(c.resources.limits) && c.resources.limits.exists(r, {match})))")
+def _cel_asks(inputs: OpaAdmissionInputs) -> str:
+    """CEL on a container `c`: it names a resource that may resolve to a GPU in its requests or
+    limits."""
+    match = _cel_matches(guarded_resource_names(inputs))
+    return ("has(c.resources) && ("
+            f"(has(c.resources.requests) && c.resources.requests.exists(r, {match})) || "
+            f"(has(c.resources.limits) && c.resources.limits.exists(r, {match})))")
+
+
+def gpu_pod_condition(inputs: OpaAdmissionInputs, pod: str = "object") -> str:
+    """CEL: the pod may hold GPUs: a container, init container or ephemeral container names a
+    resource that may resolve to a GPU, or (on the DRA path) the pod has resource claims."""
+    condition = _cel_any_container(_cel_asks(inputs), pod)
+    if inputs.gpu_path == "dra":
+        condition += (f" || (has({pod}.spec.resourceClaims) && "
+                      f"size({pod}.spec.resourceClaims) > 0)")
+    return condition
 
 
 def pod_condition(inputs: OpaAdmissionInputs) -> str:
@@ -99,7 +108,7 @@ def pod_condition(inputs: OpaAdmissionInputs) -> str:
     high_priority = (f"(has(object.spec.priority) && "
                      f"object.spec.priority > {adm.max_gpu_pod_priority})")
     on_create = " || ".join([
-        f"({gpu_request_condition(inputs)})",
+        f"({gpu_pod_condition(inputs)})",
         bound_by_name,
         f"({_cel_tolerates(taint, 'object')} && (!({daemonset_pod}) || {device_path} || "
         f"{high_priority}))",
@@ -108,9 +117,6 @@ def pod_condition(inputs: OpaAdmissionInputs) -> str:
         f"{_cel_list(adm.nvidia_runtime_classes)})",
         f"({annotations})",
     ])
-    if inputs.gpu_path == "dra":
-        on_create += (" || (has(object.spec.resourceClaims) && "
-                      "size(object.spec.resourceClaims) > 0)")
     on_update = (f"({_cel_tolerates(taint, 'object')} && "
                  f"!{_cel_tolerates(taint, 'oldObject')}) || ({annotations})")
     if inputs.teams is not None:
@@ -129,8 +135,9 @@ def _cel_changed(field: str, prefix: str) -> str:
 
 
 def team_pod_update_condition(inputs: OpaAdmissionInputs) -> str:
-    """CEL, on a pod UPDATE: in a team namespace, someone other than Kueue lifts a GPU pod's
-    Kueue gate or changes Kueue's labels or annotations on it."""
+    """CEL, on a pod UPDATE in a team namespace, of a pod that may hold GPUs: a Kueue gate
+    lifted, by anyone (Kueue's own release of a pod is decided too), or Kueue's labels or
+    annotations changed by anyone but Kueue."""
     teams = inputs.teams
     assert teams is not None
     gate_lifted = (f"has(oldObject.spec.schedulingGates) && oldObject.spec.schedulingGates.exists("
@@ -138,23 +145,24 @@ def team_pod_update_condition(inputs: OpaAdmissionInputs) -> str:
                    "!(has(object.spec.schedulingGates) && "
                    "object.spec.schedulingGates.exists(h, h.name == g.name)))")
     return (f"request.namespace in {_cel_list(sorted(teams.namespaces))} && "
-            f"request.userInfo.username != '{teams.kueue_user}' && "
-            f"({gpu_request_condition(inputs)}) && (({gate_lifted}) || "
-            f"{_cel_changed('labels', KUEUE_PREFIX)} || "
-            f"{_cel_changed('annotations', KUEUE_PREFIX)})")
+            f"({gpu_pod_condition(inputs)}) && (({gate_lifted}) || "
+            f"(request.userInfo.username != '{teams.kueue_user}' && "
+            f"({_cel_changed('labels', KUEUE_PREFIX)} || "
+            f"{_cel_changed('annotations', KUEUE_PREFIX)})))")
 
 
 def _cel_workload_gpus(inputs: OpaAdmissionInputs) -> str:
-    """CEL: a Job's, or a JobSet's, pod template asks for a guarded resource."""
-    match = _cel_matches(inputs.admission.gpu_resource_names)
-    asks = ("has(c.resources) && ((has(c.resources.requests) && "
-            f"c.resources.requests.exists(r, {match})) || (has(c.resources.limits) && "
-            f"c.resources.limits.exists(r, {match})))")
+    """CEL: a Job's, or a JobSet's, pod template may hold GPUs: it asks for a resource that
+    may resolve to one, or (on the DRA path) has resource claims."""
+    asks = _cel_asks(inputs)
 
     def template(spec: str) -> str:
-        return " || ".join(f"({lst}.exists(c, {asks}))" for lst in (
+        tests = [f"({lst}.exists(c, {asks}))" for lst in (
             f"{spec}.containers",
-            f"(has({spec}.initContainers) ? {spec}.initContainers : [])"))
+            f"(has({spec}.initContainers) ? {spec}.initContainers : [])")]
+        if inputs.gpu_path == "dra":
+            tests.append(f"(has({spec}.resourceClaims) && size({spec}.resourceClaims) > 0)")
+        return " || ".join(tests)
 
     return (f"request.kind.kind == 'Job' ? ({template('object.spec.template.spec')}) : "
             "(has(object.spec.replicatedJobs) && object.spec.replicatedJobs.exists(j, "
@@ -181,12 +189,12 @@ def team_workload_condition(inputs: OpaAdmissionInputs) -> str:
 def dra_condition(inputs: OpaAdmissionInputs) -> str:
     """CEL for the webhook on Dynamic Resource Allocation: every claim and claim template
     created; a claim's allocation written by anyone but the schedulers and the resource-claim
-    controller; a DeviceClass written by anyone but the exempt namespaces' ServiceAccounts (the
-    platform's own classes left out); an NVIDIA driver's ResourceSlice written by anyone but
-    them."""
-    trusted = " || ".join(f"request.userInfo.username.startsWith('system:serviceaccount:{ns}:')"
-                          for ns in inputs.exempt_namespaces)
-    writers = _cel_list(claim_writers(inputs))
+    controller; a DeviceClass written by anyone but the GPU Operator; a ResourceSlice of
+    NVIDIA's drivers written by anyone but the DRA driver's kubelet plugin and its own node; a
+    DeviceTaintRule written by anyone the stack does not list."""
+    user = "request.userInfo.username"
+    writers = inputs.dra_writers
+    writes_claims = _cel_list(claim_writers(inputs))
     def has(obj: str, field: str) -> str:
         return f"(has({obj}.status) && has({obj}.status.{field}))"
     allocation = " || ".join(
@@ -195,9 +203,14 @@ def dra_condition(inputs: OpaAdmissionInputs) -> str:
         for f in ("allocation", "reservedFor"))
     sub = "(has(request.subResource) ? request.subResource : '')"
     resource = "request.resource.resource"
+    own_node = (f"(has(object.spec.nodeName) && {user} == 'system:node:' + "
+                "object.spec.nodeName)")
     return (f"{resource} == 'resourceslices' ? (object.spec.driver.endsWith("
-            f"'{NVIDIA_DEVICE_CLASS_SUFFIX}') && !({trusted})) : "
-            f"{resource} == 'deviceclasses' ? (!(object.metadata.name in "
-            f"{_cel_list(inputs.platform_device_classes)}) && !({trusted})) : "
-            f"{sub} == 'status' ? (!(request.userInfo.username in {writers}) && "
+            f"'{NVIDIA_DEVICE_CLASS_SUFFIX}') && !({user} in "
+            f"{_cel_list(writers.resource_slices)}) && !{own_node}) : "
+            f"{resource} == 'deviceclasses' ? "
+            f"!({user} in {_cel_list(writers.device_classes)}) : "
+            f"{resource} == 'devicetaintrules' ? ({sub} == '' && !({user} in "
+            f"{_cel_list(inputs.admission.device_taint_writers)})) : "
+            f"{sub} == 'status' ? (!({user} in {writes_claims}) && "
             f"({allocation})) : true")

@@ -5,8 +5,20 @@ never see. Each is written once, here, with where it was read from."""
 from __future__ import annotations
 
 # Device classes of NVIDIA's Dynamic Resource Allocation driver (gpu.nvidia.com,
-# mig.nvidia.com, compute-domain-*.nvidia.com) end in this.
+# mig.nvidia.com, vfio.gpu.nvidia.com, compute-domain-*.nvidia.com) and its drivers' names
+# (gpu.nvidia.com, compute-domain.nvidia.com) end in this.
 NVIDIA_DEVICE_CLASS_SUFFIX = "nvidia.com"
+# Every DeviceClass also serves the extended resource of this prefix and its own name, whatever
+# its extendedResourceName (Kubernetes 1.37: ResourceDeviceClassPrefix, k8s.io/api
+# resource/v1; the DRAExtendedResource gate is locked on): a container may ask for a class's
+# devices by that name.
+DEVICE_CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
+# The opaque configuration NVIDIA's DRA driver (v0.5.0) reads from a claim, by its kind
+# (apiVersion resource.nvidia.com/v1beta1): how the claim's own GPUs are shared among the pods
+# that share the claim (time-slicing, MPS), and which ComputeDomain's IMEX channel or daemon a
+# claim joins (written by the driver's compute-domain controller into the templates it makes).
+GPU_SHARING_CONFIG_KINDS = ("GpuConfig", "MigDeviceConfig")
+COMPUTE_DOMAIN_CONFIG_KINDS = ("ComputeDomainChannelConfig", "ComputeDomainDaemonConfig")
 # Who writes ResourceClaims' allocations: kube-scheduler (the cluster's, and the binpack
 # scheduler's ServiceAccount, added by the program) and the resource-claim controller, which
 # releases them.

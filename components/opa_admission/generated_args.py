@@ -8,7 +8,7 @@ scripts/generate.py`, never this file. No `from __future__ import annotations` h
 analyzer reads the annotations as objects.
 """
 
-from typing import NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from ..base.generated_args import GpuNodeFacts, ImageSettings
 
@@ -60,10 +60,18 @@ class AdmissionSettings(TypedDict):
      "monitoring namespaces always are. Whoever may create pods in one is trusted with every "
      "GPU of the cluster. Default: `[]`.")
     device_classes: NotRequired[list[str]]
-    ("DeviceClasses whose ResourceClaims (Dynamic Resource Allocation) are admitted: classes "
-     "the platform team has checked select no NVIDIA device (a claim's own selectors only "
-     "narrow its class's devices). A claim on any other class is refused; NVIDIA's own "
-     "classes cannot be listed (GPUs through DRA are not supported yet). Default: `[]`.")
+    ("Other vendors' DeviceClasses (Dynamic Resource Allocation) whose devices pods may have "
+     "outside the GPU rules: classes the platform team has checked select no NVIDIA device "
+     "(a claim's own selectors only narrow its class's devices). Claims on them, and "
+     "containers that request them by their class's resource name "
+     "(`deviceclass.resource.kubernetes.io/<class>`), are admitted; a claim on any other "
+     "class but NVIDIA's is refused. NVIDIA's classes cannot be listed: on the DRA path "
+     "(`gpuOperator.gpuPath: dra`) their claims are GPU claims already. Default: `[]`.")
+    device_taint_writers: NotRequired[list[str]]
+    ("Users (as the API server names them, e.g. `alice@example.com` or "
+     "`system:serviceaccount:ops:drainer`) who may write DeviceTaintRules that take NVIDIA's "
+     "devices out of service (`NoSchedule`, `NoExecute`): such a rule keeps every claim off "
+     "the GPUs it selects, or evicts the pods that use them. Nobody else may. Default: `[]`.")
     failure_policy: NotRequired[str]
     ("What the API server does with a pod the policy must see when OPA cannot answer "
      "(`Ignore` in audit mode, where `Fail` is refused: audit must never block a pod). "
@@ -87,6 +95,30 @@ class AdmissionSettings(TypedDict):
     "Log every admission decision to OPA's stdout. Default: `false`."
     certificate: NotRequired[CertificateSettings]
     "Webhook TLS."
+
+
+class PlatformDeviceClass(TypedDict):
+    "One of the platform's own DeviceClasses, as the GpuOperator component declares it."
+    name: str
+    ("Its name; `{profile}` in it stands for every profile that `profilePattern` matches "
+     "(one class per MIG profile).")
+    spec: dict[str, Any]
+    "Its spec (selectors, extendedResourceName), with `{profile}` where the name has it."
+    profile_pattern: NotRequired[str | None]
+    "What `{profile}` may stand for (a regular expression)."
+
+
+class DraWriters(TypedDict):
+    ("Who outside the control plane writes what the DRA path hands GPUs out by: the GPU "
+     "Operator's ServiceAccounts, named one by one (the GpuOperator component's facts).")
+    device_classes: NotRequired[list[str]]
+    "Users that create NVIDIA's DeviceClasses (the GPU Operator). Default: `[]`."
+    resource_slices: NotRequired[list[str]]
+    ("Users that publish the ResourceSlices of NVIDIA's drivers (the DRA driver's kubelet "
+     "plugin); a node may also publish its own. Default: `[]`.")
+    compute_domains: NotRequired[list[str]]
+    ("Users that write the claim templates joining a ComputeDomain's IMEX channel (the "
+     "driver's compute-domain controller). Default: `[]`.")
 
 
 class AdmittedTeams(TypedDict):
@@ -128,9 +160,14 @@ class OpaAdmissionArgs(TypedDict):
     ("How pods reach GPUs (`gpuOperator.gpuPath`; the GpuOperator component's `gpuPath` "
      "output): on `dra`, claims on NVIDIA's device classes are admitted for pods placed as "
      "GPU pods are. Allowed: `devicePlugin`, `dra`. Default: `devicePlugin`.")
-    platform_device_classes: NotRequired[list[str]]
-    ("The platform's own DeviceClasses (the GpuOperator component's `deviceClasses` output): "
-     "claims on them are GPU claims, and only the program writes them. Default: `[]`.")
+    platform_device_classes: NotRequired[list[PlatformDeviceClass]]
+    ("The platform's own DeviceClasses on the DRA path (the GpuOperator component's "
+     "`deviceClassShapes` output): claims on them are GPU claims, the resources they serve "
+     "are GPU resources, and a write of one is admitted only with the spec the program gives "
+     "it. Default: `[]`.")
+    dra_writers: NotRequired[DraWriters]
+    ("The GPU Operator's ServiceAccounts that write NVIDIA's DeviceClasses, ResourceSlices "
+     "and ComputeDomain claim templates.")
     scheduler_user: NotRequired[str | None]
     ("The binpack scheduler's identity in its requests (its ServiceAccount's user name): "
      "with the cluster's scheduler, it allocates DRA claims.")

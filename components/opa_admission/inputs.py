@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -30,6 +30,36 @@ class AdmittedTeams(Model):
                     "(`teams.workloadControllers`).")
 
 
+class PlatformDeviceClass(Model):
+    """One of the platform's own DeviceClasses, as the GpuOperator component declares it."""
+
+    name: str = Field(
+        description="Its name; `{profile}` in it stands for every profile that "
+                    "`profilePattern` matches (one class per MIG profile).")
+    spec: dict[str, Any] = Field(
+        description="Its spec (selectors, extendedResourceName), with `{profile}` where the "
+                    "name has it.")
+    profile_pattern: str | None = Field(
+        default=None, description="What `{profile}` may stand for (a regular expression).")
+
+
+class DraWriters(Model):
+    """Who outside the control plane writes what the DRA path hands GPUs out by: the GPU
+    Operator's ServiceAccounts, named one by one (the GpuOperator component's facts)."""
+
+    device_classes: list[str] = Field(
+        default_factory=list,
+        description="Users that create NVIDIA's DeviceClasses (the GPU Operator).")
+    resource_slices: list[str] = Field(
+        default_factory=list,
+        description="Users that publish the ResourceSlices of NVIDIA's drivers (the DRA "
+                    "driver's kubelet plugin); a node may also publish its own.")
+    compute_domains: list[str] = Field(
+        default_factory=list,
+        description="Users that write the claim templates joining a ComputeDomain's IMEX "
+                    "channel (the driver's compute-domain controller).")
+
+
 class OpaAdmissionInputs(PulledImages):
     """The admission policy and OPA, with what the policy checks pods against: the binpack
     scheduler's name, the preemptible class, the GPU nodes' taints and names, and the
@@ -52,11 +82,16 @@ class OpaAdmissionInputs(PulledImages):
         description="How pods reach GPUs (`gpuOperator.gpuPath`; the GpuOperator component's "
                     "`gpuPath` output): on `dra`, claims on NVIDIA's device classes are "
                     "admitted for pods placed as GPU pods are.")
-    platform_device_classes: list[str] = Field(
+    platform_device_classes: list[PlatformDeviceClass] = Field(
         default_factory=list,
-        description="The platform's own DeviceClasses (the GpuOperator component's "
-                    "`deviceClasses` output): claims on them are GPU claims, and only the "
-                    "program writes them.")
+        description="The platform's own DeviceClasses on the DRA path (the GpuOperator "
+                    "component's `deviceClassShapes` output): claims on them are GPU claims, "
+                    "the resources they serve are GPU resources, and a write of one is "
+                    "admitted only with the spec the program gives it.")
+    dra_writers: DraWriters = Field(
+        default_factory=DraWriters,
+        description="The GPU Operator's ServiceAccounts that write NVIDIA's DeviceClasses, "
+                    "ResourceSlices and ComputeDomain claim templates.")
     scheduler_user: str | None = Field(
         default=None,
         description="The binpack scheduler's identity in its requests (its ServiceAccount's "

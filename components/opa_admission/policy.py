@@ -13,13 +13,17 @@ from ..base.facts import (
     PARENT_ANNOTATION,
     POD_GROUP_KEY,
     PODSET_LABEL,
+    PROFILE_PLACEHOLDER,
     TOPOLOGY_GATE,
 )
 from .facts import (
     CLAIM_CONTROLLERS,
+    COMPUTE_DOMAIN_CONFIG_KINDS,
     DAEMONSET_CONTROLLERS,
     DEVICE_ANNOTATION_PREFIXES,
+    DEVICE_CLASS_RESOURCE_PREFIX,
     DEVICE_HOST_PATHS,
+    GPU_SHARING_CONFIG_KINDS,
     JOB_CONTROLLERS,
     NVIDIA_DEVICE_CLASS_SUFFIX,
     PARENT_CONTROLLERS,
@@ -67,7 +71,8 @@ def policy_params(inputs: OpaAdmissionInputs) -> dict:
     return {
         "mode": adm.mode,
         "schedulerName": inputs.scheduler_name,
-        "gpuResourceNames": list(adm.gpu_resource_names),
+        "gpuResourceNames": guarded_resource_names(inputs),
+        "deviceClassResourcePrefix": DEVICE_CLASS_RESOURCE_PREFIX,
         "exemptNamespaces": inputs.exempt_namespaces,
         "gpuNodeNames": list(inputs.gpu_nodes.names or []),
         # With node pools the program knows no GPU node's name: any pod bound by name may be on
@@ -81,8 +86,13 @@ def policy_params(inputs: OpaAdmissionInputs) -> dict:
         "auditLabel": AUDIT_LABEL,
         "gpuPath": inputs.gpu_path,
         "draDeviceClassSuffixes": [NVIDIA_DEVICE_CLASS_SUFFIX],
-        "platformDeviceClasses": list(inputs.platform_device_classes),
+        "platformDeviceClasses": [c.model_dump(by_alias=True, exclude_none=True)
+                                  for c in inputs.platform_device_classes],
         "claimWriters": claim_writers(inputs),
+        "draWriters": inputs.dra_writers.model_dump(by_alias=True),
+        "deviceTaintWriters": list(adm.device_taint_writers),
+        "gpuSharingConfigKinds": list(GPU_SHARING_CONFIG_KINDS),
+        "computeDomainConfigKinds": list(COMPUTE_DOMAIN_CONFIG_KINDS),
         "allowedDeviceClasses": list(adm.device_classes),
         "privilegedCapabilities": list(PRIVILEGED_CAPABILITIES),
         # Each guarded host path in every spelling the node resolves to it.
@@ -118,6 +128,17 @@ def team_params(inputs: OpaAdmissionInputs) -> dict:
         "metadataPrefix": KUEUE_PREFIX,
         "jobControllers": list(JOB_CONTROLLERS),
     }
+
+
+def guarded_resource_names(inputs: OpaAdmissionInputs) -> list[str]:
+    """Every resource name (a trailing * matches a prefix) that may resolve to a GPU: the
+    stack's GPU resources, those the platform's DeviceClasses serve, and every DeviceClass's own
+    name (the policy lets through those of `admission.deviceClasses`). The webhooks' conditions
+    and the policy both read this list."""
+    served = [c.spec["extendedResourceName"].replace(PROFILE_PLACEHOLDER, "*")
+              for c in inputs.platform_device_classes if "extendedResourceName" in c.spec]
+    names = [*inputs.admission.gpu_resource_names, *served, DEVICE_CLASS_RESOURCE_PREFIX + "*"]
+    return list(dict.fromkeys(names))
 
 
 def claim_writers(inputs: OpaAdmissionInputs) -> list[str]:

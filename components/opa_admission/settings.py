@@ -85,11 +85,21 @@ class AdmissionSettings(Model):
                     "create pods in one is trusted with every GPU of the cluster.")
     device_classes: list[str] = Field(
         default_factory=list,
-        description="DeviceClasses whose ResourceClaims (Dynamic Resource Allocation) are "
-                    "admitted: classes the platform team has checked select no NVIDIA device "
-                    "(a claim's own selectors only narrow its class's devices). A claim on any "
-                    "other class is refused; NVIDIA's own classes cannot be listed (GPUs "
-                    "through DRA are not supported yet).")
+        description="Other vendors' DeviceClasses (Dynamic Resource Allocation) whose "
+                    "devices pods may have outside the GPU rules: classes the platform team "
+                    "has checked select no NVIDIA device (a claim's own selectors only narrow "
+                    "its class's devices). Claims on them, and containers that request them "
+                    "by their class's resource name (`deviceclass.resource.kubernetes.io/"
+                    "<class>`), are admitted; a claim on any other class but NVIDIA's is "
+                    "refused. NVIDIA's classes cannot be listed: on the DRA path "
+                    "(`gpuOperator.gpuPath: dra`) their claims are GPU claims already.")
+    device_taint_writers: list[str] = Field(
+        default_factory=list,
+        description="Users (as the API server names them, e.g. `alice@example.com` or "
+                    "`system:serviceaccount:ops:drainer`) who may write DeviceTaintRules that "
+                    "take NVIDIA's devices out of service (`NoSchedule`, `NoExecute`): such a "
+                    "rule keeps every claim off the GPUs it selects, or evicts the pods that "
+                    "use them. Nobody else may.")
     failure_policy: Literal["Fail", "Ignore"] = Field(
         default="Fail",
         description="What the API server does with a pod the policy must see when OPA cannot "

@@ -99,8 +99,10 @@ def reachability_fingerprint(inputs: OpaAdmissionInputs, ca_bundle: str) -> str:
 
 def webhook_configuration(inputs: OpaAdmissionInputs, ca_bundle: Any) -> dict:
     """The validating webhooks, in every mode: pods (created, tolerations or device annotations
-    added, ephemeral containers added), DRA claims at creation (any version of resource.k8s.io
-    the cluster serves) and the reachability probe."""
+    added, ephemeral containers added, Kueue's gates lifted), Dynamic Resource Allocation (any
+    version of resource.k8s.io the cluster serves: claims at creation, their allocations, device
+    classes, ResourceSlices and DeviceTaintRules), with teams a team's Jobs and JobSets, and the
+    reachability probe."""
     adm = inputs.admission
     pods = _webhook(
         inputs, adm.webhook_name, DECISION_PATH, ca_bundle,
@@ -116,7 +118,8 @@ def webhook_configuration(inputs: OpaAdmissionInputs, ca_bundle: Any) -> dict:
          {"apiGroups": ["resource.k8s.io"], "apiVersions": ["*"], "operations": ["UPDATE"],
           "resources": ["resourceclaims/status"], "scope": "Namespaced"},
          {"apiGroups": ["resource.k8s.io"], "apiVersions": ["*"],
-          "operations": ["CREATE", "UPDATE"], "resources": ["deviceclasses", "resourceslices"],
+          "operations": ["CREATE", "UPDATE"],
+          "resources": ["deviceclasses", "resourceslices", "devicetaintrules"],
           "scope": "Cluster"}],
         [{"name": "dra-relevant", "expression": dra_condition(inputs)}])
     webhooks = [pods, claims]

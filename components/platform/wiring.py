@@ -30,7 +30,12 @@ from ..monitoring.inputs import (
     MonitoredTeams,
     MonitoringInputs,
 )
-from ..opa_admission.inputs import AdmittedTeams, OpaAdmissionInputs
+from ..opa_admission.inputs import (
+    AdmittedTeams,
+    DraWriters,
+    OpaAdmissionInputs,
+    PlatformDeviceClass,
+)
 from ..teams import kueue
 from ..teams.inputs import TeamsInputs
 from .settings import StackSettings
@@ -88,7 +93,10 @@ def component_inputs(settings: StackSettings, secret_sections: Collection[str] =
                          workload_controllers=list(teams.workload_controllers))
                    if teams.enabled else None),
             gpu_path=op.gpu_path,
-            platform_device_classes=[c for c, _ in own_device_classes(op)],
+            platform_device_classes=[valid(PlatformDeviceClass, **shape)
+                                     for shape in dra.device_class_shapes()
+                                     if op.gpu_path == "dra"],
+            dra_writers=valid(DraWriters, **dra.dra_writers(op)),
             scheduler_user=f"system:serviceaccount:{sched.namespace}:{sched.name}",
             trusted_namespaces=[op.namespace, settings.monitoring.namespace], **mirror),
         monitoring=valid(
@@ -112,11 +120,6 @@ def component_inputs(settings: StackSettings, secret_sections: Collection[str] =
         teams=valid(TeamsInputs, teams=teams, gpu_nodes=gpu_nodes,
                     device_classes=dra.served_resources(op), **mirror),
     )
-
-
-def own_device_classes(op: Any) -> list[tuple[str, str]]:
-    """The platform's own DeviceClasses on the DRA path, each with the resource it serves."""
-    return [(classes[0], resource) for resource, classes in dra.served_resources(op).items()]
 
 
 def check_chart_values(inputs: ComponentInputs, subject: Subject) -> None:

@@ -114,6 +114,7 @@ patch := [] if params.mode == "enforce"
 scheduler_patch := [{"op": "add", "path": "/spec/schedulerName", "value": params.schedulerName}] if {
 	some v in violations
 	v.rule == "scheduler"
+	v.fixable
 } else := []
 
 toleration_patch := [{"op": "add", "path": "/spec/tolerations", "value": missing_tolerations}] if {

@@ -80,16 +80,30 @@ positive(quantity) if {
 	not units.parse(quantity) == 0
 }
 
+# A resource that may resolve to a GPU (params.gpuResourceNames: the stack's GPU resources,
+# those the platform's DeviceClasses serve, and every DeviceClass's own resource name), but not
+# the own name of a class the stack lists as selecting no NVIDIA device.
 guarded(name) if {
 	some pattern in params.gpuResourceNames
+	resource_matches(name, pattern)
+	not listed_class_resource(name)
+}
+
+listed_class_resource(name) if class_of_resource(name) in params.allowedDeviceClasses
+
+resource_matches(name, pattern) if {
 	not endswith(pattern, "*")
 	name == pattern
 }
 
-guarded(name) if {
-	some pattern in params.gpuResourceNames
+resource_matches(name, pattern) if {
 	endswith(pattern, "*")
 	startswith(name, trim_suffix(pattern, "*"))
+}
+
+# The DeviceClass whose own resource name this is (deviceclass.resource.kubernetes.io/<class>).
+class_of_resource(name) := trim_prefix(name, params.deviceClassResourcePrefix) if {
+	startswith(name, params.deviceClassResourcePrefix)
 }
 
 gpu_pod if {

@@ -85,13 +85,35 @@ violations contains {
 	"fixable": false,
 	"message": sprintf(
 		"pod %q: only Kueue lifts its scheduling gate %s, once it admits the pod against the quota of team %q; leave the gate to Kueue (the pod starts when the LocalQueue %s/%s admits it)",
-		[pod_name, gate.name, team, input.request.namespace, params.teams.queue],
+		[pod_name, gate, team, input.request.namespace, params.teams.queue],
 	),
 } if {
-	is_pod_update
-	gpu_pod
 	team := team_of_namespace
 	not by_kueue
+	some gate in lifted_gates
+}
+
+# Kueue's release of a pod is decided too: the pod is scheduled the moment its gates are gone,
+# so one that may hold GPUs must then be the binpack scheduler's (its name cannot change, but a
+# pod created while OPA did not answer, or in audit mode, may name another).
+violations contains {
+	"rule": "scheduler",
+	"fixable": false,
+	"message": sprintf(
+		"pod %q is released from Kueue's gate %s with spec.schedulerName %q, but it requests %s; GPU pods must set spec.schedulerName: %s (delete it and create it again with it)",
+		[pod_name, concat(", ", sort(lifted_gates)), scheduler, concat(", ", sort(requested_gpu_resources)), params.schedulerName],
+	),
+} if {
+	team_of_namespace
+	count(lifted_gates) > 0
+	scheduler := object.get(pod_spec, "schedulerName", "default-scheduler")
+	scheduler != params.schedulerName
+}
+
+# The gates of Kueue's that an update of a team's GPU pod lifts.
+lifted_gates contains gate.name if {
+	is_pod_update
+	gpu_pod
 	some gate in array_at(old_spec, "schedulingGates")
 	gate.name in params.teams.gates
 	not gate.name in {g.name | some g in array_at(pod_spec, "schedulingGates")}
@@ -153,6 +175,13 @@ workload_gpu_resources contains name if {
 	some c in array_at(spec, field)
 	is_object(c)
 	some name in gpu_resources(c)
+}
+
+# On the DRA path a template's resource claims may hold GPUs, as a pod's may.
+workload_gpu_resources contains sprintf("resource claims (%s)", [concat(", ", sort({object.get(claim, "name", "") | some claim in array_at(spec, "resourceClaims")}))]) if {
+	params.gpuPath == "dra"
+	some spec in workload_pod_specs
+	count(array_at(spec, "resourceClaims")) > 0
 }
 
 workload_name := sprintf("%s %q", [team_workload.kind, sprintf("%s/%s", [input.request.namespace, object.get(input.request.object.metadata, "name", "")])])

@@ -68,6 +68,17 @@ team_cases := {
 		),
 		"admitted": true,
 	},
+	"Kueue letting go a pod that names another scheduler": {
+		# A pod created while OPA did not answer: Kueue's release is decided all the same.
+		"request": team_pod(
+			object.union(ungated, {"schedulerName": "default-scheduler"}),
+			{"operation": "UPDATE", "oldSpec": gated(object.union(ungated, {"schedulerName": "default-scheduler"})), "metadata": admitted_by_kueue, "oldMetadata": managed, "user": kueue},
+		),
+		"refused": [
+			`pod "research/train-0" is released from Kueue's gate kueue.x-k8s.io/admission, kueue.x-k8s.io/topology with spec.schedulerName "default-scheduler"`,
+			"GPU pods must set spec.schedulerName: gpu-binpack-scheduler",
+		],
+	},
 	"the admission gate lifted by the user": {
 		"request": team_pod(ungated, {"operation": "UPDATE", "oldSpec": gated_gpu_pod, "oldMetadata": managed, "metadata": managed}),
 		"refused": [`pod "research/train-0": only Kueue lifts its scheduling gate kueue.x-k8s.io/admission, once it admits the pod against the quota of team "research"`],

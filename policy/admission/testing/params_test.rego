@@ -9,7 +9,9 @@ params := {
 		"schedulerName": "gpu-binpack-scheduler",
 		"gpuResourceNames": [
 			"nvidia.com/*",
+			"deviceclass.resource.kubernetes.io/*",
 		],
+		"deviceClassResourcePrefix": "deviceclass.resource.kubernetes.io/",
 		"exemptNamespaces": [
 			"gpu-admission",
 			"gpu-operator",
@@ -55,6 +57,26 @@ params := {
 			"system:serviceaccount:kube-system:resource-claim-controller",
 			"system:kube-controller-manager",
 			"system:serviceaccount:gpu-scheduler:gpu-binpack-scheduler",
+		],
+		"draWriters": {
+			"deviceClasses": [
+				"system:serviceaccount:gpu-operator:gpu-operator",
+			],
+			"resourceSlices": [
+				"system:serviceaccount:gpu-operator:nvidia-dra-driver-kubeletplugin",
+			],
+			"computeDomains": [
+				"system:serviceaccount:gpu-operator:nvidia-dra-driver-controller",
+			],
+		},
+		"deviceTaintWriters": [],
+		"gpuSharingConfigKinds": [
+			"GpuConfig",
+			"MigDeviceConfig",
+		],
+		"computeDomainConfigKinds": [
+			"ComputeDomainChannelConfig",
+			"ComputeDomainDaemonConfig",
 		],
 		"allowedDeviceClasses": [],
 		"privilegedCapabilities": [
@@ -193,7 +215,9 @@ params := {
 		"schedulerName": "gpu-binpack-scheduler",
 		"gpuResourceNames": [
 			"nvidia.com/*",
+			"deviceclass.resource.kubernetes.io/*",
 		],
+		"deviceClassResourcePrefix": "deviceclass.resource.kubernetes.io/",
 		"exemptNamespaces": [
 			"gpu-admission",
 			"gpu-operator",
@@ -238,6 +262,26 @@ params := {
 			"system:serviceaccount:kube-system:resource-claim-controller",
 			"system:kube-controller-manager",
 			"system:serviceaccount:gpu-scheduler:gpu-binpack-scheduler",
+		],
+		"draWriters": {
+			"deviceClasses": [
+				"system:serviceaccount:gpu-operator:gpu-operator",
+			],
+			"resourceSlices": [
+				"system:serviceaccount:gpu-operator:nvidia-dra-driver-kubeletplugin",
+			],
+			"computeDomains": [
+				"system:serviceaccount:gpu-operator:nvidia-dra-driver-controller",
+			],
+		},
+		"deviceTaintWriters": [],
+		"gpuSharingConfigKinds": [
+			"GpuConfig",
+			"MigDeviceConfig",
+		],
+		"computeDomainConfigKinds": [
+			"ComputeDomainChannelConfig",
+			"ComputeDomainDaemonConfig",
 		],
 		"allowedDeviceClasses": [],
 		"privilegedCapabilities": [
@@ -375,7 +419,11 @@ params := {
 		"schedulerName": "gpu-binpack-scheduler",
 		"gpuResourceNames": [
 			"nvidia.com/*",
+			"nvidia.com/gpu",
+			"nvidia.com/mig-*",
+			"deviceclass.resource.kubernetes.io/*",
 		],
+		"deviceClassResourcePrefix": "deviceclass.resource.kubernetes.io/",
 		"exemptNamespaces": [
 			"gpu-admission",
 			"gpu-operator",
@@ -415,13 +463,59 @@ params := {
 			"nvidia.com",
 		],
 		"platformDeviceClasses": [
-			"gpu-platform-gpu.nvidia.com",
+			{
+				"name": "gpu-platform-gpu.nvidia.com",
+				"spec": {
+					"selectors": [
+						{
+							"cel": {
+								"expression": "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'",
+							},
+						},
+					],
+					"extendedResourceName": "nvidia.com/gpu",
+				},
+			},
+			{
+				"name": "gpu-platform-mig-{profile}.nvidia.com",
+				"spec": {
+					"selectors": [
+						{
+							"cel": {
+								"expression": "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig' && device.attributes['gpu.nvidia.com'].profile == '{profile}'",
+							},
+						},
+					],
+					"extendedResourceName": "nvidia.com/mig-{profile}",
+				},
+				"profilePattern": "^([1-8]c\\.)?[1-8]g\\.[0-9]+gb([.-][a-z0-9]+)*$",
+			},
 		],
 		"claimWriters": [
 			"system:kube-scheduler",
 			"system:serviceaccount:kube-system:resource-claim-controller",
 			"system:kube-controller-manager",
 			"system:serviceaccount:gpu-scheduler:gpu-binpack-scheduler",
+		],
+		"draWriters": {
+			"deviceClasses": [
+				"system:serviceaccount:gpu-operator:gpu-operator",
+			],
+			"resourceSlices": [
+				"system:serviceaccount:gpu-operator:nvidia-dra-driver-kubeletplugin",
+			],
+			"computeDomains": [
+				"system:serviceaccount:gpu-operator:nvidia-dra-driver-controller",
+			],
+		},
+		"deviceTaintWriters": [],
+		"gpuSharingConfigKinds": [
+			"GpuConfig",
+			"MigDeviceConfig",
+		],
+		"computeDomainConfigKinds": [
+			"ComputeDomainChannelConfig",
+			"ComputeDomainDaemonConfig",
 		],
 		"allowedDeviceClasses": [],
 		"privilegedCapabilities": [
@@ -559,7 +653,9 @@ params := {
 		"schedulerName": "gpu-binpack-scheduler",
 		"gpuResourceNames": [
 			"nvidia.com/*",
+			"deviceclass.resource.kubernetes.io/*",
 		],
+		"deviceClassResourcePrefix": "deviceclass.resource.kubernetes.io/",
 		"exemptNamespaces": [
 			"gpu-admission",
 			"gpu-operator",
@@ -602,6 +698,26 @@ params := {
 			"system:serviceaccount:kube-system:resource-claim-controller",
 			"system:kube-controller-manager",
 			"system:serviceaccount:gpu-scheduler:gpu-binpack-scheduler",
+		],
+		"draWriters": {
+			"deviceClasses": [
+				"system:serviceaccount:gpu-operator:gpu-operator",
+			],
+			"resourceSlices": [
+				"system:serviceaccount:gpu-operator:nvidia-dra-driver-kubeletplugin",
+			],
+			"computeDomains": [
+				"system:serviceaccount:gpu-operator:nvidia-dra-driver-controller",
+			],
+		},
+		"deviceTaintWriters": [],
+		"gpuSharingConfigKinds": [
+			"GpuConfig",
+			"MigDeviceConfig",
+		],
+		"computeDomainConfigKinds": [
+			"ComputeDomainChannelConfig",
+			"ComputeDomainDaemonConfig",
 		],
 		"allowedDeviceClasses": [],
 		"privilegedCapabilities": [
@@ -727,12 +843,14 @@ params := {
 			],
 		},
 	},
-	"listed_device_classes": {
+	"admission_lists": {
 		"mode": "enforce",
 		"schedulerName": "gpu-binpack-scheduler",
 		"gpuResourceNames": [
 			"nvidia.com/*",
+			"deviceclass.resource.kubernetes.io/*",
 		],
+		"deviceClassResourcePrefix": "deviceclass.resource.kubernetes.io/",
 		"exemptNamespaces": [
 			"gpu-admission",
 			"gpu-operator",
@@ -777,6 +895,28 @@ params := {
 			"system:serviceaccount:kube-system:resource-claim-controller",
 			"system:kube-controller-manager",
 			"system:serviceaccount:gpu-scheduler:gpu-binpack-scheduler",
+		],
+		"draWriters": {
+			"deviceClasses": [
+				"system:serviceaccount:gpu-operator:gpu-operator",
+			],
+			"resourceSlices": [
+				"system:serviceaccount:gpu-operator:nvidia-dra-driver-kubeletplugin",
+			],
+			"computeDomains": [
+				"system:serviceaccount:gpu-operator:nvidia-dra-driver-controller",
+			],
+		},
+		"deviceTaintWriters": [
+			"ops@example.com",
+		],
+		"gpuSharingConfigKinds": [
+			"GpuConfig",
+			"MigDeviceConfig",
+		],
+		"computeDomainConfigKinds": [
+			"ComputeDomainChannelConfig",
+			"ComputeDomainDaemonConfig",
 		],
 		"allowedDeviceClasses": [
 			"nic.example.com",
@@ -909,7 +1049,9 @@ params := {
 		"schedulerName": "gpu-binpack-scheduler",
 		"gpuResourceNames": [
 			"nvidia.com/*",
+			"deviceclass.resource.kubernetes.io/*",
 		],
+		"deviceClassResourcePrefix": "deviceclass.resource.kubernetes.io/",
 		"exemptNamespaces": [
 			"gpu-admission",
 			"gpu-operator",
@@ -954,6 +1096,26 @@ params := {
 			"system:serviceaccount:kube-system:resource-claim-controller",
 			"system:kube-controller-manager",
 			"system:serviceaccount:gpu-scheduler:gpu-binpack-scheduler",
+		],
+		"draWriters": {
+			"deviceClasses": [
+				"system:serviceaccount:gpu-operator:gpu-operator",
+			],
+			"resourceSlices": [
+				"system:serviceaccount:gpu-operator:nvidia-dra-driver-kubeletplugin",
+			],
+			"computeDomains": [
+				"system:serviceaccount:gpu-operator:nvidia-dra-driver-controller",
+			],
+		},
+		"deviceTaintWriters": [],
+		"gpuSharingConfigKinds": [
+			"GpuConfig",
+			"MigDeviceConfig",
+		],
+		"computeDomainConfigKinds": [
+			"ComputeDomainChannelConfig",
+			"ComputeDomainDaemonConfig",
 		],
 		"allowedDeviceClasses": [],
 		"privilegedCapabilities": [
