@@ -2,13 +2,16 @@
 every dependency edge of the design."""
 
 import json
+import re
+import shlex
 from collections import Counter
 
 import pytest
-from test_settings import MINIMAL, with_changes
+from test_settings import KUBECONFIG, MINIMAL, TEAMS, setting_paths, with_changes
 
 import harness
 from components.base.facts import KUEUE_API
+from components.platform.settings import StackSettings
 
 COMPONENT = "gpu-platform:index:"
 K8S = "kubernetes:"
@@ -340,6 +343,26 @@ def test_everything_reaches_the_cluster_through_the_stack_provider(example_run,
     assert example_run.outputs[platform.urn]["clusterContext"] == example_settings.cluster.context
 
 
+def platform_outputs(recording: harness.Recording) -> dict:
+    (platform,) = recording.of_type(f"{COMPONENT}GpuPlatform")
+    return recording.outputs[platform.urn]
+
+
+def test_the_grafana_command_reaches_the_stack_s_cluster(example_run, tmp_path):
+    """The port-forward command names the stack's context, so it never reaches whichever
+    context is current, and the stack's kubeconfig when it names one (quoted for the shell)."""
+    assert shlex.split(platform_outputs(example_run)["grafanaPortForward"]) == [
+        "kubectl", "--context", "gpu-cluster-dev", "-n", "monitoring", "port-forward",
+        "svc/kube-prometheus-stack-grafana", "3000:80"]
+    kubeconfig = tmp_path / "cluster configs" / "kubeconfig"
+    kubeconfig.parent.mkdir()
+    kubeconfig.write_text(KUBECONFIG.read_text())
+    recording = harness.run_program(harness.stack_file_config(with_changes(
+        cluster={"context": "gpu-cluster", "kubeconfig": str(kubeconfig)})))
+    assert shlex.split(platform_outputs(recording)["grafanaPortForward"])[:5] == [
+        "kubectl", "--context", "gpu-cluster", "--kubeconfig", str(kubeconfig)]
+
+
 def test_node_pool_taint_mode_patches_no_node_and_still_guards_the_taint():
     recording = harness.run_program(harness.stack_file_config(with_changes(gpuNodes={
         "taintedBy": "nodePool", "names": [], "taint": "nvidia.com/gpu=present:NoSchedule"})))
@@ -419,3 +442,80 @@ def test_charts_install_from_a_local_path_or_an_oci_registry(tmp_path):
     stack = recording.one(f"{K8S}helm.sh/v3:Release", "kube-prometheus-stack").inputs
     assert stack["chart"] == "oci://registry.example.com/charts/kube-prometheus-stack"
     assert stack["version"] == "88.5.3"
+
+
+# --- every chart and image, on the air-gapped page ------------------------------------------
+
+AIR_GAPPED_PAGE = harness.ROOT / "docs" / "operators" / "air-gapped.md"
+# A stack for each setting that adds images or charts.
+OPTION_STACKS = {
+    "minimal": MINIMAL,
+    "teams": with_changes(teams=TEAMS),
+    "compaction": with_changes(compaction={"enabled": True}),
+    "dra": with_changes(kubernetesVersion="1.37.2", gpuOperator={"gpuPath": "dra"}),
+    "every operand": with_changes(gpuOperator={
+        "driver": {"enabled": True}, "migManager": {"enabled": True},
+        "mig": {"strategy": "single"}, "sandboxWorkloads": {"enabled": True},
+        "vgpuDeviceManager": {"enabled": True}, "vfioManager": {"enabled": True}}),
+}
+
+
+def air_gapped_rows() -> dict[str, tuple[str, str]]:
+    """The page's lists of charts and images: each reference, with the settings the page says
+    bring it and whether a default stack deploys it."""
+    return {row[1]: (row[2], row[3]) for row in re.finditer(
+        r"^\| `([^`]+)` \| (.+) \| (yes|no) \|$", AIR_GAPPED_PAGE.read_text(), re.MULTILINE)}
+
+
+@pytest.fixture(scope="module")
+def option_outputs() -> dict[str, dict]:
+    """The images and charts each option stack lists, kubernetesVersion in the tags written as
+    the page writes it."""
+    listed = {}
+    for name, stack in OPTION_STACKS.items():
+        outputs = platform_outputs(harness.run_program(harness.stack_file_config(stack)))
+        version = f":v{stack['kubernetesVersion']}"
+        listed[name] = {"images": {image.replace(version, ":v<kubernetesVersion>")
+                                   for image in outputs["images"]},
+                        "charts": set(outputs["charts"])}
+    return listed
+
+
+def test_the_air_gapped_page_lists_every_chart_and_image_of_every_option(option_outputs):
+    """What a mirror must hold over all options is the page's list, no more and no less; a stack
+    of the required settings alone deploys exactly the rows marked for a default stack."""
+    rows = air_gapped_rows()
+    every = set().union(*(listed["images"] | listed["charts"]
+                          for listed in option_outputs.values()))
+    assert every == set(rows)
+    minimal = option_outputs["minimal"]
+    assert minimal["images"] | minimal["charts"] == {
+        reference for reference, (_, default) in rows.items() if default == "yes"}
+
+
+@pytest.mark.parametrize(("option", "reference", "brought_by"), [
+    ("teams", "registry.k8s.io/kueue/kueue:v0.19.2", "`teams.enabled`"),
+    ("teams", "oci://registry.k8s.io/kueue/charts/kueue (version 0.19.2)", "`teams.enabled`"),
+    ("dra", "nvcr.io/nvidia/dra-driver-nvidia-gpu:v0.5.0", "`gpuOperator.gpuPath: dra`"),
+    ("compaction", "registry.k8s.io/descheduler/descheduler:v0.36.0", "`compaction.enabled`"),
+    ("compaction", "docker.io/library/python:3.13.9-alpine3.22",
+     "`compaction.enabled` with `compaction.planThreshold`"),
+    ("every operand", "nvcr.io/nvidia/driver:595.91.07", "`gpuOperator.driver.enabled`"),
+])
+def test_the_air_gapped_page_names_the_setting_that_brings_each_optional_image(
+        option_outputs, option, reference, brought_by):
+    assert reference in option_outputs[option]["images"] | option_outputs[option]["charts"]
+    assert reference not in option_outputs["minimal"]["images"]
+    assert air_gapped_rows()[reference] == (brought_by, "no")
+
+
+def test_the_dra_path_pulls_no_device_plugin(option_outputs):
+    dra = option_outputs["dra"]["images"]
+    assert not any("/k8s-device-plugin:" in i or "/container-toolkit:" in i for i in dra)
+    assert "nvcr.io/nvidia/k8s-device-plugin:v0.20.0" in option_outputs["minimal"]["images"]
+
+
+def test_every_setting_the_air_gapped_page_names_is_a_setting():
+    named = {option.split(":")[0] for brought_by, _ in air_gapped_rows().values()
+             for option in re.findall(r"`([^`]+)`", brought_by)}
+    assert named and named <= set(setting_paths(StackSettings))

@@ -10,6 +10,7 @@ from ..base.facts import GPU_RESOURCE
 from ..base.model import to_snake
 from ..base.validation import STACK, Subject
 from .inputs import GpuOperatorInputs
+from .settings import GpuOperatorSettings
 
 CHART = "gpu-operator"
 COMPONENT = "gpu-operator"
@@ -46,6 +47,11 @@ class ChartImage:
         name = f"{self.repository}/{self.image}" if self.image else self.repository
         return f"{inputs.mirrored(name)}:{tag}"
 
+    def deployed(self, op: GpuOperatorSettings) -> bool:
+        """Whether a stack of these settings runs it: its GPU path, and its switch on."""
+        return (self.gpu_path in (None, op.gpu_path)
+                and (self.switch is None or getattr(op, to_snake(self.switch)).enabled))
+
 
 # Facts of the pinned chart (deployments/gpu-operator/values.yaml and the vendored
 # node-feature-discovery 0.19.0 chart at v26.7.0). The driver image gets the node's OS appended
@@ -81,10 +87,7 @@ CHART_IMAGES = (
 
 def chart_images(inputs: GpuOperatorInputs) -> list[ChartImage]:
     """The chart's images this stack's GPU path and switches deploy."""
-    op = inputs.gpu_operator
-    return [image for image in CHART_IMAGES
-            if image.gpu_path in (None, op.gpu_path)
-            and (image.switch is None or getattr(op, to_snake(image.switch)).enabled)]
+    return [image for image in CHART_IMAGES if image.deployed(inputs.gpu_operator)]
 
 
 def mirror_values(inputs: GpuOperatorInputs) -> dict:
