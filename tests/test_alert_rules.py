@@ -422,7 +422,7 @@ def test_pending_gpu_pods_piling_up_are_reported_and_a_steady_queue_is_not(promt
 
 
 def test_every_alert_is_exercised_by_a_rule_test():
-    source = Path(__file__).read_text()
+    source = "".join(path.read_text() for path in Path(__file__).parent.glob("test_*alert*.py"))
     for rule in gpu_rules.alert_rules(monitoring_of(SETTINGS), CERT_NOT_AFTER) + \
             gpu_rules.compaction_alerts(monitoring_of(WITH_COMPACTION)):
         assert f'"{rule["alert"]}"' in source, rule["alert"]

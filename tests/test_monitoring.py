@@ -210,6 +210,21 @@ def test_dashboard_answers_the_platform_teams_questions():
             'increase(scheduler_preemption_victims_sum{job="gpu-binpack-scheduler"}[1h])',
         "Pods admitted against the rules (audit mode)":
             'kube_pod_labels{label_gpu_platform_io_admission_audit="violation"',
+        # The nodes the GPU node alerts fire for.
+        "GPU nodes without the GPU taint":
+            'unless on (node) kube_node_spec_taint{key="nvidia.com/gpu", value="present", '
+            'effect="NoSchedule"}',
+        "GPU nodes whose GPUs nothing serves": 'kube_node_status_allocatable{resource=~"nvidia',
+        "Nodes with more device plugins than allowed":
+            'kube_pod_container_info{container=~"nvidia(-gpu)?-device-plugin.*"}',
     }
     for title, fragment in expected.items():
         assert fragment in by_title[title], title
+
+
+def test_the_operators_alert_table_lists_every_alert():
+    page = Path(__file__).parent.parent / "docs" / "operators" / "monitoring.md"
+    listed = set(re.findall(r"^\| (\w+)", page.read_text(), re.MULTILINE))
+    alerts = {r["alert"] for settings in (SETTINGS, WITH_COMPACTION)
+              for g in rule_groups(settings)["groups"] for r in g["rules"] if "alert" in r}
+    assert alerts - listed == set()

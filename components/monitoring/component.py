@@ -29,7 +29,7 @@ class Monitoring(Component[MonitoringInputs]):
     grafana_url: str
     "Grafana's address inside the cluster."
     grafana_port_forward: str
-    "The kubectl command that opens Grafana on localhost:3000."
+    "The kubectl command that opens Grafana on localhost:3000, on the stack's context."
     grafana_admin_password: pulumi.Output[str]
     "Grafana's admin password (a secret)."
 
@@ -73,8 +73,9 @@ class Monitoring(Component[MonitoringInputs]):
             self.kueue_monitor = declare(kueue, self, [self.release])
 
         self.grafana_url = f"http://{grafana_service(inputs)}.{mon.namespace}.svc:{GRAFANA_PORT}"
-        self.grafana_port_forward = (f"kubectl -n {mon.namespace} port-forward "
-                                     f"svc/{grafana_service(inputs)} 3000:{GRAFANA_PORT}")
+        self.grafana_port_forward = inputs.cluster.kubectl(
+            "-n", mon.namespace, "port-forward", f"svc/{grafana_service(inputs)}",
+            f"3000:{GRAFANA_PORT}")
         self.grafana_admin_password = password
         self.register_outputs({"grafanaUrl": self.grafana_url,
                                "grafanaPortForward": self.grafana_port_forward,

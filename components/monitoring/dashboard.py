@@ -29,7 +29,11 @@ from .rules import (
     STRANDED,
     WHOLE_FREE_NODES,
     admission_webhooks,
+    extra_device_plugins,
+    ksm_label,
     kueue_series,
+    unserved_gpu_nodes,
+    untainted_gpu_nodes,
 )
 
 UID = "gpu-platform-gpus"
@@ -92,6 +96,7 @@ def _rows(inputs: MonitoringInputs) -> list[tuple[str, list]]:
     node = 'node=~"$node"'
     # The ServiceMonitor's job label is the scheduler's Service name.
     scheduler = f'job="{inputs.scheduler.name}"'
+    taint = inputs.gpu_nodes.taints[0]
     return [
         ("Capacity: where GPUs are free", [
             _stat("GPUs allocated / allocatable",
@@ -180,7 +185,7 @@ def _rows(inputs: MonitoringInputs) -> list[tuple[str, list]]:
                         f"Pods carrying the {AUDIT_LABEL} label, by namespace: the ones "
                         "enforce mode would refuse.",
                         [_query(f"count by (namespace) (kube_pod_labels{{"
-                                f'{audit_label_series()}="violation", '
+                                f'{ksm_label(AUDIT_LABEL)}="violation", '
                                 f'namespace=~"$namespace"}})', "{{namespace}}")]),
         ]),
         ("Health", [
@@ -200,6 +205,23 @@ def _rows(inputs: MonitoringInputs) -> list[tuple[str, list]]:
                    [_query(f"DCGM_FI_DEV_XID_ERRORS{{{GPU_FILTER}}} != 0", "", "A", True)]),
             _stat("DCGM exporters up", "Scrape health of the exporter on each GPU node.",
                   [_query(f'up{{job="{DCGM_JOB}", {node}}}', "{{node}}", "A", True)], width=12),
+        ]),
+        # Every such node, whatever the node filter: the filter lists only nodes with GPUs.
+        ("GPU nodes outside the platform's rules", [
+            _table("GPU nodes without the GPU taint",
+                   f"Nodes labelled as GPU nodes that do not carry {taint} (alert "
+                   "GpuNodeUntainted).", [_query(untainted_gpu_nodes(inputs), "", "A", True)],
+                   width=8),
+            _table("GPU nodes whose GPUs nothing serves",
+                   "Nodes labelled as GPU nodes " + ("for which the DCGM exporter reports no GPU"
+                                                     if inputs.gpu_path == "dra" else
+                                                     "that advertise no NVIDIA resource")
+                   + " (alert GpuNodeGpusNotServed).",
+                   [_query(unserved_gpu_nodes(inputs), "", "A", True)], width=8),
+            _table("Nodes with more device plugins than allowed",
+                   "Running device plugin pods per node, where the GPU path allows fewer (alert "
+                   "GpuNodeExtraDevicePlugin).",
+                   [_query(extra_device_plugins(inputs), "", "A", True)], width=8),
         ]),
     ]
 
@@ -239,11 +261,6 @@ def team_panels() -> list:
                             f"p{round(q * 100)}", ref)
                      for q, ref in ((0.5, "A"), (0.95, "B"))], unit="s", width=5),
     ]
-
-
-def audit_label_series() -> str:
-    """kube-state-metrics' name for the audit label in kube_pod_labels."""
-    return "label_" + "".join(c if c.isalnum() else "_" for c in AUDIT_LABEL)
 
 
 def dashboard(inputs: MonitoringInputs) -> dict:

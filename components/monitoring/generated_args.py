@@ -12,7 +12,7 @@ from typing import Any, NotRequired, TypedDict
 
 import pulumi
 
-from ..base.generated_args import ReleaseProtection
+from ..base.generated_args import GpuNodeFacts, ReleaseProtection
 
 
 class GrafanaSettings(TypedDict):
@@ -144,6 +144,16 @@ class MonitoringSettings(TypedDict):
      "refused. Default: `{}`.")
 
 
+class KubectlContext(TypedDict):
+    "The cluster, as the kubectl commands the component outputs name it."
+    context: str
+    ("The kubeconfig context (`cluster.context`), so that a command never reaches whichever "
+     "context is current.")
+    kubeconfig: NotRequired[str | None]
+    ("The kubeconfig file (`cluster.kubeconfig`); unset: the one kubectl finds "
+     "(`$KUBECONFIG`, else `~/.kube/config`).")
+
+
 class MonitoredScheduler(TypedDict):
     "The binpack scheduler, as Monitoring scrapes it and alerts on it."
     name: str
@@ -198,6 +208,8 @@ class MonitoringArgs(TypedDict):
     kubernetes_version: str
     ("Kubernetes version of the cluster, MAJOR.MINOR.PATCH (required; 1.30 or newer). "
      "Selects the kube-scheduler image.")
+    cluster: KubectlContext
+    "The cluster the commands it outputs (`grafanaPortForward`) reach."
     gpu_operator_namespace: str
     ("The GPU Operator's namespace, where the DCGM exporter Service is (the GpuOperator "
      "component's `namespace` output).")
@@ -205,6 +217,8 @@ class MonitoringArgs(TypedDict):
     ("How pods reach GPUs (the GpuOperator component's `gpuPath` output): which DCGM "
      "exporter to scrape, and where the GPUs' capacity is read from. Allowed: "
      "`devicePlugin`, `dra`. Default: `devicePlugin`.")
+    gpu_nodes: GpuNodeFacts
+    "The GPU nodes: their taints and, when known, their names."
     scheduler: MonitoredScheduler
     "The binpack scheduler."
     admission: MonitoredAdmission

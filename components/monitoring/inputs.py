@@ -2,19 +2,40 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from ..base.model import (
+    GpuNodeFacts,
     GpuPath,
     KubernetesVersion,
     Model,
     PulledImages,
     PulumiInput,
+    gpu_nodes_field,
     kubernetes_version_field,
 )
 from .settings import MonitoringSettings
+
+
+class KubectlContext(Model):
+    """The cluster, as the kubectl commands the component outputs name it."""
+
+    context: str = Field(description="The kubeconfig context (`cluster.context`), so that a "
+                                      "command never reaches whichever context is current.")
+    kubeconfig: str | None = Field(
+        default=None,
+        description="The kubeconfig file (`cluster.kubeconfig`); unset: the one kubectl "
+                    "finds (`$KUBECONFIG`, else `~/.kube/config`).")
+
+    def kubectl(self, *args: str) -> str:
+        """A kubectl command line, quoted for a shell, that reaches this cluster."""
+        where = ["--context", self.context]
+        if self.kubeconfig:
+            where += ["--kubeconfig", self.kubeconfig]
+        return shlex.join(["kubectl", *where, *args])
 
 
 class MonitoredScheduler(Model):
@@ -69,6 +90,8 @@ class MonitoringInputs(PulledImages):
         default_factory=MonitoringSettings,
         description="kube-prometheus-stack, the GPU dashboard, recording rules and alerts.")
     kubernetes_version: KubernetesVersion = kubernetes_version_field()
+    cluster: KubectlContext = Field(
+        description="The cluster the commands it outputs (`grafanaPortForward`) reach.")
     gpu_operator_namespace: str = Field(
         description="The GPU Operator's namespace, where the DCGM exporter Service is (the "
                     "GpuOperator component's `namespace` output).")
@@ -76,6 +99,7 @@ class MonitoringInputs(PulledImages):
         default="devicePlugin",
         description="How pods reach GPUs (the GpuOperator component's `gpuPath` output): which "
                     "DCGM exporter to scrape, and where the GPUs' capacity is read from.")
+    gpu_nodes: GpuNodeFacts = gpu_nodes_field()
     scheduler: MonitoredScheduler = Field(description="The binpack scheduler.")
     admission: MonitoredAdmission = Field(description="The admission webhooks and OPA.")
     compaction: MonitoredCompaction | None = Field(

@@ -11,6 +11,11 @@ How the series join, as the pinned exporters label them:
   (absent for a free GPU); `node` from the exporter pod's node. So DCGM joins kube-state-metrics
   on (namespace, pod) for workloads and on (node) for nodes.
 - `up{job="nvidia-dcgm-exporter"}`: the scrape health of each exporter, with the same `node`.
+- kube-state-metrics' nodes: `kube_node_labels` carries `node` and, for each label its
+  `metricLabelsAllowlist` names (values.py), `label_<key>`; `kube_node_spec_taint` one series
+  per taint with `node`, `key`, `value`, `effect`. Its pods: `kube_pod_info` carries `namespace`,
+  `pod`, `uid` and `node`; `kube_pod_container_info` the same pod labels and `container`, for
+  each container that has a status.
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ import re
 
 from ..base import manifests
 from ..base.facts import (
+    GPU_PRESENT_LABEL,
     GPU_RESOURCE,
+    NVIDIA_RESOURCES,
     claims_webhook,
     kueue_deployment_name,
     mutating_webhook,
@@ -47,6 +54,12 @@ def ksm_resource(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", name)
 
 
+def ksm_label(key: str) -> str:
+    """The label kube-state-metrics gives an allow-listed Kubernetes label in its
+    `kube_<kind>_labels` series (sanitized, then snake case)."""
+    return "label_" + re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", ksm_resource(key)).lower()
+
+
 GPU = ksm_resource(GPU_RESOURCE)
 # Recorded series, in evaluation order (later rules read earlier ones of the same evaluation).
 POD_ALLOCATED = "gpu_platform:pod_gpu_allocated:sum"
@@ -65,6 +78,21 @@ CERTIFICATE_CRITICAL_DAYS = 7
 # allocated to (its DRA mode, which the GPUCluster turns on), counts them. Each GPU once, by its
 # UUID: a GPU that containers share has a series per container.
 DCGM_GPUS = "count by ({by}, UUID) (DCGM_FI_DEV_GPU_UTIL{{{match}}})"
+# GPU nodes, one series each: every node labelled as having GPUs, named in the settings or not.
+GPU_NODES = (f'max by (node) (kube_node_labels{{{ksm_label(GPU_PRESENT_LABEL[0])}='
+             f'"{GPU_PRESENT_LABEL[1]}"}})')
+# Any resource NVIDIA's device plugins advertise: with the mixed MIG strategy a node whose GPUs
+# are all partitioned advertises nvidia.com/gpu: 0 and its slices, and is served.
+NVIDIA = ksm_resource(NVIDIA_RESOURCES.removesuffix("*")) + ".+"
+# Device plugins of nvidia.com/gpu, by container name: the GPU Operator's
+# (`nvidia-device-plugin`), NVIDIA's chart's and static manifest's (`nvidia-device-plugin-ctr`,
+# with its config sidecar in the same pod), GKE's (`nvidia-gpu-device-plugin`). Not by image:
+# NVIDIA's k8s-device-plugin image also runs GPU Feature Discovery, the config manager and the
+# MPS daemon, which serve nothing; and GKE's plugin has an image of its own.
+DEVICE_PLUGIN_CONTAINERS = "nvidia(-gpu)?-device-plugin.*"
+# Device plugins a node may run, by GPU path: on the DRA path the DRA driver serves
+# nvidia.com/gpu, and a device plugin would advertise the node's GPUs beside it.
+DEVICE_PLUGINS_ALLOWED = {"devicePlugin": 1, "dra": 0}
 
 
 def recording_rules(inputs: MonitoringInputs) -> list[dict]:
@@ -106,6 +134,39 @@ def recording_rules(inputs: MonitoringInputs) -> list[dict]:
                  f'{{resource="{GPU}"}}) > 0) and on (namespace, pod) '
                  f'(kube_pod_status_phase{{phase="Pending"}} == 1)) or vector(0)'},
     ]
+
+
+def untainted_gpu_nodes(inputs: MonitoringInputs) -> str:
+    """GPU nodes without the platform's GPU taint (key, value and effect: a taint of another
+    value repels the GPU pods, whose toleration names this one)."""
+    taint = inputs.gpu_nodes.taints[0]
+    return (f'{GPU_NODES} unless on (node) kube_node_spec_taint{{key="{taint.key}", '
+            f'value="{taint.value}", effect="{taint.effect}"}}')
+
+
+def unserved_gpu_nodes(inputs: MonitoringInputs) -> str:
+    """GPU nodes whose GPUs nothing serves: on the device plugin path, that advertise no NVIDIA
+    resource; on the DRA path, for which the DCGM exporter reports no GPU (it sees the GPUs the
+    DRA driver publishes)."""
+    served = (NODE_ALLOCATABLE if inputs.gpu_path == "dra"
+              else f'kube_node_status_allocatable{{resource=~"{NVIDIA}"}}')
+    return f"{GPU_NODES} unless on (node) ({served} > 0)"
+
+
+def device_plugins_per_node() -> str:
+    """Running pods with a device plugin container, per node. A pod counts once (a sidecar may
+    share the name); a plugin that keeps restarting still counts: its container keeps its info
+    series, and its pod stays Running (two plugins on one node replace each other's socket, so
+    one of them restarts)."""
+    return (f'count by (node) (max by (namespace, pod, uid) (kube_pod_container_info{{'
+            f'container=~"{DEVICE_PLUGIN_CONTAINERS}"}}) * on (namespace, pod, uid) '
+            f'group_left (node) max by (namespace, pod, uid, node) (kube_pod_info{{node!=""}}) '
+            f'and on (namespace, pod, uid) (kube_pod_status_phase{{phase="Running"}} == 1))')
+
+
+def extra_device_plugins(inputs: MonitoringInputs) -> str:
+    """Nodes running more device plugins than the GPU path allows."""
+    return f"{device_plugins_per_node()} > {DEVICE_PLUGINS_ALLOWED[inputs.gpu_path]}"
 
 
 def _alert(name: str, expr: str, duration: str, severity: str, summary: str,
@@ -198,6 +259,7 @@ def alert_rules(inputs: MonitoringInputs, certificate_not_after: int | None = No
                f"Node {{{{ $labels.node }}}} advertises {{{{ $value }}}} GPUs but no DCGM "
                f"exporter on it has been scraped for {alerts.exporter_down_for}: its GPU usage "
                "and health are unknown."),
+        *gpu_node_alerts(inputs),
         _alert("GpuAllocatedIdle",
                f'max by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{{pod!=""}}) '
                f"< {alerts.idle_utilization_percent}",
@@ -277,6 +339,54 @@ def alert_rules(inputs: MonitoringInputs, certificate_not_after: int | None = No
                f"{{{{ $value }}}} GPU pods are pending and their number has grown for "
                f"{alerts.pending_growth_for}: the binpack scheduler may be stuck or down, or the "
                "cluster is out of GPUs (see the dashboard's Capacity row)."),
+    ]
+
+
+def gpu_node_alerts(inputs: MonitoringInputs) -> list[dict]:
+    """GPU nodes outside the platform's rules: without its taint, with GPUs nothing serves, or
+    with more device plugins than the GPU path allows."""
+    taint = inputs.gpu_nodes.taints[0]
+    # A new node installs its driver and toolkit before its GPUs are served.
+    unserved_for = "30m"
+    node = "Node {{ $labels.node }}"
+    label = "=".join(GPU_PRESENT_LABEL)
+    if inputs.gpu_nodes.names is not None:
+        taint_fix = ("add it to gpuNodes.names and run `pulumi up` (the program taints the "
+                     "nodes it is given)")
+    else:
+        taint_fix = ("set the taint on its node pool (new nodes register it); until then "
+                     f"`kubectl taint nodes {{{{ $labels.node }}}} {taint}`")
+    if inputs.gpu_path == "dra":
+        served = ("the DCGM exporter reports none of its GPUs: the DRA driver publishes none "
+                  "(see its kubelet plugin's pod on the node and `kubectl get resourceslices`), "
+                  "or the exporter does not run there (then GpuExporterDown fires too)")
+        plugins = ("runs {{ $value }} device plugin pods although on the DRA path the DRA "
+                   "driver serves nvidia.com/gpu: a device plugin advertises the same GPUs "
+                   "beside it, so one GPU can go to two pods. Remove the device plugin "
+                   "DaemonSet, or keep it off this node")
+    else:
+        served = ("it advertises no nvidia.com GPU resource: the device plugin does not run "
+                  "there, or has not registered (see the GPU Operator's pods on the node: the "
+                  "driver, the toolkit and the device plugin, in that order)")
+        plugins = ("runs {{ $value }} device plugin pods: each advertises the node's GPUs, "
+                   "the kubelet serves them from whichever registered last, and a GPU one "
+                   "handed out can be handed out again by the other. Keep the GPU Operator's "
+                   "and remove the other DaemonSet (on GKE, label the node pool "
+                   "gke-no-default-nvidia-gpu-device-plugin=true), or keep it off this node")
+    return [
+        _alert("GpuNodeUntainted", untainted_gpu_nodes(inputs), "10m", "warning",
+               "GPU node without the platform's GPU taint",
+               f"{node} is labelled {label} but does not carry the taint {taint}: pods without "
+               "GPUs can land on it and take the CPU and memory its GPU pods need, stranding "
+               f"its GPUs. Fix: {taint_fix}."),
+        _alert("GpuNodeGpusNotServed", unserved_gpu_nodes(inputs), unserved_for, "warning",
+               "GPU node whose GPUs nothing serves",
+               f"{node} is labelled {label}, but for {unserved_for} {served}. No pod can get "
+               "its GPUs."),
+        _alert("GpuNodeExtraDevicePlugin", extra_device_plugins(inputs), "15m", "warning",
+               "More GPU device plugins on a node than the GPU path allows",
+               f"{node} {plugins}. `kubectl get pods -A -o wide --field-selector "
+               "spec.nodeName={{ $labels.node }}` lists them."),
     ]
 
 

@@ -2,7 +2,7 @@
 routing."""
 
 from ..base import charts
-from ..base.facts import AUDIT_LABEL
+from ..base.facts import AUDIT_LABEL, GPU_PRESENT_LABEL
 from ..base.validation import STACK, Subject
 from .inputs import MonitoringInputs
 from .settings import Receiver
@@ -75,8 +75,10 @@ def stack_values(inputs: MonitoringInputs) -> dict:
         "prometheus": {"prometheusSpec": prometheus_spec},
         "alertmanager": {"alertmanagerSpec": alertmanager_spec,
                          "config": alertmanager_config(inputs)},
-        # kube_pod_labels carries only allowlisted labels: the audit mode's, for the dashboard.
-        "kube-state-metrics": {"metricLabelsAllowlist": [f"pods=[{AUDIT_LABEL}]"]},
+        # kube_pod_labels and kube_node_labels carry only allowlisted labels: the audit mode's,
+        # for the dashboard; the one that marks GPU nodes, for the rules.
+        "kube-state-metrics": {"metricLabelsAllowlist": [f"pods=[{AUDIT_LABEL}]",
+                                                         f"nodes=[{GPU_PRESENT_LABEL[0]}]"]},
         "grafana": {
             "admin": {"existingSecret": GRAFANA_ADMIN_SECRET, "userKey": GRAFANA_USER_KEY,
                       "passwordKey": GRAFANA_PASSWORD_KEY},

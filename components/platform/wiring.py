@@ -24,6 +24,7 @@ from ..gpu_operator import values as gpu_operator_values
 from ..gpu_operator.inputs import GpuOperatorInputs
 from ..monitoring import values as monitoring_values
 from ..monitoring.inputs import (
+    KubectlContext,
     MonitoredAdmission,
     MonitoredCompaction,
     MonitoredScheduler,
@@ -102,7 +103,9 @@ def component_inputs(settings: StackSettings, secret_sections: Collection[str] =
         monitoring=valid(
             MonitoringInputs, monitoring=settings.monitoring,
             kubernetes_version=settings.kubernetes_version,
-            gpu_operator_namespace=op.namespace, gpu_path=op.gpu_path,
+            cluster=valid(KubectlContext, context=settings.cluster.context,
+                          kubeconfig=settings.cluster.kubeconfig),
+            gpu_operator_namespace=op.namespace, gpu_path=op.gpu_path, gpu_nodes=gpu_nodes,
             scheduler=valid(MonitoredScheduler, name=sched.name, namespace=sched.namespace),
             admission=valid(MonitoredAdmission, namespace=adm.namespace,
                             webhook_name=adm.webhook_name, failure_policy=adm.failure_policy,
@@ -140,27 +143,65 @@ def check_platform(settings: StackSettings, subject: Subject) -> None:
     check_chart_values(component_inputs(settings), subject)
 
 
-def required_images(inputs: ComponentInputs) -> list[str]:
-    """The images the program and the charts run, as the nodes will pull them (from the
-    mirror, when set)."""
-    optional_images = []
-    if (compaction := inputs.compaction).compaction.enabled:
-        optional_images.append(compaction.image(compaction.compaction.image))
-        if compaction.compaction.plan_threshold:
-            optional_images.append(compaction.image(compaction.compaction.plan_image))
-    if (teams := inputs.teams).teams.enabled:
-        optional_images.append(teams.image(teams.teams.kueue.image))
+@dataclass(frozen=True)
+class Deployable:
+    """An image or a Helm chart the platform can deploy: its reference, the settings that bring
+    it (all of them; none: every stack), and whether the stack's settings do."""
+
+    reference: str
+    brought_by: tuple[str, ...]
+    deployed: bool
+
+
+def _operator_options(image: gpu_operator_values.ChartImage) -> tuple[str, ...]:
+    """The settings that make the GPU Operator chart run one of its images."""
+    return tuple(option for option in (
+        image.switch and f"gpuOperator.{image.switch}.enabled",
+        image.gpu_path and f"gpuOperator.gpuPath: {image.gpu_path}") if option)
+
+
+def deployable_images(inputs: ComponentInputs) -> list[Deployable]:
+    """Every image the program and the charts can run, whichever settings bring it, as the
+    nodes pull them (from the mirror, when set). An image several operands run is listed once
+    for each of them."""
+    compaction, teams = inputs.compaction.compaction, inputs.teams.teams
     operator = inputs.gpu_operator
-    return sorted({inputs.scheduler.scheduler_image,
-                   inputs.admission.image(inputs.admission.admission.opa), *optional_images,
-                   *(image.ref(operator) for image in gpu_operator_values.chart_images(operator)),
-                   *monitoring_values.chart_images(inputs.monitoring)})
+    every_stack = [inputs.scheduler.scheduler_image,
+                   inputs.admission.image(inputs.admission.admission.opa),
+                   *monitoring_values.chart_images(inputs.monitoring)]
+    return [
+        *(Deployable(image, (), True) for image in every_stack),
+        *(Deployable(image.ref(operator), _operator_options(image),
+                     image.deployed(operator.gpu_operator))
+          for image in gpu_operator_values.CHART_IMAGES),
+        Deployable(inputs.compaction.image(compaction.image), ("compaction.enabled",),
+                   compaction.enabled),
+        Deployable(inputs.compaction.image(compaction.plan_image),
+                   ("compaction.enabled", "compaction.planThreshold"),
+                   compaction.enabled and compaction.plan_threshold),
+        Deployable(inputs.teams.image(teams.kueue.image), ("teams.enabled",), teams.enabled),
+    ]
+
+
+def deployable_charts(inputs: ComponentInputs) -> list[Deployable]:
+    """Every Helm chart the program can install, whichever settings bring it, and where from."""
+    def reference(chart: str, release: Any) -> str:
+        return charts.chart_reference(chart, release.chart_version, release.repository,
+                                      release.chart_path)
+    teams = inputs.teams.teams
+    return [
+        Deployable(reference(gpu_operator_values.CHART, inputs.gpu_operator.gpu_operator), (),
+                   True),
+        Deployable(reference(monitoring_values.CHART, inputs.monitoring.monitoring), (), True),
+        Deployable(reference(KUEUE_CHART, teams.kueue), ("teams.enabled",), teams.enabled),
+    ]
+
+
+def required_images(inputs: ComponentInputs) -> list[str]:
+    """The images the stack's settings run: what its mirror must hold."""
+    return sorted({image.reference for image in deployable_images(inputs) if image.deployed})
 
 
 def required_charts(inputs: ComponentInputs) -> list[str]:
-    releases = [(gpu_operator_values.CHART, inputs.gpu_operator.gpu_operator),
-                (monitoring_values.CHART, inputs.monitoring.monitoring)]
-    if inputs.teams.teams.enabled:
-        releases.append((KUEUE_CHART, inputs.teams.teams.kueue))
-    return [charts.chart_reference(chart, release.chart_version, release.repository,
-                                   release.chart_path) for chart, release in releases]
+    """The charts the stack's settings install, and where from."""
+    return [chart.reference for chart in deployable_charts(inputs) if chart.deployed]
