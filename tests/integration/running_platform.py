@@ -89,3 +89,14 @@ def refusal(kube: Kube, obj: dict) -> str:
         return ""
     except ApiError as error:
         return error.message
+
+
+def update_refusal(kube: Kube, kind: tuple[str, str], name: str, namespace: str,
+                   patch: dict) -> str:
+    """The API server's refusal of a merge patch (by this suite's admin, a user like any
+    other), or "" when it is applied."""
+    try:
+        kube.merge_patch(*kind, name, patch, namespace, what=f"patch {kind[1]} {name}")
+        return ""
+    except ApiError as error:
+        return error.message

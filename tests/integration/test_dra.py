@@ -24,6 +24,7 @@ from components import gpu_operator
 from components.base.facts import GPU_RESOURCE
 from components.gpu_operator.dra import NVIDIA_DRA_DRIVER, NVIDIA_DRA_KUBELET_PLUGIN
 from components.platform.settings import StackSettings
+from components.platform.wiring import component_inputs
 from controlplane import ApiError, ControlPlane, Kube, wait_until
 from declared_objects import (
     TEST_MANAGER,
@@ -31,11 +32,12 @@ from declared_objects import (
 from nodes_and_pods import (
     create_dra_gpu_node,
     ensure_namespace,
+    job,
     nvidia_resource_slice,
     placement,
     pod,
 )
-from running_platform import refusal, run_platform
+from running_platform import refusal, run_platform, update_refusal
 
 KUBERNETES = tools.DRA_KUBERNETES_VERSION
 # Webhooks are called at their Services' ready endpoints (conftest.control_plane).
@@ -279,3 +281,138 @@ def test_a_teams_quota_counts_the_same_gpus_whichever_way_they_are_asked_for(pla
     print(f"\nresearch's queue counts {used()} GPUs (8 asked for, 4 claimed); "
           f"vision's pods still held: {sorted(gated)}")
     assert gated, "one of vision's pods should wait: the cohort's GPUs are all in use"
+
+
+# --- the DRA path's ways around the principle (issue: every name, every writer, every write) ---
+
+DEVICE_CLASS_RESOURCE = "deviceclass.resource.kubernetes.io/"
+
+
+def asking_by_class_name(name: str, platform: Platform, device_class: str) -> dict:
+    """A GPU pod as the users' docs write one, but asking for a device class's devices by the
+    class's own resource name instead of nvidia.com/gpu."""
+    obj = gpu_pod(name, NO_TEAM, platform, 1)
+    for section in obj["spec"]["containers"][0]["resources"].values():
+        section[DEVICE_CLASS_RESOURCE + device_class] = section.pop(GPU_RESOURCE)
+    return obj
+
+
+def test_a_device_class_asked_for_by_its_own_resource_name_is_refused(platform):
+    """Kubernetes 1.37 serves every DeviceClass under deviceclass.resource.kubernetes.io/<class>
+    too: a pod asking for NVIDIA's GPUs so is refused for what it asks, whether it is written as
+    a GPU pod or not."""
+    kube = platform.cp.admin
+    for device_class in (NVIDIA_DRA_DRIVER, gpu_operator.GPU_DEVICE_CLASS):
+        message = refusal(kube, asking_by_class_name("by-class", platform, device_class))
+        assert (f"requests {DEVICE_CLASS_RESOURCE}{device_class}, which Kubernetes serves from "
+                f'the devices of the device class "{device_class}"') in message
+        assert "request nvidia.com/gpu" in message
+    bare = asking_by_class_name("bare", platform, NVIDIA_DRA_DRIVER)
+    del bare["spec"]["schedulerName"], bare["spec"]["tolerations"]
+    message = refusal(kube, bare)
+    assert "which Kubernetes serves from the devices" in message
+    assert "requests no GPU" not in message
+
+
+def test_the_platforms_classes_are_written_only_as_the_stack_declares_them(platform):
+    kube = platform.cp.admin
+    declared = kube.get("resource.k8s.io/v1", "DeviceClass", gpu_operator.GPU_DEVICE_CLASS)
+    ours = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": gpu_operator.GPU_DEVICE_CLASS}, "spec": declared["spec"]}
+    everything = {**ours, "spec": {**declared["spec"],
+                                   "selectors": [{"cel": {"expression": "true"}}]}}
+    with pytest.raises(ApiError) as refused:
+        kube.apply(everything, "by-hand", force=True)
+    assert "is the platform's own (it serves nvidia.com/gpu)" in refused.value.message
+    # The program's own write, as `pulumi up` makes it (a server-side apply of the same spec).
+    kube.apply(ours, "by-hand", force=True, dry_run=True)
+    # A MIG profile added to the stack: its class is admitted before the policy hears of it.
+    with_mig = StackSettings.model_validate({**STACK, "gpuOperator": {
+        "gpuPath": "dra", "mig": {"strategy": "mixed", "profiles": ["3g.40gb"]}}})
+    [_, mig] = gpu_operator.device_classes(component_inputs(with_mig).gpu_operator)
+    assert refusal(kube, mig) == ""
+    mig["spec"]["selectors"][0]["cel"]["expression"] = mig["spec"]["selectors"][0]["cel"][
+        "expression"].replace("3g.40gb", "7g.80gb")
+    assert "is the platform's own (it serves nvidia.com/mig-3g.40gb)" in refusal(kube, mig)
+
+
+def test_only_the_drivers_service_accounts_write_what_it_publishes(platform):
+    """The exempt namespaces' other ServiceAccounts (the monitoring stack's) are no writers of
+    NVIDIA's classes or slices, whatever RBAC grants them."""
+    kube, settings = platform.cp.admin, platform.settings
+    intruder = f"system:serviceaccount:{settings.monitoring.namespace}:intruder"
+    for resource in ("resourceslices", "deviceclasses"):
+        grant(kube, intruder, resource)
+    as_intruder = platform.cp.impersonating(intruder)
+    assert "only the driver publishes them" in refusal(
+        as_intruder, nvidia_resource_slice("cpu-node-1", 8))
+    nvidias = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+               "metadata": {"name": "mig.nvidia.com"},
+               "spec": {"selectors": [{"cel": {"expression":
+                                               f"device.driver == '{NVIDIA_DRA_DRIVER}'"}}]}}
+    assert "only the platform's own classes and NVIDIA's" in refusal(as_intruder, nvidias)
+
+
+def test_only_listed_users_take_nvidias_devices_out_of_service(platform):
+    kube = platform.cp.admin
+    rule = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+            "metadata": {"name": "drain-every-gpu"},
+            "spec": {"deviceSelector": {"driver": NVIDIA_DRA_DRIVER},
+                     "taint": {"key": "example.com/maintenance", "effect": "NoExecute"}}}
+    message = refusal(kube, rule)
+    assert "taints the devices of NVIDIA's driver gpu.nvidia.com" in message
+    assert "admission.deviceTaintWriters" in message
+    rule["spec"]["taint"]["effect"] = "None"
+    assert refusal(kube, rule) == ""
+
+
+def test_claims_keep_to_healthy_gpus_and_their_own_compute_domain(platform):
+    kube = platform.cp.admin
+    tolerating = claim_template("tolerating", NO_TEAM, 1)
+    tolerating["spec"]["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = [
+        {"key": "gpu.nvidia.com/xid", "operator": "Exists", "effect": "NoSchedule"}]
+    assert "tolerates device taints (gpu.nvidia.com/xid)" in refusal(kube, tolerating)
+    joining = claim_template("joining", NO_TEAM, 1,
+                             device_class="compute-domain-default-channel.nvidia.com")
+    joining["spec"]["spec"]["devices"]["config"] = [{"opaque": {
+        "driver": "compute-domain.nvidia.com", "parameters": {
+            "apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomainChannelConfig",
+            "domainID": "5f0c9ad4-4a3b-4bc6-9e57-another-teams"}}}]
+    assert "joins a ComputeDomain, which only NVIDIA's compute-domain controller names" in (
+        refusal(kube, joining))
+    sharing = claim_template("sharing", NO_TEAM, 1)
+    sharing["spec"]["spec"]["devices"]["config"] = [{"opaque": {
+        "driver": NVIDIA_DRA_DRIVER, "parameters": {
+            "apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
+            "sharing": {"strategy": "TimeSlicing"}}}}]
+    assert refusal(kube, sharing) == ""
+
+
+def test_a_teams_job_whose_gpus_come_from_claim_templates_is_started_only_by_kueue(platform):
+    """32 GPUs of claims, more than the cohort has: Kueue keeps the Job suspended, and a user
+    starting it is refused."""
+    kube = platform.cp.admin
+    kube.create(claim_template("eight-gpus", RESEARCH, 8))
+    template = claim_pod("worker", RESEARCH, platform, "eight-gpus")
+    template["metadata"] = {"labels": {"app": "too-big"}}
+    kube.create(job("too-big", RESEARCH, template, parallelism=4, completions=4))
+    wait_until(lambda: any(w["metadata"]["name"].startswith("job-too-big-")
+                           for w in kube.list(API_VERSION, "Workload", RESEARCH)),
+               "the Job's Workload", timeout=30)
+    message = update_refusal(kube, ("batch/v1", "Job"), "too-big", RESEARCH,
+                             {"spec": {"suspend": False}})
+    assert 'only Kueue starts a Job of namespace "research" (team "research")' in message
+    kube.delete("batch/v1", "Job", "too-big", RESEARCH, propagation="Background")
+
+
+def test_every_allocated_gpu_is_held_by_a_pod_the_binpack_scheduler_placed(platform):
+    """Last, over everything the module ran: every claim that holds NVIDIA's devices is
+    reserved for pods of the binpack scheduler."""
+    kube = platform.cp.admin
+    holders = [(c["metadata"]["namespace"], ref["name"]) for c in claims(kube)
+               if (c.get("status", {}).get("allocation") or {}).get("devices")
+               for ref in c["status"].get("reservedFor", []) if ref["resource"] == "pods"]
+    assert holders, "the module's pods should hold GPUs by now"
+    schedulers = {kube.get("v1", "Pod", name, namespace)["spec"]["schedulerName"]
+                  for namespace, name in holders}
+    assert schedulers == {platform.scheduler}

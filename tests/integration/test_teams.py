@@ -19,7 +19,7 @@ from components import opa_admission
 from components.base import facts
 from components.base.facts import GPU_RESOURCE
 from components.platform.settings import StackSettings
-from controlplane import ApiError, ControlPlane, Kube, wait_until
+from controlplane import ControlPlane, Kube, wait_until
 from declared_objects import (
     read_back_differences,
 )
@@ -33,7 +33,7 @@ from nodes_and_pods import (
     pod,
     pod_template,
 )
-from running_platform import refusal, run_platform
+from running_platform import refusal, run_platform, update_refusal
 
 RESEARCH, VISION, NO_TEAM = "research", "vision", "team-a"
 GPU_NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3")
@@ -292,17 +292,6 @@ def test_a_gpu_pod_that_bypasses_the_queue_is_refused_naming_the_teams_queue(pla
     assert "LocalQueue research/default" in message
     assert refusal(kube, gpu_pod("bare", RESEARCH, settings)) == ""
     finish(kube, RESEARCH, "queued")
-
-
-def update_refusal(kube: Kube, kind: tuple[str, str], name: str, namespace: str,
-                   patch: dict) -> str:
-    """The API server's refusal of a merge patch (by this suite's admin, a user like any
-    other), or "" when it is applied."""
-    try:
-        kube.merge_patch(*kind, name, patch, namespace, what=f"patch {kind[1]} {name}")
-        return ""
-    except ApiError as error:
-        return error.message
 
 
 POD, JOB = ("v1", "Pod"), ("batch/v1", "Job")
