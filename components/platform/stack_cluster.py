@@ -14,7 +14,9 @@ import os
 import re
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pulumi
 import requests
@@ -25,6 +27,8 @@ from .settings import ClusterSettings, StackSettings
 
 _GIT_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
 TIMEOUT_SECONDS = 10
+# Items a list request asks for at once.
+PAGE_SIZE = 500
 
 
 class ClusterUnreachable(Exception):
@@ -138,6 +142,81 @@ def _exec_credential(plugin: dict) -> dict:
         if status.get(field):
             found[key] = base64.b64encode(status[field].encode()).decode()
     return {k: v for k, v in found.items() if v}
+
+
+class NotAllowed(Exception):
+    """The preview's identity may not read what was asked (HTTP 401 or 403)."""
+
+
+class ClusterReader:
+    """Requests to the stack's cluster as the context's user, as `pulumi preview` runs: GETs of
+    the API server's paths, each answering the object, or None where the API or the object is
+    not served. Use it in a `with` block: it removes the files it made for inline
+    credentials."""
+
+    def __init__(self, cluster: ClusterSettings, timeout: float = TIMEOUT_SECONDS):
+        self.cluster, self.timeout = cluster, timeout
+        self.server, self.options, made = endpoint(cluster)
+        self.made = [made] if made else []
+        try:
+            credentials, more = user_credentials(cluster)
+        except ClusterUnreachable:
+            self.close()
+            raise
+        self.made += more
+        self.session = requests.Session()
+        # Given with each request (`options`): a session's own `verify` gives way to
+        # REQUESTS_CA_BUNDLE.
+        self.session.cert = credentials.get("cert")
+        self.session.headers.update(credentials.get("headers", {}))
+
+    def __enter__(self) -> ClusterReader:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for path in self.made:
+            if os.path.exists(path):
+                os.unlink(path)
+        self.made = []
+
+    def request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        """The API server's answer, whatever its status."""
+        try:
+            return self.session.request(method, f"{self.server}{path}", timeout=self.timeout,
+                                        **self.options, **kwargs)
+        except requests.RequestException as error:
+            raise ClusterUnreachable(f"{_where(self.cluster)}: cannot reach the API server "
+                                     f"{self.server}: {error}") from None
+
+    def get(self, path: str, **params: str) -> dict | None:
+        reply = self.request("GET", path, params=params or None)
+        if reply.status_code in (401, 403):
+            raise NotAllowed(f"GET {path}: HTTP {reply.status_code} for the context's user")
+        if reply.status_code == 404:
+            return None
+        if not reply.ok:
+            raise ClusterUnreachable(f"{_where(self.cluster)}: GET {path} answered HTTP "
+                                     f"{reply.status_code}")
+        return reply.json()
+
+    def pages(self, path: str, **params: str) -> Iterator[dict]:
+        """Every item of a list, read a page at a time; none where the API is not served."""
+        token = ""
+        while True:
+            page = self.get(path, limit=str(PAGE_SIZE), **params,
+                            **({"continue": token} if token else {}))
+            if page is None:
+                return
+            yield from page.get("items") or []
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return
+
+    def items(self, path: str, **params: str) -> list[dict]:
+        return list(self.pages(path, **params))
 
 
 def api_warnings(response: requests.Response) -> list[str]:

@@ -3,7 +3,8 @@ docs/operators/adopting.md gives, walked with workloads that break the rules."""
 
 import io
 import json
-from contextlib import redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
 
 from admission.opa import (
     USER_NAMESPACE,
@@ -15,31 +16,38 @@ from admission.opa import (
     switch_mode,
 )
 from controlplane import wait_until
+from declared_objects import TEST_MANAGER
 from nodes_and_pods import ensure_namespace, job, pod, pod_template
 from scripts import admission_report
 
+REPORT_SECTIONS = ("refused", "not_checked", "labelled_earlier_admitted_now")
 
-def adoption_report(admission: Admission) -> tuple[int, list[dict]]:
-    """scripts/admission_report.py, as docs/operators/adopting.md runs it, against this cluster
-    (exit status, and what it found)."""
-    kubeconfig = admission.cp.kubeconfig("platform-engineer")
-    out = io.StringIO()
-    with redirect_stdout(out):
+
+def adoption_report(admission: Admission, kubeconfig: Path | None = None
+                    ) -> tuple[int, dict, str]:
+    """scripts/admission_report.py, as docs/operators/adopting.md runs it, against this cluster,
+    as the platform engineer or the user of `kubeconfig` (exit status, what it found, and its
+    summary line)."""
+    kubeconfig = kubeconfig or admission.cp.kubeconfig("platform-engineer")
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
         status = admission_report.main(["--context", "test", "--kubeconfig", str(kubeconfig),
                                         "--output", "json"])
-    return status, json.loads(out.getvalue())
+    print("\nthe report:", err.getvalue().strip())
+    return status, json.loads(out.getvalue() or "{}"), err.getvalue()
 
 
 # The namespaces of the adoption walk's workloads (other tests of the package leave theirs).
 ADOPTION = ("legacy", "agents")
 
 
-def of_the_walk(found: list[dict]) -> list[dict]:
-    return [w for w in found if w["namespace"] in ADOPTION]
+def of_the_walk(found: dict) -> dict[str, list[dict]]:
+    return {section: [w for w in found[section] if w["namespace"] in ADOPTION]
+            for section in REPORT_SECTIONS}
 
 
-def named(found: list[dict], namespace: str, kind: str, name: str) -> dict:
-    return next(w for w in found if (w["namespace"], w["kind"], w["name"])
+def named(workloads: list[dict], namespace: str, kind: str, name: str) -> dict:
+    return next(w for w in workloads if (w["namespace"], w["kind"], w["name"])
                 == (namespace, kind, name))
 
 
@@ -85,23 +93,34 @@ def test_adopting_on_a_cluster_that_runs_gpu_work_audit_report_fix_enforce_roll_
     audit = switch_mode(admission, settings, "audit")
     try:
         # 2. The report: what enforce would refuse, and why.
-        status, found = adoption_report(admission)
-        found = of_the_walk(found)
-        print("\nthe report on install:", json.dumps(found, indent=1))
-        assert status == 1
-        assert sorted((w["namespace"], w["kind"]) for w in found) == [
+        status, found, _ = adoption_report(admission)
+        walk = of_the_walk(found)
+        print("\nthe report on install:", json.dumps(walk, indent=1))
+        assert status == 1, found["not_checked"]
+        refused = walk["refused"]
+        assert sorted((w["namespace"], w["kind"]) for w in refused) == [
             ("agents", "DaemonSet"), ("legacy", "Pod"), ("legacy", "ReplicaSet")]
         assert "spec.schedulerName" in " ".join(
-            next(w for w in found if w["kind"] == "ReplicaSet")["refused"])
-        assert "is privileged" in " ".join(named(found, "agents", "DaemonSet",
+            next(w for w in refused if w["kind"] == "ReplicaSet")["refused"])
+        assert "is privileged" in " ".join(named(refused, "agents", "DaemonSet",
                                                  "gpu-exporter")["refused"])
-        assert "skips the scheduler" in " ".join(named(found, "legacy", "Pod",
+        assert "skips the scheduler" in " ".join(named(refused, "legacy", "Pod",
                                                        "pinned")["refused"])
-        # A new workload against the rules, admitted in audit mode: labelled, and reported.
+        # New pods against the rules, admitted in audit mode: labelled, and reported. One is a
+        # node agent's, whose DaemonSet replaces it.
         kube.create(bare_gpu_pod("new-violation"))
-        status, found = adoption_report(admission)
-        assert named(found, USER_NAMESPACE, "Pod", "new-violation")["labelled"] == [
+        agent = kube.list("v1", "Pod", "agents")[0]["metadata"]["name"]
+        kube.delete("v1", "Pod", agent, "agents")
+
+        def labelled_agent() -> list[str]:
+            return [p["metadata"]["name"] for p in kube.list(
+                "v1", "Pod", "agents", labelSelector=f"{admission_report.AUDIT_LABEL}=violation")]
+        wait_until(labelled_agent, "the node agent's new pod, labelled", timeout=30)
+        status, found, _ = adoption_report(admission)
+        assert named(found["refused"], USER_NAMESPACE, "Pod", "new-violation")["labelled"] == [
             "new-violation"]
+        assert named(found["refused"], "agents", "DaemonSet", "gpu-exporter")["labelled"] == \
+            labelled_agent()
 
         # 3. Fix: the Deployment names the binpack scheduler; the pinned pod and the new one
         # are replaced by rule-abiding ones. Exempt: the node agent's namespace.
@@ -114,11 +133,17 @@ def test_adopting_on_a_cluster_that_runs_gpu_work_audit_report_fix_enforce_roll_
         audit = roll_out(admission, audit.model_copy(update={"admission": exempt}),
                          "the node agents' namespace exempt")
 
+        # The pod labelled before the exemption is no violation now: reported apart.
         def clean() -> bool:
-            status, found = adoption_report(admission)
-            return not of_the_walk(found) and not any(
-                w["name"] == "new-violation" for w in found)
-        wait_until(clean, "the report to find nothing of the walk's", timeout=60,
+            _, found, _ = adoption_report(admission)
+            walk = of_the_walk(found)
+            return (not walk["refused"] and not walk["not_checked"]
+                    and [(w["name"], w["labelled"]) for w in walk[
+                        "labelled_earlier_admitted_now"]] == [("gpu-exporter", labelled_agent())]
+                    and not any(w["name"] == "new-violation" for section in REPORT_SECTIONS
+                                for w in found[section]))
+        wait_until(clean, "the report to find nothing of the walk's but the agent labelled "
+                   "before its exemption", timeout=60,
                    explain=lambda: json.dumps(adoption_report(admission)[1]))
 
         # 4. Enforce: what breaks the rules is refused from now on.
@@ -132,3 +157,69 @@ def test_adopting_on_a_cluster_that_runs_gpu_work_audit_report_fix_enforce_roll_
         kube.delete("apps/v1", "DaemonSet", "gpu-exporter", "agents", propagation="Background")
         kube.delete("apps/v1", "Deployment", "trainer", "legacy", propagation="Background")
         kube.delete("batch/v1", "Job", "compliant", "legacy", propagation="Background")
+
+
+def test_the_report_counts_workloads_it_may_not_check_as_not_checked_not_admitted(
+        admission, example_settings):
+    """A report's user who may not impersonate the controllers: their workloads' dry runs are
+    refused before any webhook is asked. They are reported as not checked, with why, and the
+    exit status says the report is incomplete."""
+    cp, adm = admission.cp, example_settings.admission
+    user = "engineer-without-impersonation"
+    issued = cp.ca.issue(user)
+    kubeconfig = cp.kubeconfig(user, cert=(cp.write(f"pki/{user}.crt", issued.cert_pem),
+                                           cp.write(f"pki/{user}.key", issued.key_pem)))
+    # Every right the report needs but impersonation.
+    cp.admin.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                    "metadata": {"name": user}, "rules": [
+                        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "create"]},
+                        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["patch"]},
+                        {"apiGroups": ["admissionregistration.k8s.io"],
+                         "resources": ["validatingwebhookconfigurations",
+                                       "mutatingwebhookconfigurations"], "verbs": ["list"]}]},
+                   TEST_MANAGER)
+    cp.admin.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                    "metadata": {"name": user},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                "name": user},
+                    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                                  "name": user}]}, TEST_MANAGER)
+    # OPA's own pods: a ReplicaSet's, created as the ReplicaSet controller.
+    opa = f"{adm.namespace}/ReplicaSet/"
+    status, found, summary = adoption_report(admission, kubeconfig)
+    assert status == 3
+    unchecked = [w for w in found["not_checked"] if f"{w['namespace']}/{w['kind']}/{w['name']}"
+                 .startswith(opa)]
+    assert unchecked and unchecked[0]["not_checked"] == "impersonation refused"
+    assert "cannot impersonate" in unchecked[0]["error"]
+    assert "the report is incomplete" in summary and "impersonation refused" in summary
+    status, found, _ = adoption_report(admission)       # the platform engineer may
+    assert not any(f"{w['namespace']}/{w['kind']}/{w['name']}".startswith(opa)
+                   for w in found["not_checked"])
+
+
+def test_with_opa_down_in_audit_mode_the_report_stops_instead_of_admitting_everything(
+        admission, example_settings):
+    """Audit mode's webhooks fail open: with no OPA pod, every dry run is admitted unasked. The
+    report sees through the reachability probe that OPA does not answer, and stops."""
+    kube = admission.cp.admin
+    audit = switch_mode(admission, example_settings, "audit")
+    adm = audit.admission
+    try:
+        kube.merge_patch("apps/v1", "Deployment", admission.generation_name(),
+                         {"spec": {"replicas": 0}}, adm.namespace, "scale",
+                         what="scale OPA to zero")
+        wait_until(lambda: not admission.opa_pods() and not admission.ready_endpoints()
+                   and not admission.kubelet.terminating_in(adm.namespace),
+                   "every OPA pod gone", timeout=60)
+        assert admitted(kube, bare_gpu_pod("while-opa-down")) and not kube.warnings
+        status, found, summary = adoption_report(admission)
+        assert (status, found) == (2, {})
+        assert "OPA does not answer through the reachability webhook" in summary
+        assert adm.reachability_webhook_name in summary
+    finally:
+        kube.merge_patch("apps/v1", "Deployment", admission.generation_name(),
+                         {"spec": {"replicas": adm.replicas}}, adm.namespace, "scale",
+                         what="scale OPA back")
+        wait_until(lambda: admission.serving(adm.replicas), "OPA back", timeout=30)
+        switch_mode(admission, audit, "enforce")
