@@ -18,7 +18,7 @@ from .monitors import (
     opa_pod_monitor,
     scheduler_service_monitor,
 )
-from .values import CHART, GRAFANA_PORT, chart_values, check_chart_values, grafana_service
+from .values import CHART, chart_values, check_chart_values, grafana_service
 
 
 class Monitoring(Component[MonitoringInputs]):
@@ -30,8 +30,8 @@ class Monitoring(Component[MonitoringInputs]):
     "Grafana's address inside the cluster."
     grafana_port_forward: str
     "The kubectl command that opens Grafana on localhost:3000, on the stack's context."
-    grafana_admin_password: pulumi.Output[str]
-    "Grafana's admin password (a secret)."
+    grafana_admin_password: pulumi.Output[str] | None = None
+    "Grafana's admin password (a secret); none for an existing stack's Grafana."
 
     def __init__(self, name: str, args: MonitoringArgs,
                  opts: pulumi.ResourceOptions | None = None):
@@ -42,8 +42,34 @@ class Monitoring(Component[MonitoringInputs]):
 
     def _declare(self, name: str, inputs: MonitoringInputs,
                  opts: pulumi.ResourceOptions | None) -> None:
-        values = chart_values(inputs)
         self._register(name, opts)
+        mon = inputs.monitoring
+        # What joins the stack waits for its CRDs and Grafana's sidecar: the chart's, when the
+        # program installs it; an existing stack has them already.
+        stack = [self._install_chart(inputs)] if mon.stack == "install" else []
+        self.service_monitor = declare(dcgm_service_monitor(inputs), self, stack)
+        self.dashboard = declare(dashboard_config_map(inputs), self, stack)
+        rule = rules.prometheus_rule(inputs)
+        if inputs.admission.certificate_not_after is not None:
+            # The certificate alerts need its expiry, known once the certificate exists.
+            rule["spec"] = pulumi.Output.from_input(inputs.admission.certificate_not_after).apply(
+                lambda end: rules.prometheus_rule(inputs, rules.unix_time(end))["spec"])
+        self.rules = declare(rule, self, stack)
+        self.opa_monitor = declare(opa_pod_monitor(inputs), self, stack)
+        self.scheduler_monitor = declare(scheduler_service_monitor(inputs), self, stack)
+        if kueue := kueue_service_monitor(inputs):
+            self.kueue_monitor = declare(kueue, self, stack)
+
+        service, port = grafana_service(inputs)
+        self.grafana_url = f"http://{service}.{mon.namespace}.svc:{port}"
+        self.grafana_port_forward = inputs.cluster.kubectl(
+            "-n", mon.namespace, "port-forward", f"svc/{service}", f"3000:{port}")
+        self.register_outputs({"grafanaUrl": self.grafana_url,
+                               "grafanaPortForward": self.grafana_port_forward,
+                               "grafanaAdminPassword": self.grafana_admin_password})
+
+    def _install_chart(self, inputs: MonitoringInputs) -> pulumi.Resource:
+        """kube-prometheus-stack in its namespace, with Grafana's admin Secret."""
         mon = inputs.monitoring
         namespace = declare(manifests.namespace(mon.namespace, "privileged", COMPONENT), self)
         if mon.grafana.admin_password:
@@ -53,30 +79,11 @@ class Monitoring(Component[MonitoringInputs]):
                 self.child_name("grafana-admin"), length=32, special=False,
                 opts=pulumi.ResourceOptions(parent=self)).result
         admin = declare(grafana_admin_secret(inputs, password), self, [namespace])
+        self.grafana_admin_password = password
         self.release = charts.release(
             mon.release_name, chart=CHART, version=mon.chart_version, repository=mon.repository,
-            namespace=mon.namespace, values=charts.values_input(values, inputs.secret_values),
+            namespace=mon.namespace,
+            values=charts.values_input(chart_values(inputs), inputs.secret_values),
             parent=self, protection=mon.protection, chart_path=mon.chart_path,
             depends_on=[namespace, admin])
-        self.service_monitor = declare(dcgm_service_monitor(inputs), self, [self.release])
-        self.dashboard = declare(dashboard_config_map(inputs), self, [self.release])
-        rule = rules.prometheus_rule(inputs)
-        if inputs.admission.certificate_not_after is not None:
-            # The certificate alerts need its expiry, known once the certificate exists.
-            rule["spec"] = pulumi.Output.from_input(inputs.admission.certificate_not_after).apply(
-                lambda end: rules.prometheus_rule(inputs, rules.unix_time(end))["spec"])
-        self.rules = declare(rule, self, [self.release])
-        self.opa_monitor = declare(opa_pod_monitor(inputs), self, [self.release])
-        self.scheduler_monitor = declare(scheduler_service_monitor(inputs), self,
-                                         [self.release])
-        if kueue := kueue_service_monitor(inputs):
-            self.kueue_monitor = declare(kueue, self, [self.release])
-
-        self.grafana_url = f"http://{grafana_service(inputs)}.{mon.namespace}.svc:{GRAFANA_PORT}"
-        self.grafana_port_forward = inputs.cluster.kubectl(
-            "-n", mon.namespace, "port-forward", f"svc/{grafana_service(inputs)}",
-            f"3000:{GRAFANA_PORT}")
-        self.grafana_admin_password = password
-        self.register_outputs({"grafanaUrl": self.grafana_url,
-                               "grafanaPortForward": self.grafana_port_forward,
-                               "grafanaAdminPassword": self.grafana_admin_password})
+        return self.release

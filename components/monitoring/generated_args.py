@@ -15,6 +15,29 @@ import pulumi
 from ..base.generated_args import GpuNodeFacts, ReleaseProtection
 
 
+class ExistingStackSettings(TypedDict):
+    ("The Prometheus Operator stack the cluster already runs, which the platform's scrape "
+     "configuration, rules and dashboard join (`monitoring.stack: existing`).")
+    prometheus: NotRequired[str]
+    ("The `Prometheus` object in `monitoring.namespace` that is to scrape the GPUs and "
+     "evaluate the platform's rules (the chart's is `<release>-prometheus`). `pulumi "
+     "preview` reads its selectors and refuses to go on when they would not select what the "
+     "platform declares. Default: `kube-prometheus-stack-prometheus`.")
+    labels: NotRequired[dict[str, str]]
+    ("Labels given to the platform's ServiceMonitors, PodMonitor and PrometheusRule so that "
+     "the Prometheus' selectors select them (the chart's default selectors match `release: "
+     "<release>`). Default: `{\"release\": \"kube-prometheus-stack\"}`.")
+    dashboard_label: NotRequired[dict[str, str]]
+    ("The label Grafana's dashboard sidecar loads ConfigMaps by (the chart's default), given "
+     "to the platform's dashboard in `monitoring.namespace`. Default: "
+     "`{\"grafana_dashboard\": \"1\"}`.")
+    grafana_service: NotRequired[str]
+    ("Grafana's Service in `monitoring.namespace`, for `grafanaUrl` and "
+     "`grafanaPortForward`. Default: `kube-prometheus-stack-grafana`.")
+    grafana_port: NotRequired[int]
+    "The port of that Service. Allowed: 1..65535. Default: `80`."
+
+
 class GrafanaSettings(TypedDict):
     "Grafana's admin account."
     admin_user: NotRequired[str]
@@ -109,6 +132,16 @@ class AlertmanagerSettings(TypedDict):
 
 class MonitoringSettings(TypedDict):
     "kube-prometheus-stack, the GPU dashboard, recording rules and alerts."
+    stack: NotRequired[str]
+    ("`install`: the program installs kube-prometheus-stack (pinned) in "
+     "`monitoring.namespace`. `existing`: the cluster already runs a Prometheus Operator "
+     "stack there; the program installs no chart, operator, node-exporter or CRDs, and adds "
+     "only the platform's scrape configuration, recording rules and alerts, and dashboard, "
+     "labelled for it (`monitoring.existing`). Alert routing stays the existing "
+     "Alertmanager's. See docs/operators/monitoring.md#an-existing-stack. Allowed: "
+     "`install`, `existing`. Default: `install`.")
+    existing: NotRequired[ExistingStackSettings]
+    "With `stack: existing`: the stack the platform joins."
     release_name: NotRequired[str]
     "Helm release name. Default: `kube-prometheus-stack`."
     namespace: NotRequired[str]

@@ -17,6 +17,7 @@ from ..base.facts import (
     SCHEDULER_METRICS_PORT_NAME,
     kueue_metrics_service_labels,
 )
+from . import rules
 from .dashboard import dashboard
 from .inputs import MonitoringInputs
 from .rules import DCGM_JOB
@@ -36,7 +37,8 @@ def scrape_monitor(inputs: MonitoringInputs, kind: str, name: str, target_namesp
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": kind,
         "metadata": {"name": name, "namespace": inputs.monitoring.namespace,
-                     "labels": manifests.labels(name, COMPONENT)},
+                     "labels": {**manifests.labels(name, COMPONENT),
+                                **inputs.monitoring.prometheus_labels}},
         "spec": {
             "namespaceSelector": {"matchNames": [target_namespace]},
             "selector": {"matchLabels": selector},
@@ -111,15 +113,33 @@ def kueue_service_monitor(inputs: MonitoringInputs) -> dict | None:
     })
 
 
+def dashboard_label(inputs: MonitoringInputs) -> dict[str, str]:
+    """The label Grafana's dashboard sidecar loads the dashboard by: the one the program sets
+    on the chart it installs, or the existing stack's."""
+    mon = inputs.monitoring
+    return dict(mon.existing.dashboard_label) if mon.stack == "existing" else dict(
+        [DASHBOARD_LABEL])
+
+
 def dashboard_config_map(inputs: MonitoringInputs) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": "gpu-platform-dashboard", "namespace": inputs.monitoring.namespace,
                      "labels": {**manifests.labels("gpu-platform-dashboard", COMPONENT),
-                                DASHBOARD_LABEL[0]: DASHBOARD_LABEL[1]}},
+                                **dashboard_label(inputs)}},
         "data": {"gpu-platform.json": json.dumps(dashboard(inputs), indent=1)},
     }
+
+
+def prometheus_objects(inputs: MonitoringInputs,
+                       certificate_not_after: int | None = None) -> list[dict]:
+    """What the stack's Prometheus must select: the scrape configuration of the DCGM exporter,
+    OPA, the binpack scheduler and (with teams) Kueue, and the GPU rules and alerts."""
+    kueue = kueue_service_monitor(inputs)
+    return [dcgm_service_monitor(inputs), opa_pod_monitor(inputs),
+            scheduler_service_monitor(inputs), *([kueue] if kueue else []),
+            rules.prometheus_rule(inputs, certificate_not_after)]
 
 
 def grafana_admin_secret(inputs: MonitoringInputs, password: Any) -> dict:

@@ -458,10 +458,8 @@ def prometheus_rule(inputs: MonitoringInputs, certificate_not_after: int | None 
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": {"name": RULE_NAME, "namespace": mon.namespace,
-                     # Selected by the stack's Prometheus (rule selectors are open); the release
-                     # label keeps it selected should the selectors be narrowed to the release.
                      "labels": {**manifests.labels(RULE_NAME, COMPONENT),
-                                "release": mon.release_name}},
+                                **mon.prometheus_labels}},
         # One group: its rules run in order, so the alerts read the series recorded in the same
         # evaluation (separate groups run independently, a step apart in either order).
         "spec": {"groups": [

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ..base.model import Model, ReleaseProtection, to_snake
+from ..base.model import Labels, Model, ReleaseProtection, to_snake
 from ..base.validation import (
     ChartPath,
     DnsLabel,
@@ -163,8 +163,61 @@ class AlertmanagerSettings(Model):
         return receivers
 
 
+class ExistingStackSettings(Model):
+    """The Prometheus Operator stack the cluster already runs, which the platform's scrape
+    configuration, rules and dashboard join (`monitoring.stack: existing`)."""
+
+    prometheus: DnsLabel = Field(
+        default="kube-prometheus-stack-prometheus",
+        description="The `Prometheus` object in `monitoring.namespace` that is to scrape the "
+                    "GPUs and evaluate the platform's rules (the chart's is "
+                    "`<release>-prometheus`). `pulumi preview` reads its selectors and refuses "
+                    "to go on when they would not select what the platform declares.")
+    labels: Labels = Field(
+        default_factory=lambda: {"release": "kube-prometheus-stack"},
+        description="Labels given to the platform's ServiceMonitors, PodMonitor and "
+                    "PrometheusRule so that the Prometheus' selectors select them (the "
+                    "chart's default selectors match `release: <release>`).")
+    dashboard_label: Labels = Field(
+        default_factory=lambda: {"grafana_dashboard": "1"},
+        description="The label Grafana's dashboard sidecar loads ConfigMaps by (the chart's "
+                    "default), given to the platform's dashboard in `monitoring.namespace`.")
+    grafana_service: DnsLabel = Field(
+        default="kube-prometheus-stack-grafana",
+        description="Grafana's Service in `monitoring.namespace`, for `grafanaUrl` and "
+                    "`grafanaPortForward`.")
+    grafana_port: int = Field(default=80, ge=1, le=65535,
+                              description="The port of that Service.")
+
+    @field_validator("dashboard_label")
+    @classmethod
+    def one_label(cls, labels: dict[str, str]) -> dict[str, str]:
+        if len(labels) != 1:
+            raise Invalid("not one label", "exactly one key and value, the sidecar's `label` "
+                          "and `labelValue`", value=labels, has_value=True)
+        return labels
+
+
+# Settings of the chart the program installs, which say nothing with `stack: existing`.
+CHART_ONLY = ("releaseName", "repository", "chartVersion", "chartPath", "retention", "grafana",
+              "storage", "alertmanager", "protection", "extraValues")
+
+
 class MonitoringSettings(Model):
     """kube-prometheus-stack, the GPU dashboard, recording rules and alerts."""
+
+    stack: Literal["install", "existing"] = Field(
+        default="install",
+        description="`install`: the program installs kube-prometheus-stack (pinned) in "
+                    "`monitoring.namespace`. `existing`: the cluster already runs a Prometheus "
+                    "Operator stack there; the program installs no chart, operator, "
+                    "node-exporter or CRDs, and adds only the platform's scrape "
+                    "configuration, recording rules and alerts, and dashboard, labelled for "
+                    "it (`monitoring.existing`). Alert routing stays the existing "
+                    "Alertmanager's. See docs/operators/monitoring.md#an-existing-stack.")
+    existing: ExistingStackSettings = Field(
+        default_factory=ExistingStackSettings,
+        description="With `stack: existing`: the stack the platform joins.")
 
     release_name: DnsLabel = Field(default="kube-prometheus-stack",
                                    description="Helm release name.")
@@ -196,3 +249,26 @@ class MonitoringSettings(Model):
         default_factory=dict,
         description="Further chart values, merged over the generated ones; keys that other "
                     "settings own are refused.")
+
+    @model_validator(mode="after")
+    def chart_settings_need_the_chart(self) -> MonitoringSettings:
+        # A setting of the chart the program does not install would be silently ignored.
+        if self.stack == "existing":
+            for key in CHART_ONLY:
+                if to_snake(key) in self.model_fields_set:
+                    value = getattr(self, to_snake(key))
+                    raise Invalid("set, but it configures the kube-prometheus-stack chart, "
+                                  "which `stack: existing` does not install", "unset (alert "
+                                  "routes, Grafana and storage stay the existing stack's), or "
+                                  "`stack: install`", at=(key,),
+                                  value=value.model_dump(by_alias=True)
+                                  if isinstance(value, Model) else value, has_value=True)
+        return self
+
+    @property
+    def prometheus_labels(self) -> dict[str, str]:
+        """The labels that have the stack's Prometheus select the platform's monitors and rules:
+        the release's (the installed chart's selectors are open; these keep them selected should
+        they be narrowed to the release), or those the existing stack selects by."""
+        return (dict(self.existing.labels) if self.stack == "existing"
+                else {"release": self.release_name})

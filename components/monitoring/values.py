@@ -14,6 +14,10 @@ GRAFANA_PASSWORD_KEY = "admin-password"
 GRAFANA_PORT = 80
 # The chart's Grafana sidecar loads ConfigMaps with this label as dashboards.
 DASHBOARD_LABEL = ("grafana_dashboard", "1")
+# The labels kube-state-metrics must export (kube_pod_labels and kube_node_labels carry only
+# allow-listed ones), by kind: the audit mode's, for the dashboard; the one that marks GPU
+# nodes, for the rules.
+KSM_LABELS = {"pods": [AUDIT_LABEL], "nodes": [GPU_PRESENT_LABEL[0]]}
 # Facts of the pinned chart (kube-prometheus-stack 88.5.3, appVersion v0.93.1, with the
 # subcharts it pins: grafana 12.11.1, kube-state-metrics 8.4.0, prometheus-node-exporter
 # 4.56.1), read from their values.yaml and templates: the images the values below deploy, as
@@ -43,9 +47,12 @@ def chart_images(inputs: MonitoringInputs) -> list[str]:
             for registry, repository, tag in CHART_IMAGES]
 
 
-def grafana_service(inputs: MonitoringInputs) -> str:
-    """The Grafana Service the chart creates: <release>-grafana."""
-    return f"{inputs.monitoring.release_name}-grafana"
+def grafana_service(inputs: MonitoringInputs) -> tuple[str, int]:
+    """Grafana's Service and port: the chart's (<release>-grafana), or the existing stack's."""
+    mon = inputs.monitoring
+    if mon.stack == "existing":
+        return mon.existing.grafana_service, mon.existing.grafana_port
+    return f"{mon.release_name}-grafana", GRAFANA_PORT
 
 
 def stack_values(inputs: MonitoringInputs) -> dict:
@@ -75,10 +82,8 @@ def stack_values(inputs: MonitoringInputs) -> dict:
         "prometheus": {"prometheusSpec": prometheus_spec},
         "alertmanager": {"alertmanagerSpec": alertmanager_spec,
                          "config": alertmanager_config(inputs)},
-        # kube_pod_labels and kube_node_labels carry only allowlisted labels: the audit mode's,
-        # for the dashboard; the one that marks GPU nodes, for the rules.
-        "kube-state-metrics": {"metricLabelsAllowlist": [f"pods=[{AUDIT_LABEL}]",
-                                                         f"nodes=[{GPU_PRESENT_LABEL[0]}]"]},
+        "kube-state-metrics": {"metricLabelsAllowlist": [
+            f"{kind}=[{','.join(labels)}]" for kind, labels in KSM_LABELS.items()]},
         "grafana": {
             "admin": {"existingSecret": GRAFANA_ADMIN_SECRET, "userKey": GRAFANA_USER_KEY,
                       "passwordKey": GRAFANA_PASSWORD_KEY},

@@ -17,6 +17,7 @@ from ..monitoring.component import Monitoring
 from ..opa_admission.component import OpaAdmission
 from ..teams.component import Teams
 from .config import check_secret_keys, load_settings, retired_settings
+from .existing_stacks import check_existing_stacks
 from .generated_args import GpuPlatformArgs
 from .inputs import GpuPlatformInputs, platform_inputs
 from .stack_cluster import check_cluster
@@ -45,8 +46,8 @@ class GpuPlatform(Component[GpuPlatformInputs]):
     "Monitoring's `grafanaUrl`."
     grafana_port_forward: str
     "Monitoring's `grafanaPortForward`: the command that opens Grafana on localhost:3000."
-    grafana_admin_password: pulumi.Output[str]
-    "Monitoring's `grafanaAdminPassword` (a secret)."
+    grafana_admin_password: pulumi.Output[str] | None
+    "Monitoring's `grafanaAdminPassword` (a secret; none with an existing monitoring stack)."
     gpu_nodes: list[str]
     "GpuNodes' `nodeNames`: the GPU nodes the program taints (none with node pools)."
     compaction_schedule: str | None
@@ -149,6 +150,7 @@ def deploy(config: Mapping[str, Any], secret_keys: Collection[str] = ()) -> GpuP
         pulumi.log.warn(warning)
     if pulumi.runtime.is_dry_run():
         check_cluster(settings)
+        check_existing_stacks(settings)
     platform = GpuPlatform.from_inputs(PLATFORM_NAME, platform_inputs(settings, secret_keys))
     for key, value in platform.outputs.items():
         pulumi.export(key, value)

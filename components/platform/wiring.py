@@ -167,10 +167,12 @@ def deployable_images(inputs: ComponentInputs) -> list[Deployable]:
     compaction, teams = inputs.compaction.compaction, inputs.teams.teams
     operator = inputs.gpu_operator
     every_stack = [inputs.scheduler.scheduler_image,
-                   inputs.admission.image(inputs.admission.admission.opa),
-                   *monitoring_values.chart_images(inputs.monitoring)]
+                   inputs.admission.image(inputs.admission.admission.opa)]
+    installs_monitoring = inputs.monitoring.monitoring.stack == "install"
     return [
         *(Deployable(image, (), True) for image in every_stack),
+        *(Deployable(image, ("monitoring.stack: install",), installs_monitoring)
+          for image in monitoring_values.chart_images(inputs.monitoring)),
         *(Deployable(image.ref(operator), _operator_options(image),
                      image.deployed(operator.gpu_operator))
           for image in gpu_operator_values.CHART_IMAGES),
@@ -192,7 +194,8 @@ def deployable_charts(inputs: ComponentInputs) -> list[Deployable]:
     return [
         Deployable(reference(gpu_operator_values.CHART, inputs.gpu_operator.gpu_operator), (),
                    True),
-        Deployable(reference(monitoring_values.CHART, inputs.monitoring.monitoring), (), True),
+        Deployable(reference(monitoring_values.CHART, inputs.monitoring.monitoring),
+                   ("monitoring.stack: install",), inputs.monitoring.monitoring.stack == "install"),
         Deployable(reference(KUEUE_CHART, teams.kueue), ("teams.enabled",), teams.enabled),
     ]
 

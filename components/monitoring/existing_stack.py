@@ -1,0 +1,146 @@
+"""An existing Prometheus Operator stack, as `pulumi preview` finds it (`monitoring.stack:
+existing`): whether its Prometheus selects what the platform declares, evaluated as the
+Prometheus Operator evaluates its selectors, and whether its kube-state-metrics exports what
+the rules and the dashboard read.
+
+The reading is done through `reader`, any object with `get(path)` (the object, or None where it
+is not served) and `items(path, **params)` (a list's items), as the platform's cluster reader
+has them; refusals to read are the reader's to raise."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Protocol
+
+from .inputs import MonitoringInputs
+from .monitors import prometheus_objects
+from .values import KSM_LABELS
+
+PROMETHEUS_API = "/apis/monitoring.coreos.com/v1"
+# Which of a Prometheus' selectors pick each kind the platform declares, and which namespaces
+# they look in (monitoring.coreos.com/v1 Prometheus: a null selector matches no object, an
+# empty one every object; a null namespace selector matches the Prometheus' own namespace
+# only, an empty one every namespace).
+SELECTORS = {
+    "ServiceMonitor": ("serviceMonitorSelector", "serviceMonitorNamespaceSelector"),
+    "PodMonitor": ("podMonitorSelector", "podMonitorNamespaceSelector"),
+    "PrometheusRule": ("ruleSelector", "ruleNamespaceSelector"),
+}
+KSM_NAME_LABEL = "app.kubernetes.io/name=kube-state-metrics"
+
+
+class Reader(Protocol):
+    def get(self, path: str, **params: str) -> dict | None: ...
+
+    def items(self, path: str, **params: str) -> list[dict]: ...
+
+
+def selects(selector: dict, labels: dict[str, str]) -> bool:
+    """Whether a Kubernetes label selector (matchLabels, matchExpressions) matches `labels`."""
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expression in selector.get("matchExpressions") or []:
+        key, operator = expression["key"], expression["operator"]
+        values = expression.get("values") or []
+        if operator == "In" and labels.get(key) not in values:
+            return False
+        if operator == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if operator == "Exists" and key not in labels:
+            return False
+        if operator == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def unselected(prometheus: dict, namespace_labels: dict[str, str],
+               objects: list[dict]) -> list[str]:
+    """Why `prometheus` would not use each of `objects` (all in one namespace, whose labels
+    are `namespace_labels`), naming the selector and what would fix it."""
+    spec = prometheus.get("spec") or {}
+    where = f"Prometheus {prometheus['metadata']['namespace']}/{prometheus['metadata']['name']}"
+    problems = []
+    for obj in objects:
+        kind, meta = obj["kind"], obj["metadata"]
+        selector_field, namespace_field = SELECTORS[kind]
+        selector, namespaces = spec.get(selector_field), spec.get(namespace_field)
+        what = f"{kind} {meta['namespace']}/{meta['name']}"
+        if selector is None:
+            problems.append(f"{where} has no spec.{selector_field}, so it uses no {kind}: "
+                            f"{what} would be ignored; give it one that matches "
+                            f"monitoring.existing.labels")
+        elif not selects(selector, meta.get("labels") or {}):
+            problems.append(f"{where}'s spec.{selector_field} {selector} does not select {what}, "
+                            f"labelled {meta.get('labels')}: set monitoring.existing.labels to "
+                            f"labels it selects")
+        if namespaces is None and meta["namespace"] != prometheus["metadata"]["namespace"]:
+            problems.append(f"{where} looks for {kind}s in its own namespace only (no "
+                            f"spec.{namespace_field}), not in {meta['namespace']}: set "
+                            f"monitoring.namespace to {prometheus['metadata']['namespace']}")
+        elif namespaces is not None and not selects(namespaces, namespace_labels):
+            problems.append(f"{where}'s spec.{namespace_field} {namespaces} does not select the "
+                            f"namespace {meta['namespace']} (labels {namespace_labels})")
+    if spec.get("ignoreNamespaceSelectors"):
+        problems.append(f"{where} sets spec.ignoreNamespaceSelectors, so the platform's monitors "
+                        f"would scrape only their own namespace, not the GPU Operator's, OPA's "
+                        f"and the scheduler's")
+    return problems
+
+
+def allowlisted(arguments: list[str]) -> dict[str, set[str]]:
+    """The labels kube-state-metrics exports, by kind, from its --metric-labels-allowlist."""
+    found: dict[str, set[str]] = {}
+    for argument in arguments:
+        if argument.startswith("--metric-labels-allowlist="):
+            for kind, labels in re.findall(r"([\w.]+)=\[([^\]]*)\]", argument.split("=", 1)[1]):
+                found.setdefault(kind, set()).update(label.strip() for label in
+                                                     labels.split(",") if label.strip())
+    return found
+
+
+def kube_state_metrics_warnings(deployments: list[dict]) -> list[str]:
+    """What the platform's rules and dashboard will miss, from the kube-state-metrics
+    Deployments the cluster runs."""
+    if not deployments:
+        return ["no kube-state-metrics Deployment found (label "
+                f"{KSM_NAME_LABEL}): the GPUs pods ask for (kube_pod_container_resource_"
+                "requests) are its series, so the dashboard's allocation panels and the "
+                "allocation alerts stay empty; install kube-state-metrics beside the stack"]
+    warnings = []
+    for deployment in deployments:
+        arguments = [a for c in deployment["spec"]["template"]["spec"]["containers"]
+                     for a in c.get("args") or []]
+        exported = allowlisted(arguments)
+        missing = {kind: [label for label in labels if label not in exported.get(kind, set())
+                          and "*" not in exported.get(kind, set())]
+                   for kind, labels in KSM_LABELS.items()}
+        wanted = ",".join(f"{kind}=[{','.join(labels)}]" for kind, labels in missing.items()
+                          if labels)
+        if wanted:
+            meta = deployment["metadata"]
+            warnings.append(
+                f"kube-state-metrics {meta['namespace']}/{meta['name']} does not export the "
+                f"labels {wanted}: the audit mode's panel and the alert on GPU nodes without "
+                f"the taint read them; add them to its --metric-labels-allowlist (the chart's "
+                f"metricLabelsAllowlist)")
+    return warnings
+
+
+def survey(reader: Reader, inputs: MonitoringInputs) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of joining the existing stack: a problem stops the preview."""
+    mon = inputs.monitoring
+    path = f"{PROMETHEUS_API}/namespaces/{mon.namespace}/prometheuses/{mon.existing.prometheus}"
+    prometheus = reader.get(path)
+    if prometheus is None:
+        found = [f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+                 for p in reader.items(f"{PROMETHEUS_API}/prometheuses")]
+        return ([f"monitoring.existing.prometheus: no Prometheus {mon.namespace}/"
+                 f"{mon.existing.prometheus} (monitoring.namespace/monitoring.existing."
+                 f"prometheus); the cluster has {', '.join(found) or 'none'}"], [])
+    namespace: Any = reader.get(f"/api/v1/namespaces/{mon.namespace}") or {}
+    labels = (namespace.get("metadata") or {}).get("labels") or {}
+    problems = unselected(prometheus, labels, prometheus_objects(inputs))
+    warnings = kube_state_metrics_warnings(
+        reader.items("/apis/apps/v1/deployments", labelSelector=KSM_NAME_LABEL))
+    return problems, warnings
