@@ -169,6 +169,17 @@ def test_ignored_namespace_selectors_are_a_problem():
     assert any("spec.ignoreNamespaceSelectors" in p for p in problems)
 
 
+def test_a_prometheus_denying_file_access_rejects_the_monitors_that_read_the_token():
+    denying = with_spec(arbitraryFSAccessThroughSMs={"deny": True})
+    problems, _ = existing_stack.survey(cluster(denying), monitoring_of(SETTINGS))
+    assert len(problems) == 1
+    assert "spec.arbitraryFSAccessThroughSMs.deny, so the operator rejects ServiceMonitor " \
+           "monitoring/gpu-binpack-scheduler," in problems[0]
+    assert "set it to false" in problems[0]
+    allowing = with_spec(arbitraryFSAccessThroughSMs={"deny": False})
+    assert existing_stack.survey(cluster(allowing), monitoring_of(SETTINGS))[0] == []
+
+
 def test_a_missing_prometheus_names_those_the_cluster_has():
     problems, _ = existing_stack.survey(cluster(prometheus=None), monitoring_of(SETTINGS))
     assert problems == ["monitoring.existing.prometheus: no Prometheus monitoring/"

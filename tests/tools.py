@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import harness  # noqa: E402
 from components.gpu_compaction.settings import CompactionSettings  # noqa: E402
+from components.monitoring.values import CHART_IMAGES  # noqa: E402
 from components.opa_admission.settings import AdmissionSettings  # noqa: E402
 from components.teams.settings import KueueSettings  # noqa: E402
 
@@ -147,9 +148,12 @@ def go_build(tool: GoTool) -> Path:
             replaces = []
             for replace in gomod.get("Replace") or []:
                 old, new = replace["Old"], replace["New"]
+                source = old["Path"] + (f"@{old['Version']}" if old.get("Version") else "")
                 if new.get("Version"):   # a local directory replacement cannot apply outside it
-                    source = old["Path"] + (f"@{old['Version']}" if old.get("Version") else "")
                     replaces.append(f"-replace={source}={new['Path']}@{new['Version']}")
+                elif old["Path"] == f"{tool.module}/{new['Path'].removeprefix('./')}":
+                    # The module's own submodule, in its tree: the release tags it alike.
+                    replaces.append(f"-replace={source}={old['Path']}@{info['Version']}")
             if tool.zero_requires_at:
                 replaces += [f"-replace={req['Path']}={req['Path']}@{tool.zero_requires_at}"
                              for req in gomod.get("Require") or [] if req["Version"] == "v0.0.0"]
@@ -355,10 +359,37 @@ def kueue_source() -> Path:
     return module_source(KUEUE_MODULE, kueue_version())
 
 
+# The Prometheus Operator of an existing stack, which the integration suite runs.
+PROMETHEUS_OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator"
+
+
+def prometheus_operator_version() -> str:
+    """The version of the operator the pinned kube-prometheus-stack runs (its image tag)."""
+    return next(tag for _, repository, tag in CHART_IMAGES
+                if repository == "prometheus-operator/prometheus-operator" and tag)
+
+
+def prometheus_operator() -> Path:
+    """Its version stamped in, as its Makefile does: the config-reloader image it puts beside
+    Prometheus is tagged with it."""
+    version = prometheus_operator_version()
+    return go_build(GoTool("prometheus-operator", PROMETHEUS_OPERATOR_MODULE, version,
+                           f"{PROMETHEUS_OPERATOR_MODULE}/cmd/operator",
+                           stamp={"github.com/prometheus/common/version.Version":
+                                  version.removeprefix("v")}))
+
+
+def prometheus_operator_source() -> Path:
+    """The operator's module, whose CRDs the integration suite applies (the chart's are the
+    same)."""
+    return module_source(PROMETHEUS_OPERATOR_MODULE, prometheus_operator_version())
+
+
 SUITES = {
     "unit": (pulumi_config, pulumi_package, typescript, opa, promtool, amtool),
     "integration": (pulumi_config, opa, etcd, kube_apiserver, kube_scheduler,
-                    kube_controller_manager, dra_control_plane, descheduler, kueue),
+                    kube_controller_manager, dra_control_plane, descheduler, kueue,
+                    prometheus_operator),
 }
 
 

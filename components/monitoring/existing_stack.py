@@ -54,10 +54,19 @@ def selects(selector: dict, labels: dict[str, str]) -> bool:
     return True
 
 
+def reads_files(endpoint: dict) -> bool:
+    """Whether a ServiceMonitor endpoint reads a file of Prometheus' pod (a bearer token, TLS
+    files), which the operator refuses when the Prometheus denies it."""
+    tls = endpoint.get("tlsConfig") or {}
+    return bool(endpoint.get("bearerTokenFile")
+                or any(tls.get(key) for key in ("caFile", "certFile", "keyFile")))
+
+
 def unselected(prometheus: dict, namespace_labels: dict[str, str],
                objects: list[dict]) -> list[str]:
     """Why `prometheus` would not use each of `objects` (all in one namespace, whose labels
-    are `namespace_labels`), naming the selector and what would fix it."""
+    are `namespace_labels`), naming the selector, or the operator's check that rejects it, and
+    what would fix it."""
     spec = prometheus.get("spec") or {}
     where = f"Prometheus {prometheus['metadata']['namespace']}/{prometheus['metadata']['name']}"
     problems = []
@@ -81,6 +90,13 @@ def unselected(prometheus: dict, namespace_labels: dict[str, str],
         elif namespaces is not None and not selects(namespaces, namespace_labels):
             problems.append(f"{where}'s spec.{namespace_field} {namespaces} does not select the "
                             f"namespace {meta['namespace']} (labels {namespace_labels})")
+        endpoints = (obj.get("spec") or {}).get("endpoints") or []
+        if (kind == "ServiceMonitor" and (spec.get("arbitraryFSAccessThroughSMs") or {}).get("deny")
+                and any(reads_files(endpoint) for endpoint in endpoints)):
+            problems.append(f"{where} sets spec.arbitraryFSAccessThroughSMs.deny, so the "
+                            f"operator rejects {what}, which reads a file of Prometheus' pod "
+                            f"(its ServiceAccount token): set it to false (the chart's "
+                            f"prometheus.prometheusSpec.arbitraryFSAccessThroughSMs)")
     if spec.get("ignoreNamespaceSelectors"):
         problems.append(f"{where} sets spec.ignoreNamespaceSelectors, so the platform's monitors "
                         f"would scrape only their own namespace, not the GPU Operator's, OPA's "
