@@ -182,14 +182,17 @@ def policy_cases(opa_bin: Path) -> dict[str, dict]:
     return cases
 
 
-def webhook_for(deployed, request_) -> dict | None:
-    """The validating webhook the API server calls for the request, if any: its rules match
-    the request's resource and its namespaceSelector the namespace."""
+def webhook_for(deployed, request_, decision: str = "review") -> dict | None:
+    """The validating webhook asking OPA for `decision` that the API server calls for the
+    request, if any: its rules match the request's resource and its namespaceSelector the
+    namespace."""
     request = request_["request"]
     resource = request["resource"]["resource"]
     if request.get("subResource"):
         resource += "/" + request["subResource"]
     for webhook in deployed["webhooks"]:
+        if webhook["clientConfig"]["service"]["path"].rsplit("/", 1)[1] != decision:
+            continue
         if not any(resource in rule["resources"] and request["operation"] in rule["operations"]
                    and request["kind"]["group"] in rule["apiGroups"]
                    for rule in webhook["rules"]):

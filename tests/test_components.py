@@ -464,8 +464,20 @@ def test_each_mode_registers_its_webhooks_with_the_settings(mode, mutating):
         assert hook["clientConfig"]["caBundle"] == "Q0E="
     paths = {hook["clientConfig"]["service"]["path"] for hook in hooks}
     assert paths == ({"/v0/data/gpuplatform/admission/review",
+                      "/v0/data/gpuplatform/admission/templates",
                       "/v0/data/gpuplatform/admission/mutation"} if mutating
-                     else {"/v0/data/gpuplatform/admission/review"})
+                     else {"/v0/data/gpuplatform/admission/review",
+                           "/v0/data/gpuplatform/admission/templates"})
+
+
+@pytest.mark.parametrize("mode", ["enforce", "mutate"])
+def test_the_templates_webhook_fails_open_whatever_the_failure_policy(mode):
+    """It only warns: an OPA outage must not block a Deployment or Job."""
+    settings = settings_of(admission={"mode": mode, "failurePolicy": "Fail"})
+    validating = opa_admission.webhook_configuration(admission_of(settings), "Q0E=")
+    policies = {hook["name"]: hook["failurePolicy"] for hook in validating["webhooks"]}
+    assert policies[settings.admission.webhook_name] == "Fail"
+    assert policies[settings.admission.templates_webhook_name] == "Ignore"
 
 
 def test_certificates_renew_early_as_configured(example_run):

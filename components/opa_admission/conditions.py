@@ -10,6 +10,8 @@ from .facts import (
     DEVICE_ANNOTATION_PREFIXES,
     NVIDIA_DEVICE_CLASS_SUFFIX,
     TOOLKIT_DEVICE_LIST_ROOT,
+    WORKLOAD_KINDS,
+    PodTemplate,
 )
 from .inputs import OpaAdmissionInputs
 from .policy import claim_writers, guarded_resource_names
@@ -64,6 +66,52 @@ def gpu_pod_condition(inputs: OpaAdmissionInputs, pod: str = "object") -> str:
     return condition
 
 
+def _pod_create_condition(inputs: OpaAdmissionInputs, pod: str, daemonset_pod: str) -> str:
+    """CEL: a pod `pod` (an expression with `spec` and, maybe, `metadata`) that a rule can be
+    about at creation; `daemonset_pod` says whether a DaemonSet's controller creates it."""
+    adm = inputs.admission
+    taint = inputs.gpu_nodes.taints[0]
+    spec = f"{pod}.spec"
+    visible_devices = f"has(c.env) && c.env.exists(e, e.name == '{VISIBLE_DEVICES_ENV}')"
+    bound_by_name = (f"(has({spec}.nodeName) && {spec}.nodeName in "
+                     f"{_cel_list(inputs.gpu_nodes.names)})"
+                     if inputs.gpu_nodes.names is not None else
+                     f"(has({spec}.nodeName) && {spec}.nodeName != '')")
+    annotations = (
+        f"has({pod}.metadata) && has({pod}.metadata.annotations) && "
+        f"{pod}.metadata.annotations.exists(k, "
+        + " || ".join(f"k.startsWith('{prefix}')" for prefix in DEVICE_ANNOTATION_PREFIXES)
+        + ")")
+    # Over-approximated: any capability added, any host path, any mount path that names the
+    # toolkit's device list directory; OPA decides which count.
+    device_list_name = TOOLKIT_DEVICE_LIST_ROOT.rsplit("/", 1)[1]
+    device_path = " || ".join([
+        _cel_any_container("(has(c.securityContext) && ((has(c.securityContext.privileged) && "
+                           "c.securityContext.privileged) || (has(c.securityContext.capabilities)"
+                           " && has(c.securityContext.capabilities.add) && "
+                           "size(c.securityContext.capabilities.add) > 0))) || "
+                           "(has(c.volumeMounts) && c.volumeMounts.exists(m, "
+                           f"m.mountPath.contains('{device_list_name}')))", pod),
+        f"(has({spec}.volumes) && {spec}.volumes.exists(v, has(v.hostPath)))",
+        f"(has({spec}.hostPID) && {spec}.hostPID)",
+        f"(has({spec}.hostIPC) && {spec}.hostIPC)",
+        f"({annotations})"])
+    # A pod's priority is resolved before the webhooks; a template's is not (any class named).
+    high_priority = (f"(has({spec}.priority) && {spec}.priority > {adm.max_gpu_pod_priority}) "
+                     f"|| (has({spec}.priorityClassName) && {spec}.priorityClassName != '' && "
+                     f"!has({spec}.priority))")
+    return " || ".join([
+        f"({gpu_pod_condition(inputs, pod)})",
+        bound_by_name,
+        f"({_cel_tolerates(taint, pod)} && (!({daemonset_pod}) || {device_path} || "
+        f"{high_priority}))",
+        f"({_cel_any_container(visible_devices, pod)})",
+        f"(has({spec}.runtimeClassName) && {spec}.runtimeClassName in "
+        f"{_cel_list(adm.nvidia_runtime_classes)})",
+        f"({annotations})",
+    ])
+
+
 def pod_condition(inputs: OpaAdmissionInputs) -> str:
     """CEL for the pod webhooks' matchConditions: true for every request a rule of the policy
     can be about (and some it turns out not to be), so that pods which cannot break a rule never
@@ -76,47 +124,16 @@ def pod_condition(inputs: OpaAdmissionInputs) -> str:
     UPDATE: a toleration of the GPU taint or a device-injecting annotation added; in a team
     namespace, a GPU pod's Kueue gate lifted or Kueue's labels or annotations changed by anyone
     but Kueue. Every ephemeral container added (the node is not known to the condition)."""
-    adm = inputs.admission
     taint = inputs.gpu_nodes.taints[0]
-    visible_devices = f"has(c.env) && c.env.exists(e, e.name == '{VISIBLE_DEVICES_ENV}')"
     daemonset_pod = (
         f"request.userInfo.username in {_cel_list(DAEMONSET_CONTROLLERS)} && "
         "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
         "o.kind == 'DaemonSet' && has(o.controller) && o.controller)")
-    bound_by_name = ("(has(object.spec.nodeName) && object.spec.nodeName in "
-                     f"{_cel_list(inputs.gpu_nodes.names)})"
-                     if inputs.gpu_nodes.names is not None else
-                     "(has(object.spec.nodeName) && object.spec.nodeName != '')")
     annotations = (
         "has(object.metadata.annotations) && object.metadata.annotations.exists(k, "
         + " || ".join(f"k.startsWith('{prefix}')" for prefix in DEVICE_ANNOTATION_PREFIXES)
         + ")")
-    # Over-approximated: any capability added, any host path, any mount path that names the
-    # toolkit's device list directory; OPA decides which count.
-    device_list_name = TOOLKIT_DEVICE_LIST_ROOT.rsplit("/", 1)[1]
-    device_path = " || ".join([
-        _cel_any_container("(has(c.securityContext) && ((has(c.securityContext.privileged) && "
-                           "c.securityContext.privileged) || (has(c.securityContext.capabilities)"
-                           " && has(c.securityContext.capabilities.add) && "
-                           "size(c.securityContext.capabilities.add) > 0))) || "
-                           "(has(c.volumeMounts) && c.volumeMounts.exists(m, "
-                           f"m.mountPath.contains('{device_list_name}')))"),
-        "(has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.hostPath)))",
-        "(has(object.spec.hostPID) && object.spec.hostPID)",
-        "(has(object.spec.hostIPC) && object.spec.hostIPC)",
-        f"({annotations})"])
-    high_priority = (f"(has(object.spec.priority) && "
-                     f"object.spec.priority > {adm.max_gpu_pod_priority})")
-    on_create = " || ".join([
-        f"({gpu_pod_condition(inputs)})",
-        bound_by_name,
-        f"({_cel_tolerates(taint, 'object')} && (!({daemonset_pod}) || {device_path} || "
-        f"{high_priority}))",
-        f"({_cel_any_container(visible_devices)})",
-        f"(has(object.spec.runtimeClassName) && object.spec.runtimeClassName in "
-        f"{_cel_list(adm.nvidia_runtime_classes)})",
-        f"({annotations})",
-    ])
+    on_create = _pod_create_condition(inputs, "object", daemonset_pod)
     on_update = (f"({_cel_tolerates(taint, 'object')} && "
                  f"!{_cel_tolerates(taint, 'oldObject')}) || ({annotations})")
     if inputs.teams is not None:
@@ -124,6 +141,47 @@ def pod_condition(inputs: OpaAdmissionInputs) -> str:
     return (f"request.operation == 'CREATE' ? ({on_create}) : "
             f"(has(request.subResource) && request.subResource == 'ephemeralcontainers' ? "
             f"true : ({on_update}))")
+
+
+def _cel_at(root: str, fields: Sequence[str]) -> tuple[str, str]:
+    """CEL: (`root`.f1.f2... is present, field by field; the expression of it)."""
+    tests, expression = [], root
+    for field in fields:
+        tests.append(f"has({expression}.{field})")
+        expression += f".{field}"
+    return " && ".join(tests) or "true", expression
+
+
+def _cel_templates(template: PodTemplate, test) -> str:
+    """CEL: some pod template at the template's path (each item of a list, each value of a map)
+    passes `test`, a function of the template's expression."""
+    def one(root: str, fields: Sequence[str]) -> str:
+        present, expression = _cel_at(root, fields)
+        return f"({present} && has({expression}.spec) && ({test(expression)}))"
+
+    for marker, each in (("[]", "item"), ("{}", "value")):
+        if marker in template.path:
+            at, then = (part.split(".") for part in template.path.split(marker + "."))
+            present, items = _cel_at("object", at)
+            item = "t" if each == "item" else f"{items}[t]"
+            return f"({present} && {items}.exists(t, {one(item, then)}))"
+    return one("object", template.path.split("."))
+
+
+def template_condition(inputs: OpaAdmissionInputs) -> str:
+    """CEL for the templates webhook: a workload created, or its spec changed, with a pod
+    template whose pods a rule can be about at creation (the pod condition's, on the template;
+    a DaemonSet's pods are its controller's)."""
+    by_kind = []
+    for workload in WORKLOAD_KINDS:
+        daemonset = "true" if workload.kind == "DaemonSet" else "false"
+        some_template = " || ".join(
+            _cel_templates(t, lambda pod, d=daemonset: _pod_create_condition(inputs, pod, d))
+            for t in workload.templates)
+        by_kind.append(f"(request.kind.group == '{workload.group}' && request.kind.kind == "
+                       f"'{workload.kind}' && ({some_template}))")
+    changed = "request.operation == 'CREATE' || oldObject.spec != object.spec"
+    return f"({changed}) && ({' || '.join(by_kind)})"
 
 
 def _cel_changed(field: str, prefix: str) -> str:

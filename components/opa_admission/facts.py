@@ -4,6 +4,8 @@ never see. Each is written once, here, with where it was read from."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # Device classes of NVIDIA's Dynamic Resource Allocation driver (gpu.nvidia.com,
 # mig.nvidia.com, vfio.gpu.nvidia.com, compute-domain-*.nvidia.com) and its drivers' names
 # (gpu.nvidia.com, compute-domain.nvidia.com) end in this.
@@ -25,19 +27,19 @@ COMPUTE_DOMAIN_CONFIG_KINDS = ("ComputeDomainChannelConfig", "ComputeDomainDaemo
 CLAIM_CONTROLLERS = ("system:kube-scheduler",
                      "system:serviceaccount:kube-system:resource-claim-controller",
                      "system:kube-controller-manager")
-# Who creates a DaemonSet's pods: the controller-manager's DaemonSet controller, with its own
-# ServiceAccount (--use-service-account-credentials) or with the controller-manager's identity.
-DAEMONSET_CONTROLLERS = ("system:serviceaccount:kube-system:daemon-set-controller",
-                         "system:kube-controller-manager")
-# Who creates a Job's pods: the controller-manager's Job controller, with its own ServiceAccount
-# or with the controller-manager's identity.
-JOB_CONTROLLERS = ("system:serviceaccount:kube-system:job-controller",
-                   "system:kube-controller-manager")
-# Who creates the pods of Deployments (their ReplicaSets) and StatefulSets: the
-# controller-manager's controllers, with their own ServiceAccounts or its identity.
-PARENT_CONTROLLERS = ("system:serviceaccount:kube-system:replicaset-controller",
-                      "system:serviceaccount:kube-system:statefulset-controller",
-                      "system:kube-controller-manager")
+# The controller-manager's controllers that create pods, each with its own ServiceAccount
+# (--use-service-account-credentials), or all with the controller-manager's identity.
+CONTROLLER_MANAGER = "system:kube-controller-manager"
+DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
+JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
+REPLICASET_CONTROLLER = "system:serviceaccount:kube-system:replicaset-controller"
+STATEFULSET_CONTROLLER = "system:serviceaccount:kube-system:statefulset-controller"
+# Who creates a DaemonSet's pods.
+DAEMONSET_CONTROLLERS = (DAEMONSET_CONTROLLER, CONTROLLER_MANAGER)
+# Who creates a Job's pods.
+JOB_CONTROLLERS = (JOB_CONTROLLER, CONTROLLER_MANAGER)
+# Who creates the pods of Deployments (their ReplicaSets) and StatefulSets.
+PARENT_CONTROLLERS = (REPLICASET_CONTROLLER, STATEFULSET_CONTROLLER, CONTROLLER_MANAGER)
 # Device paths: what gives a container a GPU other than the GPU resource, on a GPU node.
 # The capabilities that make the NVIDIA container toolkit (v1.20.0, as the operator chart pins it)
 # treat a container as privileged: CAP_SYS_ADMIN in its bounding set (and ALL, which holds it).
@@ -90,3 +92,72 @@ DEVICE_ANNOTATION_PREFIXES = ("cdi.k8s.io/", "nvidia.cdi.k8s.io/")
 # own is exempt too, since a webhook that guards the pods that serve it can deadlock, and so are
 # the trusted namespaces of the platform's other components: OpaAdmissionInputs says which.)
 ALWAYS_EXEMPT = ("kube-system",)
+
+
+# --- workloads' pod templates --------------------------------------------------------------------
+@dataclass(frozen=True)
+class PodTemplate:
+    """Where a workload keeps one pod template (`[]`: each item of a list, `{}`: each value of a
+    map), who creates the pods made from it, and the controller owner reference it sets on
+    them (apiVersion, kind)."""
+
+    path: str
+    creator: str
+    owner: tuple[str, str]
+
+
+@dataclass(frozen=True)
+class WorkloadKind:
+    """A kind of workload whose controller makes pods from its pod templates."""
+
+    group: str
+    kind: str
+    resource: str
+    templates: tuple[PodTemplate, ...]
+
+
+# The operators of KubeRay and of Kubeflow's training operator create their pods themselves,
+# with ServiceAccounts whose namespace depends on the install; no rule grants them anything, so
+# the pods made from their templates are decided as any user's controller-owned pods.
+KUBERAY_OPERATOR = "system:serviceaccount:<operator namespace>:kuberay-operator"
+TRAINING_OPERATOR = "system:serviceaccount:<operator namespace>:training-operator"
+_JOBS_PODS = (JOB_CONTROLLER, ("batch/v1", "Job"))
+_RAY_PODS = (KUBERAY_OPERATOR, ("ray.io/v1", "RayCluster"))
+# The kinds whose pod templates the templates webhook decides, with their paths as the CRDs
+# name them: JobSet v0.12.0, LeaderWorkerSet v0.9.0 (its leader and worker StatefulSets),
+# KubeRay ray-operator v1.6.2 (a RayJob's cluster, and the Job of its submitter), the Kubeflow
+# training operator v1.9.2. A TrainJob (Kubeflow Trainer v2) has none: its pods' templates live
+# in its TrainingRuntime.
+WORKLOAD_KINDS = (
+    WorkloadKind("apps", "Deployment", "deployments", (
+        PodTemplate("spec.template", REPLICASET_CONTROLLER, ("apps/v1", "ReplicaSet")),)),
+    WorkloadKind("apps", "ReplicaSet", "replicasets", (
+        PodTemplate("spec.template", REPLICASET_CONTROLLER, ("apps/v1", "ReplicaSet")),)),
+    WorkloadKind("apps", "StatefulSet", "statefulsets", (
+        PodTemplate("spec.template", STATEFULSET_CONTROLLER, ("apps/v1", "StatefulSet")),)),
+    WorkloadKind("apps", "DaemonSet", "daemonsets", (
+        PodTemplate("spec.template", DAEMONSET_CONTROLLER, ("apps/v1", "DaemonSet")),)),
+    WorkloadKind("batch", "Job", "jobs", (PodTemplate("spec.template", *_JOBS_PODS),)),
+    WorkloadKind("batch", "CronJob", "cronjobs", (
+        PodTemplate("spec.jobTemplate.spec.template", *_JOBS_PODS),)),
+    WorkloadKind("jobset.x-k8s.io", "JobSet", "jobsets", (
+        PodTemplate("spec.replicatedJobs[].template.spec.template", *_JOBS_PODS),)),
+    WorkloadKind("leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets", tuple(
+        PodTemplate(f"spec.leaderWorkerTemplate.{role}Template", STATEFULSET_CONTROLLER,
+                    ("apps/v1", "StatefulSet")) for role in ("leader", "worker"))),
+    WorkloadKind("ray.io", "RayCluster", "rayclusters", (
+        PodTemplate("spec.headGroupSpec.template", *_RAY_PODS),
+        PodTemplate("spec.workerGroupSpecs[].template", *_RAY_PODS))),
+    WorkloadKind("ray.io", "RayJob", "rayjobs", (
+        PodTemplate("spec.rayClusterSpec.headGroupSpec.template", *_RAY_PODS),
+        PodTemplate("spec.rayClusterSpec.workerGroupSpecs[].template", *_RAY_PODS),
+        PodTemplate("spec.submitterPodTemplate", *_JOBS_PODS))),
+    WorkloadKind("kubeflow.org", "PyTorchJob", "pytorchjobs", (
+        PodTemplate("spec.pytorchReplicaSpecs{}.template", TRAINING_OPERATOR,
+                    ("kubeflow.org/v1", "PyTorchJob")),)),
+)
+# The priority classes every cluster has, with their priorities (k8s.io/api scheduling/v1:
+# SystemCriticalPriority and the node-critical class above it): a template that names one is
+# decided with that priority, as the API server resolves it for the pod.
+BUILTIN_PRIORITY_CLASSES = {"system-cluster-critical": 2_000_000_000,
+                            "system-node-critical": 2_000_001_000}

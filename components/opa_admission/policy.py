@@ -17,6 +17,7 @@ from ..base.facts import (
     TOPOLOGY_GATE,
 )
 from .facts import (
+    BUILTIN_PRIORITY_CLASSES,
     CLAIM_CONTROLLERS,
     COMPUTE_DOMAIN_CONFIG_KINDS,
     DAEMONSET_CONTROLLERS,
@@ -29,6 +30,8 @@ from .facts import (
     PARENT_CONTROLLERS,
     PRIVILEGED_CAPABILITIES,
     TOOLKIT_DEVICE_LIST_ROOT,
+    WORKLOAD_KINDS,
+    PodTemplate,
     path_spellings,
 )
 from .inputs import OpaAdmissionInputs
@@ -39,6 +42,8 @@ POLICY_DIR = Path(__file__).resolve().parents[2] / "policy"
 # and returns the rule's value as the response body.
 DECISION_PATH = ("v0", "data", "gpuplatform", "admission", "review")
 MUTATION_PATH = ("v0", "data", "gpuplatform", "admission", "mutation")
+# The templates webhook's: warnings only, about the pods a workload's controller would make.
+TEMPLATES_PATH = ("v0", "data", "gpuplatform", "admission", "templates")
 # The admission policy (policy/admission) and its parameters, mounted at POLICY_MOUNT. The
 # parameters are loaded at data.gpuplatform.params, where the policy reads them.
 POLICY_CONFIGMAP = "opa-admission-policy"
@@ -104,7 +109,28 @@ def policy_params(inputs: OpaAdmissionInputs) -> dict:
         # "" when the class is not declared: then no pod can name it.
         "preemptibleClass": inputs.preemptible_class or "",
         "teams": team_params(inputs),
+        "workloadTemplates": workload_templates(),
+        "builtinPriorityClasses": BUILTIN_PRIORITY_CLASSES,
     }
+
+
+def template_path(template: PodTemplate) -> dict:
+    """A template's path as the policy walks it: the fields down to `at`, then (`each`: `item`
+    of a list, `value` of a map, or "" for none) the fields `then` within each."""
+    for marker, each in (("[]", "item"), ("{}", "value")):
+        if marker in template.path:
+            at, then = template.path.split(marker + ".")
+            return {"at": at.split("."), "each": each, "then": then.split(".")}
+    return {"at": template.path.split("."), "each": "", "then": []}
+
+
+def workload_templates() -> dict[str, list[dict]]:
+    """Each workload kind's pod templates, by `<group>/<kind>`: where they are, who creates
+    their pods and the owner reference it sets on them."""
+    return {f"{w.group}/{w.kind}": [
+        {**template_path(t), "creator": t.creator,
+         "owner": {"apiVersion": t.owner[0], "kind": t.owner[1]}} for t in w.templates]
+        for w in WORKLOAD_KINDS}
 
 
 def team_params(inputs: OpaAdmissionInputs) -> dict:
@@ -149,7 +175,8 @@ def claim_writers(inputs: OpaAdmissionInputs) -> list[str]:
 
 def server_data() -> str:
     """data.opa_server for the authorization policy: the decisions callers may ask for."""
-    return json.dumps({"admission_decision_paths": [list(DECISION_PATH), list(MUTATION_PATH)]})
+    return json.dumps({"admission_decision_paths": [list(DECISION_PATH), list(MUTATION_PATH),
+                                                     list(TEMPLATES_PATH)]})
 
 
 def loaded_files(inputs: OpaAdmissionInputs) -> dict[str, dict[str, str]]:

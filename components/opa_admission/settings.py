@@ -159,6 +159,10 @@ class AdmissionSettings(Model):
         return workloads_webhook(self.webhook_name)
 
     @property
+    def templates_webhook_name(self) -> str:
+        return f"templates.{self.webhook_name}"
+
+    @property
     def reachability_webhook_name(self) -> str:
         return f"reachable.{self.webhook_name}"
 

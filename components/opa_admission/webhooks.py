@@ -6,9 +6,10 @@ from typing import Any
 
 from ..base import manifests
 from ..base.facts import ADMISSION_COMPONENT, OPA_SERVICE
-from .conditions import dra_condition, pod_condition, team_workload_condition
+from .conditions import dra_condition, pod_condition, team_workload_condition, template_condition
+from .facts import WORKLOAD_KINDS
 from .inputs import OpaAdmissionInputs
-from .policy import DECISION_PATH, MUTATION_PATH
+from .policy import DECISION_PATH, MUTATION_PATH, TEMPLATES_PATH
 from .server import SERVICE_PORT, _meta, deployment, generation_name, service
 
 # The ConfigMap whose apply proves that the API server reaches OPA (see reachability_webhook).
@@ -97,12 +98,29 @@ def reachability_fingerprint(inputs: OpaAdmissionInputs, ca_bundle: str) -> str:
                                   deployment(inputs))
 
 
+def templates_webhook(inputs: OpaAdmissionInputs, ca_bundle: Any) -> dict:
+    """Workloads whose pod templates would make pods a rule can be about (Deployments, Jobs,
+    JobSets, framework objects...), created or changed: OPA decides each template as the pod its
+    controller would create, and answers with warnings only, in every mode. Its failure policy
+    is Ignore, since it never refuses: OPA down must not block a workload."""
+    groups: dict[str, list[str]] = {}
+    for workload in WORKLOAD_KINDS:
+        groups.setdefault(workload.group, []).append(workload.resource)
+    rules = [{"apiGroups": [group], "apiVersions": ["v1"] if group in ("apps", "batch") else ["*"],
+              "operations": ["CREATE", "UPDATE"], "resources": resources, "scope": "Namespaced"}
+             for group, resources in groups.items()]
+    webhook = _webhook(inputs, inputs.admission.templates_webhook_name, TEMPLATES_PATH,
+                       ca_bundle, rules,
+                       [{"name": "template-relevant", "expression": template_condition(inputs)}])
+    return webhook | {"failurePolicy": "Ignore"}
+
+
 def webhook_configuration(inputs: OpaAdmissionInputs, ca_bundle: Any) -> dict:
     """The validating webhooks, in every mode: pods (created, tolerations or device annotations
     added, ephemeral containers added, Kueue's gates lifted), Dynamic Resource Allocation (any
     version of resource.k8s.io the cluster serves: claims at creation, their allocations, device
-    classes, ResourceSlices and DeviceTaintRules), with teams a team's Jobs and JobSets, and the
-    reachability probe."""
+    classes, ResourceSlices and DeviceTaintRules), with teams a team's Jobs and JobSets,
+    workloads' pod templates (warnings only), and the reachability probe."""
     adm = inputs.admission
     pods = _webhook(
         inputs, adm.webhook_name, DECISION_PATH, ca_bundle,
@@ -139,7 +157,8 @@ def webhook_configuration(inputs: OpaAdmissionInputs, ca_bundle: Any) -> dict:
             "values": sorted(set(inputs.teams.namespaces) - set(inputs.exempt_namespaces))}]}
         webhooks.append(workloads)
     return _configuration("ValidatingWebhookConfiguration", "gpu-platform-admission",
-                          [*webhooks, reachability_webhook(inputs, ca_bundle)])
+                          [*webhooks, templates_webhook(inputs, ca_bundle),
+                           reachability_webhook(inputs, ca_bundle)])
 
 
 def mutating_webhook_configuration(inputs: OpaAdmissionInputs, ca_bundle: Any) -> dict | None:

@@ -5,6 +5,7 @@ import data.system.authz
 server := {"admission_decision_paths": [
 	["v0", "data", "gpuplatform", "admission", "review"],
 	["v0", "data", "gpuplatform", "admission", "mutation"],
+	["v0", "data", "gpuplatform", "admission", "templates"],
 ]}
 
 test_anonymous_may_ask_for_the_admission_decisions if {

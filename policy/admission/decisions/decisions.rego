@@ -57,9 +57,9 @@ warned contains sprintf("gpu-platform audit: %s", [v.message]) if {
 	some v in violations
 }
 
-warned contains message if {
+warned contains h.message if {
 	params.mode != "mutate"
-	some message in hints
+	some h in hints
 }
 
 validation_response := {"uid": input.request.uid, "allowed": false, "status": {

@@ -209,6 +209,247 @@ params := {
 				"system:kube-controller-manager",
 			],
 		},
+		"workloadTemplates": {
+			"apps/Deployment": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:replicaset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "ReplicaSet",
+					},
+				},
+			],
+			"apps/ReplicaSet": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:replicaset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "ReplicaSet",
+					},
+				},
+			],
+			"apps/StatefulSet": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:statefulset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "StatefulSet",
+					},
+				},
+			],
+			"apps/DaemonSet": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:daemon-set-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "DaemonSet",
+					},
+				},
+			],
+			"batch/Job": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"batch/CronJob": [
+				{
+					"at": [
+						"spec",
+						"jobTemplate",
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"jobset.x-k8s.io/JobSet": [
+				{
+					"at": [
+						"spec",
+						"replicatedJobs",
+					],
+					"each": "item",
+					"then": [
+						"template",
+						"spec",
+						"template",
+					],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"leaderworkerset.x-k8s.io/LeaderWorkerSet": [
+				{
+					"at": [
+						"spec",
+						"leaderWorkerTemplate",
+						"leaderTemplate",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:statefulset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "StatefulSet",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"leaderWorkerTemplate",
+						"workerTemplate",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:statefulset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "StatefulSet",
+					},
+				},
+			],
+			"ray.io/RayCluster": [
+				{
+					"at": [
+						"spec",
+						"headGroupSpec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"workerGroupSpecs",
+					],
+					"each": "item",
+					"then": [
+						"template",
+					],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+			],
+			"ray.io/RayJob": [
+				{
+					"at": [
+						"spec",
+						"rayClusterSpec",
+						"headGroupSpec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"rayClusterSpec",
+						"workerGroupSpecs",
+					],
+					"each": "item",
+					"then": [
+						"template",
+					],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"submitterPodTemplate",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"kubeflow.org/PyTorchJob": [
+				{
+					"at": [
+						"spec",
+						"pytorchReplicaSpecs",
+					],
+					"each": "value",
+					"then": [
+						"template",
+					],
+					"creator": "system:serviceaccount:<operator namespace>:training-operator",
+					"owner": {
+						"apiVersion": "kubeflow.org/v1",
+						"kind": "PyTorchJob",
+					},
+				},
+			],
+		},
+		"builtinPriorityClasses": {
+			"system-cluster-critical": 2000000000,
+			"system-node-critical": 2000001000,
+		},
 	},
 	"teams": {
 		"mode": "enforce",
@@ -412,6 +653,247 @@ params := {
 				"system:serviceaccount:kube-system:job-controller",
 				"system:kube-controller-manager",
 			],
+		},
+		"workloadTemplates": {
+			"apps/Deployment": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:replicaset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "ReplicaSet",
+					},
+				},
+			],
+			"apps/ReplicaSet": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:replicaset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "ReplicaSet",
+					},
+				},
+			],
+			"apps/StatefulSet": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:statefulset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "StatefulSet",
+					},
+				},
+			],
+			"apps/DaemonSet": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:daemon-set-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "DaemonSet",
+					},
+				},
+			],
+			"batch/Job": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"batch/CronJob": [
+				{
+					"at": [
+						"spec",
+						"jobTemplate",
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"jobset.x-k8s.io/JobSet": [
+				{
+					"at": [
+						"spec",
+						"replicatedJobs",
+					],
+					"each": "item",
+					"then": [
+						"template",
+						"spec",
+						"template",
+					],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"leaderworkerset.x-k8s.io/LeaderWorkerSet": [
+				{
+					"at": [
+						"spec",
+						"leaderWorkerTemplate",
+						"leaderTemplate",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:statefulset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "StatefulSet",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"leaderWorkerTemplate",
+						"workerTemplate",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:statefulset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "StatefulSet",
+					},
+				},
+			],
+			"ray.io/RayCluster": [
+				{
+					"at": [
+						"spec",
+						"headGroupSpec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"workerGroupSpecs",
+					],
+					"each": "item",
+					"then": [
+						"template",
+					],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+			],
+			"ray.io/RayJob": [
+				{
+					"at": [
+						"spec",
+						"rayClusterSpec",
+						"headGroupSpec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"rayClusterSpec",
+						"workerGroupSpecs",
+					],
+					"each": "item",
+					"then": [
+						"template",
+					],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"submitterPodTemplate",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"kubeflow.org/PyTorchJob": [
+				{
+					"at": [
+						"spec",
+						"pytorchReplicaSpecs",
+					],
+					"each": "value",
+					"then": [
+						"template",
+					],
+					"creator": "system:serviceaccount:<operator namespace>:training-operator",
+					"owner": {
+						"apiVersion": "kubeflow.org/v1",
+						"kind": "PyTorchJob",
+					},
+				},
+			],
+		},
+		"builtinPriorityClasses": {
+			"system-cluster-critical": 2000000000,
+			"system-node-critical": 2000001000,
 		},
 	},
 	"dra": {
@@ -647,6 +1129,247 @@ params := {
 				"system:kube-controller-manager",
 			],
 		},
+		"workloadTemplates": {
+			"apps/Deployment": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:replicaset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "ReplicaSet",
+					},
+				},
+			],
+			"apps/ReplicaSet": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:replicaset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "ReplicaSet",
+					},
+				},
+			],
+			"apps/StatefulSet": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:statefulset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "StatefulSet",
+					},
+				},
+			],
+			"apps/DaemonSet": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:daemon-set-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "DaemonSet",
+					},
+				},
+			],
+			"batch/Job": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"batch/CronJob": [
+				{
+					"at": [
+						"spec",
+						"jobTemplate",
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"jobset.x-k8s.io/JobSet": [
+				{
+					"at": [
+						"spec",
+						"replicatedJobs",
+					],
+					"each": "item",
+					"then": [
+						"template",
+						"spec",
+						"template",
+					],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"leaderworkerset.x-k8s.io/LeaderWorkerSet": [
+				{
+					"at": [
+						"spec",
+						"leaderWorkerTemplate",
+						"leaderTemplate",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:statefulset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "StatefulSet",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"leaderWorkerTemplate",
+						"workerTemplate",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:statefulset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "StatefulSet",
+					},
+				},
+			],
+			"ray.io/RayCluster": [
+				{
+					"at": [
+						"spec",
+						"headGroupSpec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"workerGroupSpecs",
+					],
+					"each": "item",
+					"then": [
+						"template",
+					],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+			],
+			"ray.io/RayJob": [
+				{
+					"at": [
+						"spec",
+						"rayClusterSpec",
+						"headGroupSpec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"rayClusterSpec",
+						"workerGroupSpecs",
+					],
+					"each": "item",
+					"then": [
+						"template",
+					],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"submitterPodTemplate",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"kubeflow.org/PyTorchJob": [
+				{
+					"at": [
+						"spec",
+						"pytorchReplicaSpecs",
+					],
+					"each": "value",
+					"then": [
+						"template",
+					],
+					"creator": "system:serviceaccount:<operator namespace>:training-operator",
+					"owner": {
+						"apiVersion": "kubeflow.org/v1",
+						"kind": "PyTorchJob",
+					},
+				},
+			],
+		},
+		"builtinPriorityClasses": {
+			"system-cluster-critical": 2000000000,
+			"system-node-critical": 2000001000,
+		},
 	},
 	"node_pools": {
 		"mode": "enforce",
@@ -841,6 +1564,247 @@ params := {
 				"system:serviceaccount:kube-system:job-controller",
 				"system:kube-controller-manager",
 			],
+		},
+		"workloadTemplates": {
+			"apps/Deployment": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:replicaset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "ReplicaSet",
+					},
+				},
+			],
+			"apps/ReplicaSet": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:replicaset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "ReplicaSet",
+					},
+				},
+			],
+			"apps/StatefulSet": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:statefulset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "StatefulSet",
+					},
+				},
+			],
+			"apps/DaemonSet": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:daemon-set-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "DaemonSet",
+					},
+				},
+			],
+			"batch/Job": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"batch/CronJob": [
+				{
+					"at": [
+						"spec",
+						"jobTemplate",
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"jobset.x-k8s.io/JobSet": [
+				{
+					"at": [
+						"spec",
+						"replicatedJobs",
+					],
+					"each": "item",
+					"then": [
+						"template",
+						"spec",
+						"template",
+					],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"leaderworkerset.x-k8s.io/LeaderWorkerSet": [
+				{
+					"at": [
+						"spec",
+						"leaderWorkerTemplate",
+						"leaderTemplate",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:statefulset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "StatefulSet",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"leaderWorkerTemplate",
+						"workerTemplate",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:statefulset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "StatefulSet",
+					},
+				},
+			],
+			"ray.io/RayCluster": [
+				{
+					"at": [
+						"spec",
+						"headGroupSpec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"workerGroupSpecs",
+					],
+					"each": "item",
+					"then": [
+						"template",
+					],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+			],
+			"ray.io/RayJob": [
+				{
+					"at": [
+						"spec",
+						"rayClusterSpec",
+						"headGroupSpec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"rayClusterSpec",
+						"workerGroupSpecs",
+					],
+					"each": "item",
+					"then": [
+						"template",
+					],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"submitterPodTemplate",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"kubeflow.org/PyTorchJob": [
+				{
+					"at": [
+						"spec",
+						"pytorchReplicaSpecs",
+					],
+					"each": "value",
+					"then": [
+						"template",
+					],
+					"creator": "system:serviceaccount:<operator namespace>:training-operator",
+					"owner": {
+						"apiVersion": "kubeflow.org/v1",
+						"kind": "PyTorchJob",
+					},
+				},
+			],
+		},
+		"builtinPriorityClasses": {
+			"system-cluster-critical": 2000000000,
+			"system-node-critical": 2000001000,
 		},
 	},
 	"admission_lists": {
@@ -1043,6 +2007,247 @@ params := {
 				"system:kube-controller-manager",
 			],
 		},
+		"workloadTemplates": {
+			"apps/Deployment": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:replicaset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "ReplicaSet",
+					},
+				},
+			],
+			"apps/ReplicaSet": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:replicaset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "ReplicaSet",
+					},
+				},
+			],
+			"apps/StatefulSet": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:statefulset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "StatefulSet",
+					},
+				},
+			],
+			"apps/DaemonSet": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:daemon-set-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "DaemonSet",
+					},
+				},
+			],
+			"batch/Job": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"batch/CronJob": [
+				{
+					"at": [
+						"spec",
+						"jobTemplate",
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"jobset.x-k8s.io/JobSet": [
+				{
+					"at": [
+						"spec",
+						"replicatedJobs",
+					],
+					"each": "item",
+					"then": [
+						"template",
+						"spec",
+						"template",
+					],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"leaderworkerset.x-k8s.io/LeaderWorkerSet": [
+				{
+					"at": [
+						"spec",
+						"leaderWorkerTemplate",
+						"leaderTemplate",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:statefulset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "StatefulSet",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"leaderWorkerTemplate",
+						"workerTemplate",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:statefulset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "StatefulSet",
+					},
+				},
+			],
+			"ray.io/RayCluster": [
+				{
+					"at": [
+						"spec",
+						"headGroupSpec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"workerGroupSpecs",
+					],
+					"each": "item",
+					"then": [
+						"template",
+					],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+			],
+			"ray.io/RayJob": [
+				{
+					"at": [
+						"spec",
+						"rayClusterSpec",
+						"headGroupSpec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"rayClusterSpec",
+						"workerGroupSpecs",
+					],
+					"each": "item",
+					"then": [
+						"template",
+					],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"submitterPodTemplate",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"kubeflow.org/PyTorchJob": [
+				{
+					"at": [
+						"spec",
+						"pytorchReplicaSpecs",
+					],
+					"each": "value",
+					"then": [
+						"template",
+					],
+					"creator": "system:serviceaccount:<operator namespace>:training-operator",
+					"owner": {
+						"apiVersion": "kubeflow.org/v1",
+						"kind": "PyTorchJob",
+					},
+				},
+			],
+		},
+		"builtinPriorityClasses": {
+			"system-cluster-critical": 2000000000,
+			"system-node-critical": 2000001000,
+		},
 	},
 	"no_preemptible_class": {
 		"mode": "enforce",
@@ -1239,6 +2444,247 @@ params := {
 				"system:serviceaccount:kube-system:job-controller",
 				"system:kube-controller-manager",
 			],
+		},
+		"workloadTemplates": {
+			"apps/Deployment": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:replicaset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "ReplicaSet",
+					},
+				},
+			],
+			"apps/ReplicaSet": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:replicaset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "ReplicaSet",
+					},
+				},
+			],
+			"apps/StatefulSet": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:statefulset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "StatefulSet",
+					},
+				},
+			],
+			"apps/DaemonSet": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:daemon-set-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "DaemonSet",
+					},
+				},
+			],
+			"batch/Job": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"batch/CronJob": [
+				{
+					"at": [
+						"spec",
+						"jobTemplate",
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"jobset.x-k8s.io/JobSet": [
+				{
+					"at": [
+						"spec",
+						"replicatedJobs",
+					],
+					"each": "item",
+					"then": [
+						"template",
+						"spec",
+						"template",
+					],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"leaderworkerset.x-k8s.io/LeaderWorkerSet": [
+				{
+					"at": [
+						"spec",
+						"leaderWorkerTemplate",
+						"leaderTemplate",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:statefulset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "StatefulSet",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"leaderWorkerTemplate",
+						"workerTemplate",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:statefulset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "StatefulSet",
+					},
+				},
+			],
+			"ray.io/RayCluster": [
+				{
+					"at": [
+						"spec",
+						"headGroupSpec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"workerGroupSpecs",
+					],
+					"each": "item",
+					"then": [
+						"template",
+					],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+			],
+			"ray.io/RayJob": [
+				{
+					"at": [
+						"spec",
+						"rayClusterSpec",
+						"headGroupSpec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"rayClusterSpec",
+						"workerGroupSpecs",
+					],
+					"each": "item",
+					"then": [
+						"template",
+					],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"submitterPodTemplate",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"kubeflow.org/PyTorchJob": [
+				{
+					"at": [
+						"spec",
+						"pytorchReplicaSpecs",
+					],
+					"each": "value",
+					"then": [
+						"template",
+					],
+					"creator": "system:serviceaccount:<operator namespace>:training-operator",
+					"owner": {
+						"apiVersion": "kubeflow.org/v1",
+						"kind": "PyTorchJob",
+					},
+				},
+			],
+		},
+		"builtinPriorityClasses": {
+			"system-cluster-critical": 2000000000,
+			"system-node-critical": 2000001000,
 		},
 	},
 }

@@ -6,8 +6,12 @@
 # "refused": [fragments of the refusal's message] or "warned": [fragments of its warnings]}. A
 # refused request that mutate decides otherwise, once the mutating webhook's patch is applied,
 # says how in "mutate" ({"admitted": true} or {"refused": [fragments]}); without it, mutate
-# refuses it word for word as enforce does. Each group's test file keeps its cases in `cases`,
-# which tests/test_policy.py reads as well, to check the webhooks' prefilter against them.
+# refuses it word for word as enforce does. A case with "decision": "templates" is
+# decided by the templates webhook's decision (a workload's pod templates; warnings only): its
+# "warned" fragments come back in enforce and audit, and its "mutate" says what mutate still
+# warns of ({"warned": [fragments]}) or that it warns of nothing ({"admitted": true}). Each
+# group's test file keeps its cases in `cases`, which tests/test_policy.py reads as well, to
+# check the webhooks' prefilter against them.
 package gpuplatform.admission_test
 
 import data.gpuplatform.admission
@@ -172,7 +176,16 @@ mutated(c, _, patch, _) if {
 
 mutated(c, _, _, fixed) if {
 	c.warned
+	not c.decision
 	fixed_for_good(c, fixed)
+}
+
+# A workload's template: the mutating webhook fixes the pods its controller makes, not the
+# template, so mutate warns only of what it cannot fix.
+mutated(c, _, patch, _) if {
+	c.decision == "templates"
+	patch == []
+	enforced(object.union({"request": c.request}, c.mutate), validation(c, c.request, "mutate"))
 }
 
 mutated(c, _, _, fixed) if {
@@ -199,8 +212,17 @@ fixed_for_good(c, fixed) if {
 # audit: nothing is refused; a pod with violations is labelled, which the dashboard counts.
 audited(c, enforce, patch, response) if {
 	not c.refused
+	not c.decision
 	response == enforce
 	patch == []
+}
+
+# A workload's template: audit warns of what enforce does, in its own words (the pods would be
+# admitted there).
+audited(c, _, patch, response) if {
+	c.decision == "templates"
+	patch == []
+	enforced(c, response)
 }
 
 audited(c, _, patch, response) if {
@@ -228,7 +250,13 @@ params_for(c, mode) := object.union(rendered.params[object.get(c, "stack", "exam
 
 # The validating webhook's response to `request` in `mode`, under the case's stack.
 validation(c, request, mode) := response(request, decision) if {
+	not c.decision
 	decision := admission.review with input as request with data.gpuplatform.params as params_for(c, mode)
+}
+
+validation(c, request, mode) := response(request, decision) if {
+	c.decision == "templates"
+	decision := admission.templates with input as request with data.gpuplatform.params as params_for(c, mode)
 }
 
 # The mutating webhook's patch for the case's request in `mode` ([] for none).
