@@ -156,6 +156,14 @@ def check_duration(value: str) -> str:
     return value
 
 
+def duration_seconds(duration: str) -> float:
+    """A Prometheus duration (as check_duration accepts it) in seconds (a year is 365 days)."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0,
+             "y": 31536000.0}
+    return sum(int(n) * units[unit]
+               for n, unit in re.findall(r"([0-9]+)(ms|s|m|h|d|w|y)", duration))
+
+
 def chart_path_field():
     return Field(default=None,
                  description="Install from this local chart (a directory from `helm pull "

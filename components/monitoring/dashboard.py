@@ -35,6 +35,15 @@ from .rules import (
     unserved_gpu_nodes,
     untainted_gpu_nodes,
 )
+from .usage import (
+    IDLE_POD_GPUS,
+    PRICE,
+    SAMPLES_PER_HOUR,
+    active,
+    gpu_hours,
+    held,
+    team_namespaces,
+)
 
 UID = "gpu-platform-gpus"
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -173,6 +182,7 @@ def _rows(inputs: MonitoringInputs) -> list[tuple[str, list]]:
                            f"DCGM_FI_DEV_GPU_UTIL{{{WORKLOAD_FILTER}}}[{alerts.idle_for}])) "
                            f"< {alerts.idle_utilization_percent}", "", "A", True)], width=24),
         ]),
+        ("Use and showback: GPU-hours allocated, used and idle", showback_panels(inputs)),
         ("Admission: pods that broke the rules", [
             _timeseries("Requests refused by the GPU admission policy",
                         "Pod, ephemeral-container and claim requests the policy refused, per "
@@ -223,6 +233,101 @@ def _rows(inputs: MonitoringInputs) -> list[tuple[str, list]]:
                    "GpuNodeExtraDevicePlugin).",
                    [_query(extra_device_plugins(inputs), "", "A", True)], width=8),
         ]),
+    ]
+
+
+def _columns(title: str, description: str, columns: list[tuple[str, str, str]], width: int):
+    """A table of instant queries, one row per label set, each query a named column of its own
+    unit (name, unit, expression)."""
+    panel = _table(title, description, [_query(expr, "", chr(ord("A") + i), True)
+                                        for i, (_, _, expr) in enumerate(columns)],
+                   width=width).decimals(2).with_transformation(model.DataTransformerConfig(
+                       id_val="organize", options={"excludeByName": {"Time": True}}))
+    for i, (name, unit, _) in enumerate(columns):
+        # Grafana names a merged query's value column after the query.
+        panel = panel.override_by_name(f"Value #{chr(ord('A') + i)}", [
+            model.DynamicConfigValue(id_val="displayName", value=name),
+            model.DynamicConfigValue(id_val="unit", value=unit)])
+    return panel
+
+
+def _range_hours(level: str, by: str, select: str, priced: bool, currency: str | None
+                 ) -> list:
+    """GPU-hours allocated, used and idle over the dashboard's time range, and their cost where
+    the GPU model has a price: sums of the minute samples the usage rules record."""
+    def over_range(series: str) -> str:
+        return f"sum_over_time({series}{{{select}}}[$__range])"
+    allocated = over_range(held(level))
+    idle = f"({allocated} - {over_range(active(level))})"
+
+    def total(expr: str) -> str:
+        return f"sum by ({by}) ({expr}) / {SAMPLES_PER_HOUR}"
+
+    def cost(expr: str) -> str:
+        # Models without a price have no price series: the join leaves them out.
+        return total(f"{expr} * on (modelName) group_left () {PRICE}")
+    money = f"suffix: {currency}" if currency else "none"
+    columns = [("GPU-hours allocated", "none", total(allocated)),
+               ("GPU-hours used", "none", total(over_range(active(level)))),
+               ("GPU-hours idle", "none", total(idle))]
+    if priced:
+        columns += [("cost", money, cost(allocated)), ("cost of idle GPUs", money, cost(idle))]
+    return columns
+
+
+def showback_panels(inputs: MonitoringInputs) -> list:
+    """GPU use next to allocation: GPU-hours allocated, used and idle, and their cost, per team
+    and namespace over the dashboard's range; GPUs held and active; the pods holding idle GPUs
+    now."""
+    usage = inputs.monitoring.usage
+    priced = bool(usage.price_per_gpu_hour)
+    window, percent = usage.window, f"{usage.active_threshold * 100:g}%"
+    model_filter = 'modelName=~"$model"'
+    namespaces = f'namespace=~"$namespace", {model_filter}'
+    pods = f'{namespaces}, node=~"$node"'
+    active_means = (f"A GPU is active while its engine is busy more than {percent} of the "
+                    "time (DCGM_FI_PROF_GR_ENGINE_ACTIVE; DCGM_FI_DEV_GPU_UTIL where the GPU "
+                    "does not report it).")
+    cost_means = (" Cost: GPU-hours times monitoring.usage.pricePerGpuHour of the GPU model, "
+                  "for priced models only." if priced else "")
+    teams = [
+        _columns("GPU-hours per team",
+                 "Over the dashboard's time range, GPUs of the team's namespaces: held "
+                 "(allocated), active (used), and held but not active (idle). "
+                 + active_means + cost_means,
+                 _range_hours("team", "team", model_filter, priced, usage.currency), width=12),
+        _timeseries(f"Idle GPU-hours per team, over the last {window}", active_means,
+                    [_query(f"sum by (team) ({gpu_hours('team', 'idle')}{{{model_filter}}})",
+                            "{{team}}")], width=12),
+    ] if team_namespaces(inputs) else []
+    return [
+        _stat("GPUs held, and active now",
+              "GPUs the exporter sees allocated to pods, and those of them active. "
+              + active_means,
+              [_query(f"sum({held('namespace')}{{{namespaces}}})", "held", "A", True),
+               _query(f"sum({active('namespace')}{{{namespaces}}})", "active", "B", True)],
+              width=6),
+        _timeseries("GPUs held and active", active_means,
+                    [_query(f"sum({held('namespace')}{{{namespaces}}})", "held", "A"),
+                     _query(f"sum({active('namespace')}{{{namespaces}}})", "active", "B")],
+                    width=18, height=5),
+        *teams,
+        _columns("GPU-hours per namespace",
+                 "Over the dashboard's time range: GPU-hours held (allocated), active (used), "
+                 "and held but not active (idle). " + active_means + cost_means,
+                 _range_hours("namespace", "namespace", namespaces, priced, usage.currency),
+                 width=12),
+        _timeseries(f"Idle GPU-hours per namespace, over the last {window}", active_means,
+                    [_query(f"sum by (namespace) ({gpu_hours('namespace', 'idle')}"
+                            f"{{{namespaces}}})", "{{namespace}}")], width=12),
+        _columns("Pods holding idle GPUs now",
+                 f"Pods that have held their GPUs for the last {window} without any of them "
+                 f"being active at any sample ({percent} engine activity or less); a pod "
+                 "that started within it is not judged yet.",
+                 [("GPUs", "none", f"{IDLE_POD_GPUS}{{{pods}}}"),
+                  (f"GPU-hours idle, last {window}", "none",
+                   f"{gpu_hours('pod', 'idle')}{{{pods}}} and on (namespace, pod) "
+                   f"{IDLE_POD_GPUS}")], width=24),
     ]
 
 

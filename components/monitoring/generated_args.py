@@ -85,6 +85,27 @@ class AlertSettings(TypedDict):
      "and not fewer since. Default: `30m`.")
 
 
+class UsageSettings(TypedDict):
+    ("GPU use next to allocation: when a GPU counts as active, the window use is recorded "
+     "over, and the prices the dashboard's showback row multiplies GPU-hours by.")
+    window: NotRequired[str]
+    ("GPU-hours allocated, used and idle per pod, namespace and team are recorded over this "
+     "trailing window (a duration, 10m or more, at most `retention`); a pod that held its "
+     "GPUs for all of it, none of them active at any sample, is idle. Default: `1h`.")
+    active_threshold: NotRequired[float]
+    ("A GPU counts as active while its engine activity, the fraction of time its "
+     "graphics/compute engine is busy (0..1, both exclusive), is above this. Read from "
+     "DCGM_FI_PROF_GR_ENGINE_ACTIVE, or, for a GPU whose exporter does not report it, from "
+     "DCGM_FI_DEV_GPU_UTIL / 100. Default: `0.05`.")
+    price_per_gpu_hour: NotRequired[dict[str, float]]
+    ("Showback: a price per GPU-hour (0 or more) per GPU model, keyed by the model name the "
+     "DCGM exporter reports (its `modelName` label, e.g. `NVIDIA H100 80GB HBM3`). Costs are "
+     "shown for the models priced here only; empty: no costs. Default: `{}`.")
+    currency: NotRequired[str | None]
+    ("The prices' currency, as the dashboard writes it after a cost (e.g. `EUR`; at most 8 "
+     "characters); unset: costs are plain numbers.")
+
+
 class StorageSettings(TypedDict):
     "Persistent volumes for Prometheus and Alertmanager."
     enabled: NotRequired[bool]
@@ -165,6 +186,9 @@ class MonitoringSettings(TypedDict):
      "busy node that cannot take one count as stranded. Allowed: 1..16. Default: `8`.")
     alerts: NotRequired[AlertSettings]
     "Alert thresholds."
+    usage: NotRequired[UsageSettings]
+    ("GPU use next to allocation, and showback (see "
+     "docs/operators/monitoring.md#gpu-use-and-showback).")
     storage: NotRequired[StorageSettings]
     "Persistent storage."
     alertmanager: NotRequired[AlertmanagerSettings]
@@ -226,6 +250,10 @@ class MonitoredTeams(TypedDict):
     "Kueue's namespace (the Teams component's `namespace` output)."
     release_name: str
     "Kueue's Helm release (`teams.kueue.releaseName`)."
+    namespaces: NotRequired[dict[str, str]]
+    ("Each team namespace, with its team (the Teams component's `teamNamespaces` output): "
+     "GPU use is summed per team from it. Empty: use is shown per pod and namespace only. "
+     "Default: `{}`.")
 
 
 class MonitoringArgs(TypedDict):

@@ -80,6 +80,11 @@ class MonitoredTeams(Model):
     namespace: str = Field(description="Kueue's namespace (the Teams component's `namespace` "
                                        "output).")
     release_name: str = Field(description="Kueue's Helm release (`teams.kueue.releaseName`).")
+    namespaces: dict[str, str] = Field(
+        default_factory=dict,
+        description="Each team namespace, with its team (the Teams component's "
+                    "`teamNamespaces` output): GPU use is summed per team from it. Empty: "
+                    "use is shown per pod and namespace only.")
 
 
 class MonitoringInputs(PulledImages):

@@ -16,6 +16,9 @@ How the series join, as the pinned exporters label them:
   per taint with `node`, `key`, `value`, `effect`. Its pods: `kube_pod_info` carries `namespace`,
   `pod`, `uid` and `node`; `kube_pod_container_info` the same pod labels and `container`, for
   each container that has a status.
+
+GPU use (activity joined to the pods, namespaces and teams that hold the GPUs) is a group of its
+own, built in usage.py.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from ..base.facts import (
     mutating_webhook,
     workloads_webhook,
 )
+from . import usage
 from .inputs import MonitoringInputs
 
 COMPONENT = "monitoring"
@@ -461,10 +465,12 @@ def prometheus_rule(inputs: MonitoringInputs, certificate_not_after: int | None 
                      "labels": {**manifests.labels(RULE_NAME, COMPONENT),
                                 **mon.prometheus_labels}},
         # One group: its rules run in order, so the alerts read the series recorded in the same
-        # evaluation (separate groups run independently, a step apart in either order).
+        # evaluation (separate groups run independently, a step apart in either order). GPU use
+        # has a group of its own, which runs at a fixed interval.
         "spec": {"groups": [
             {"name": "gpu-platform",
              "rules": recording_rules(inputs) + alert_rules(inputs, certificate_not_after)
              + compaction_alerts(inputs) + team_alerts(inputs)},
+            usage.usage_group(inputs),
         ]},
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Literal
 
@@ -16,6 +17,7 @@ from ..base.validation import (
     OwnNamespace,
     Repository,
     chart_path_field,
+    duration_seconds,
     is_dns_subdomain,
 )
 
@@ -72,6 +74,67 @@ class AlertSettings(Model):
         default="30m",
         description="GpuPodsPendingGrowing: pending GPU pods more numerous than this long ago "
                     "(a duration), and not fewer since.")
+
+
+# The usage rules sample every GPU once a minute (their group's interval): a shorter window
+# would judge a pod on a handful of samples.
+USAGE_MIN_WINDOW = "10m"
+
+
+class UsageSettings(Model):
+    """GPU use next to allocation: when a GPU counts as active, the window use is recorded over,
+    and the prices the dashboard's showback row multiplies GPU-hours by."""
+
+    window: Duration = Field(
+        default="1h",
+        description=f"GPU-hours allocated, used and idle per pod, namespace and team are "
+                    f"recorded over this trailing window (a duration, {USAGE_MIN_WINDOW} or "
+                    f"more, at most `retention`); a pod that held its GPUs for all of it, none "
+                    f"of them active at any sample, is idle.")
+    active_threshold: float = Field(
+        default=0.05,
+        description="A GPU counts as active while its engine activity, the fraction of time its "
+                    "graphics/compute engine is busy (0..1, both exclusive), is above this. "
+                    "Read from DCGM_FI_PROF_GR_ENGINE_ACTIVE, or, for a GPU whose exporter "
+                    "does not report it, from DCGM_FI_DEV_GPU_UTIL / 100.")
+    price_per_gpu_hour: dict[str, float] = Field(
+        default_factory=dict,
+        description="Showback: a price per GPU-hour (0 or more) per GPU model, keyed by the "
+                    "model name the DCGM exporter reports (its `modelName` label, e.g. "
+                    "`NVIDIA H100 80GB HBM3`). Costs are shown for the models priced here "
+                    "only; empty: no costs.")
+    currency: str | None = Field(
+        default=None, max_length=8,
+        description="The prices' currency, as the dashboard writes it after a cost (e.g. "
+                    "`EUR`; at most 8 characters); unset: costs are plain numbers.")
+
+    @field_validator("window")
+    @classmethod
+    def window_holds_samples(cls, value: str) -> str:
+        if duration_seconds(value) < duration_seconds(USAGE_MIN_WINDOW):
+            raise Invalid("too short to judge a GPU idle on", f"{USAGE_MIN_WINDOW} or more "
+                          "(the rules sample once a minute)")
+        return value
+
+    @field_validator("active_threshold")
+    @classmethod
+    def threshold_is_a_fraction(cls, value: float) -> float:
+        if not 0 < value < 1:
+            raise Invalid("not a fraction of time", "a number between 0 and 1, both exclusive "
+                          "(0.05 is 5%)")
+        return value
+
+    @field_validator("price_per_gpu_hour")
+    @classmethod
+    def prices_are_amounts(cls, prices: dict[str, float]) -> dict[str, float]:
+        for model, price in prices.items():
+            if not model.strip():
+                raise Invalid("a price for no GPU model", "the exporter's modelName of a GPU, "
+                              "such as NVIDIA H100 80GB HBM3", value=prices, has_value=True)
+            if not math.isfinite(price) or price < 0:
+                raise Invalid("not a price", "a number, 0 or more", at=(model,), value=price,
+                              has_value=True)
+        return prices
 
 
 class StorageSettings(Model):
@@ -236,6 +299,10 @@ class MonitoringSettings(Model):
         description="GPUs of the largest pod the platform should be able to place (GPUs): free "
                     "GPUs on a busy node that cannot take one count as stranded.")
     alerts: AlertSettings = Field(default_factory=AlertSettings, description="Alert thresholds.")
+    usage: UsageSettings = Field(
+        default_factory=UsageSettings,
+        description="GPU use next to allocation, and showback (see "
+                    "docs/operators/monitoring.md#gpu-use-and-showback).")
     storage: StorageSettings = Field(default_factory=StorageSettings,
                                      description="Persistent storage.")
     alertmanager: AlertmanagerSettings = Field(default_factory=AlertmanagerSettings,
@@ -263,6 +330,16 @@ class MonitoringSettings(Model):
                                   "`stack: install`", at=(key,),
                                   value=value.model_dump(by_alias=True)
                                   if isinstance(value, Model) else value, has_value=True)
+        return self
+
+    @model_validator(mode="after")
+    def usage_window_within_retention(self) -> MonitoringSettings:
+        # Past the retention the window would read fewer samples than it names.
+        if (self.stack == "install"
+                and duration_seconds(self.usage.window) > duration_seconds(self.retention)):
+            raise Invalid("longer than Prometheus keeps samples (`retention`, "
+                          f"{self.retention})", f"{self.retention} or less",
+                          at=("usage", "window"), value=self.usage.window, has_value=True)
         return self
 
     @property

@@ -114,7 +114,8 @@ def component_inputs(settings: StackSettings, secret_sections: Collection[str] =
                               namespace=compaction.namespace)
                         if compaction.enabled else None),
             teams=(valid(MonitoredTeams, namespace=teams.kueue.namespace,
-                         release_name=teams.kueue.release_name)
+                         release_name=teams.kueue.release_name,
+                         namespaces=teams.team_namespaces)
                    if teams.enabled else None),
             secret_values="monitoring" in secret_sections, **mirror),
         compaction=valid(GpuCompactionInputs, compaction=compaction, scheduler_name=sched.name,
