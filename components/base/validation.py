@@ -119,6 +119,14 @@ def check_dns_label(value: str) -> str:
     return value
 
 
+def check_dns_subdomain(value: str) -> str:
+    if not is_dns_subdomain(value):
+        raise Invalid("not a valid name",
+                      "a DNS-1123 subdomain: at most 253 characters, DNS-1123 labels joined "
+                      "by '.'")
+    return value
+
+
 def check_namespace_names(names: list[str]) -> list[str]:
     for index, name in enumerate(names):
         if not is_dns_label(name):
@@ -194,6 +202,7 @@ def check_image_tag(value: str) -> str:
 
 # Values checked by a rule above, as settings and inputs are typed.
 DnsLabel = Annotated[str, AfterValidator(check_dns_label)]
+DnsSubdomain = Annotated[str, AfterValidator(check_dns_subdomain)]
 OwnNamespace = Annotated[str, AfterValidator(check_own_namespace)]
 NamespaceNames = Annotated[list[str], AfterValidator(check_namespace_names)]
 GoDuration = Annotated[str, AfterValidator(check_go_duration)]

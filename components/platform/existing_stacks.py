@@ -1,6 +1,6 @@
 """In a preview: the stacks the platform joins instead of installing (`monitoring.stack:
-existing`), read on the cluster as the context's user, so that `pulumi preview` says what
-would not work before anything is declared."""
+existing`, `teams.kueue.mode: existing`), read on the cluster as the context's user, so that
+`pulumi preview` says what would not work before anything is declared."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pulumi
 
 from ..base.validation import CONFIG_NAMESPACE
 from ..monitoring import existing_stack
+from .existing_kueue import existing_kueue_findings
 from .settings import StackSettings
 from .stack_cluster import ClusterError, ClusterReader, ClusterUnreachable, NotAllowed
 from .wiring import component_inputs
@@ -27,23 +28,29 @@ class ExistingStackError(Exception):
                          "deployed):\n" + "\n".join(f"  - {p}" for p in problems))
 
 
-def check_existing_stacks(settings: StackSettings) -> None:
-    """Refuses (ExistingStackError) what would not work beside the existing stacks the settings
-    name, and warns of what would work less; says what it was not allowed to read."""
+def monitoring_findings(settings: StackSettings) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of joining the cluster's monitoring stack, if the stack does."""
     if settings.monitoring.stack != "existing":
-        return
+        return [], []
     try:
         with ClusterReader(settings.cluster) as reader:
-            problems, warnings = existing_stack.survey(
-                reader, component_inputs(settings).monitoring)
+            return existing_stack.survey(reader, component_inputs(settings).monitoring)
     except NotAllowed as refused:
-        problems, warnings = [], [
+        return [], [
             f"monitoring.stack: existing: whether the existing Prometheus selects the "
             f"platform's monitors and rules was not checked ({refused}); the preview identity "
             f"needs to {MONITORING_READS}"]
     except ClusterUnreachable as error:
         raise ClusterError(str(error)) from None
-    for warning in warnings:
+
+
+def check_existing_stacks(settings: StackSettings) -> None:
+    """Refuses (ExistingStackError) what would not work beside the existing stacks the settings
+    name, all at once, and warns of what would work less; says what it was not allowed to
+    read."""
+    kueue = existing_kueue_findings(settings)
+    monitoring_problems, monitoring_warnings = monitoring_findings(settings)
+    for warning in [*monitoring_warnings, *kueue.warnings]:
         pulumi.log.warn(f"{CONFIG_NAMESPACE}: {warning}")
-    if problems:
+    if problems := [*monitoring_problems, *kueue.problems]:
         raise ExistingStackError(problems)

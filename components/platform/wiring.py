@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from ..base import charts
-from ..base.facts import KUEUE_CHART, kueue_controller_user
+from ..base.facts import KUEUE_CHART
 from ..base.model import GpuNodeFacts
 from ..base.validation import SettingsError, Subject, describe_invalid
 from ..binpack_scheduler.inputs import BinpackSchedulerInputs
@@ -89,8 +89,7 @@ def component_inputs(settings: StackSettings, secret_sections: Collection[str] =
             gpu_nodes=gpu_nodes,
             teams=(valid(AdmittedTeams, namespaces=teams.team_namespaces,
                          gpu_pods_outside_teams=teams.gpu_pods_outside_teams,
-                         kueue_user=kueue_controller_user(teams.kueue.namespace,
-                                                          teams.kueue.release_name),
+                         kueue_user=teams.kueue.controller_user,
                          workload_controllers=list(teams.workload_controllers))
                    if teams.enabled else None),
             gpu_path=op.gpu_path,
@@ -182,7 +181,8 @@ def deployable_images(inputs: ComponentInputs) -> list[Deployable]:
         Deployable(inputs.compaction.image(compaction.plan_image),
                    ("compaction.enabled", "compaction.planThreshold"),
                    compaction.enabled and compaction.plan_threshold),
-        Deployable(inputs.teams.image(teams.kueue.image), ("teams.enabled",), teams.enabled),
+        Deployable(inputs.teams.image(teams.kueue.image), ("teams.enabled",),
+                   teams.enabled and teams.kueue.installs_chart),
     ]
 
 
@@ -197,7 +197,8 @@ def deployable_charts(inputs: ComponentInputs) -> list[Deployable]:
                    True),
         Deployable(reference(monitoring_values.CHART, inputs.monitoring.monitoring),
                    ("monitoring.stack: install",), inputs.monitoring.monitoring.stack == "install"),
-        Deployable(reference(KUEUE_CHART, teams.kueue), ("teams.enabled",), teams.enabled),
+        Deployable(reference(KUEUE_CHART, teams.kueue), ("teams.enabled",),
+                   teams.enabled and teams.kueue.installs_chart),
     ]
 
 

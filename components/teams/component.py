@@ -13,7 +13,7 @@ import pulumi
 
 from ..base import charts, manifests
 from ..base.component import Component, declare, declare_all
-from ..base.facts import KUEUE_CHART, kueue_controller_user
+from ..base.facts import KUEUE_CHART
 from ..base.validation import Subject
 from .generated_args import TeamsArgs
 from .inputs import TeamsInputs
@@ -29,8 +29,9 @@ from .queues import (
 
 
 class Teams(Component[TeamsInputs]):
-    """Kueue and the teams' queues: a ClusterQueue per team with its GPU quota in one cohort,
-    a LocalQueue in each of its namespaces, the GPU flavors and the workload priorities."""
+    """Kueue (or, with `kueue.mode: existing`, the cluster's own) and the teams' queues: a
+    ClusterQueue per team with its GPU quota in one cohort, a LocalQueue in each of its
+    namespaces, the GPU flavors and the workload priorities."""
 
     namespace: str
     "Kueue's namespace."
@@ -48,23 +49,14 @@ class Teams(Component[TeamsInputs]):
 
     def _declare(self, name: str, inputs: TeamsInputs,
                  opts: pulumi.ResourceOptions | None) -> None:
-        values = chart_values(inputs)
         self._register(name, opts)
         teams, kueue = inputs.teams, inputs.teams.kueue
-        namespace = declare(manifests.namespace(kueue.namespace, "restricted", COMPONENT), self)
-        # The quota first: where critical-priority pods need one, they are refused without it.
-        quota = declare(manifests.critical_pods_quota(kueue.namespace, COMPONENT,
-                                                      manifests.replicas_quota(kueue.replicas)),
-                        self, [namespace])
-        self.release = charts.release(
-            kueue.release_name, chart=KUEUE_CHART, version=kueue.chart_version,
-            repository=kueue.repository, namespace=kueue.namespace, values=values,
-            parent=self, protection=kueue.protection, chart_path=kueue.chart_path,
-            depends_on=[namespace, quota])
+        # With the cluster's own Kueue (`mode: existing`), only the teams' objects go into it.
+        kueue_ready = [self._install_kueue(inputs)] if kueue.installs_chart else []
         # Kueue's webhooks decide these first: `pulumi up` stops here if they cannot be
         # reached, before anything depends on Kueue.
-        flavors = [declare(resource_flavor(inputs, f.name, f.node_labels), self,
-                           [self.release]) for f in teams.flavors]
+        flavors = [declare(resource_flavor(inputs, f.name, f.node_labels), self, kueue_ready)
+                   for f in teams.flavors]
         classes = declare_all(workload_priority_classes(inputs), self, flavors)
         for team in teams.teams:
             queue = declare(cluster_queue(inputs, team), self, flavors)
@@ -75,7 +67,21 @@ class Teams(Component[TeamsInputs]):
                         [queue, created, *classes.values()])
         self.namespace = kueue.namespace
         self.team_namespaces = teams.team_namespaces
-        self.kueue_user = kueue_controller_user(kueue.namespace, kueue.release_name)
+        self.kueue_user = kueue.controller_user
         self.register_outputs({"namespace": self.namespace,
                                "teamNamespaces": self.team_namespaces,
                                "kueueUser": self.kueue_user})
+
+    def _install_kueue(self, inputs: TeamsInputs) -> pulumi.Resource:
+        """Kueue's namespace, its critical-pods quota and its release."""
+        kueue = inputs.teams.kueue
+        namespace = declare(manifests.namespace(kueue.namespace, "restricted", COMPONENT), self)
+        # The quota first: where critical-priority pods need one, they are refused without it.
+        quota = declare(manifests.critical_pods_quota(kueue.namespace, COMPONENT,
+                                                      manifests.replicas_quota(kueue.replicas)),
+                        self, [namespace])
+        return charts.release(
+            kueue.release_name, chart=KUEUE_CHART, version=kueue.chart_version,
+            repository=kueue.repository, namespace=kueue.namespace, values=chart_values(inputs),
+            parent=self, protection=kueue.protection, chart_path=kueue.chart_path,
+            depends_on=[namespace, quota])

@@ -13,12 +13,34 @@ from typing import Any, NotRequired, TypedDict
 from ..base.generated_args import GpuNodeFacts, ImageSettings, ReleaseProtection
 
 
+class ExistingKueueSettings(TypedDict):
+    "The Kueue the cluster already runs, which the teams' queues go into (`mode: existing`)."
+    service_account: NotRequired[str]
+    ("The ServiceAccount it runs as, in `teams.kueue.namespace` (Kueue's own manifests name "
+     "it so): the admission policy lets only this identity lift Kueue's gates and start a "
+     "team's Jobs, and a preview finds Kueue's Deployment, its version and its Configuration "
+     "by it. Default: `kueue-controller-manager`.")
+
+
 class KueueSettings(TypedDict):
-    "Kueue: its pinned Helm release."
+    "Kueue: its pinned Helm release, or the Kueue the cluster already runs."
+    mode: NotRequired[str]
+    ("`install`: the program installs Kueue from its pinned chart in "
+     "`teams.kueue.namespace`. `existing`: the cluster already runs a supported Kueue there; "
+     "the program installs no chart and declares only the teams' flavors, queues and "
+     "priorities into it, and a preview refuses a Kueue of another version or whose "
+     "Configuration lacks what the teams need (see "
+     "docs/operators/teams.md#using-the-clusters-kueue). Allowed: `install`, `existing`. "
+     "Default: `install`.")
+    existing: NotRequired[ExistingKueueSettings]
+    "With `mode: existing`: the Kueue the teams use."
     release_name: NotRequired[str]
-    "Helm release name. Default: `kueue`."
+    ("Helm release name; with `mode: existing`, the cluster's Kueue's, by whose chart names "
+     "the platform's scrape and the KueueUnavailable alert find its metrics Service and "
+     "Deployment. Default: `kueue`.")
     namespace: NotRequired[str]
-    "Namespace of Kueue. Default: `kueue-system`."
+    ("Namespace of Kueue: where the program installs it, or where the cluster's Kueue runs "
+     "(`mode: existing`; Kueue's own manifests use this one). Default: `kueue-system`.")
     repository: NotRequired[str]
     ("Helm repository of the chart: https://, or an oci:// registry (a mirror, for example). "
      "Default: `oci://registry.k8s.io/kueue/charts`.")

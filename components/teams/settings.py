@@ -6,11 +6,12 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from ..base.facts import NVIDIA_RESOURCES
-from ..base.model import ImageSettings, Labels, Model, ReleaseProtection
+from ..base.facts import NVIDIA_RESOURCES, kueue_controller_user
+from ..base.model import ImageSettings, Labels, Model, ReleaseProtection, to_snake
 from ..base.validation import (
     ChartPath,
     DnsLabel,
+    DnsSubdomain,
     GoDuration,
     Invalid,
     NamespaceNames,
@@ -25,6 +26,9 @@ KUEUE_MIN_KUBERNETES = (1, 34)
 # Who creates the Jobs of a JobSet: its controller, as JobSet's release manifests install it
 # (namespace jobset-system, ServiceAccount jobset-controller-manager).
 JOBSET_CONTROLLER = "system:serviceaccount:jobset-system:jobset-controller-manager"
+# The ServiceAccount Kueue's own manifests run it as (config/default: namePrefix `kueue-` on
+# config/components/manager's `controller-manager`), in their namespace kueue-system.
+KUEUE_MANIFESTS_SERVICE_ACCOUNT = "kueue-controller-manager"
 
 
 class FlavorSettings(Model):
@@ -108,11 +112,46 @@ class TeamSettings(Model):
         return self
 
 
-class KueueSettings(Model):
-    """Kueue: its pinned Helm release."""
+class ExistingKueueSettings(Model):
+    """The Kueue the cluster already runs, which the teams' queues go into (`mode: existing`)."""
 
-    release_name: DnsLabel = Field(default="kueue", description="Helm release name.")
-    namespace: OwnNamespace = Field(default="kueue-system", description="Namespace of Kueue.")
+    service_account: DnsSubdomain = Field(
+        default=KUEUE_MANIFESTS_SERVICE_ACCOUNT,
+        description="The ServiceAccount it runs as, in `teams.kueue.namespace` (Kueue's own "
+                    "manifests name it so): the admission policy lets only this identity lift "
+                    "Kueue's gates and start a team's Jobs, and a preview finds Kueue's "
+                    "Deployment, its version and its Configuration by it.")
+
+
+# Settings of the chart the program installs, which say nothing with `mode: existing`.
+# (`releaseName` still does: Monitoring finds Kueue's metrics Service and Deployment by it.)
+CHART_ONLY = ("repository", "chartVersion", "chartPath", "image", "replicas", "protection",
+              "extraValues")
+
+
+class KueueSettings(Model):
+    """Kueue: its pinned Helm release, or the Kueue the cluster already runs."""
+
+    mode: Literal["install", "existing"] = Field(
+        default="install",
+        description="`install`: the program installs Kueue from its pinned chart in "
+                    "`teams.kueue.namespace`. `existing`: the cluster already runs a supported "
+                    "Kueue there; the program installs no chart and declares only the teams' "
+                    "flavors, queues and priorities into it, and a preview refuses a Kueue of "
+                    "another version or whose Configuration lacks what the teams need (see "
+                    "docs/operators/teams.md#using-the-clusters-kueue).")
+    existing: ExistingKueueSettings = Field(
+        default_factory=ExistingKueueSettings,
+        description="With `mode: existing`: the Kueue the teams use.")
+    release_name: DnsLabel = Field(
+        default="kueue",
+        description="Helm release name; with `mode: existing`, the cluster's Kueue's, by whose "
+                    "chart names the platform's scrape and the KueueUnavailable alert find its "
+                    "metrics Service and Deployment.")
+    namespace: OwnNamespace = Field(
+        default="kueue-system",
+        description="Namespace of Kueue: where the program installs it, or where the cluster's "
+                    "Kueue runs (`mode: existing`; Kueue's own manifests use this one).")
     repository: Repository = Field(default="oci://registry.k8s.io/kueue/charts",
                                    description="Helm repository of the chart: https://, or an "
                                                "oci:// registry (a mirror, for example).")
@@ -134,6 +173,30 @@ class KueueSettings(Model):
         default_factory=dict,
         description="Further chart values, merged over the generated ones; keys that other "
                     "settings own are refused.")
+
+    @model_validator(mode="after")
+    def chart_settings_need_the_chart(self) -> KueueSettings:
+        # A setting of the chart the program does not install would be silently ignored.
+        if self.mode == "existing":
+            for key in CHART_ONLY:
+                if to_snake(key) in self.model_fields_set:
+                    raise Invalid("set, but it configures the Kueue chart, which `mode: "
+                                  "existing` does not install", "unset (the cluster's Kueue "
+                                  "keeps its own), or `mode: install`", at=(key,),
+                                  value=getattr(self, to_snake(key)), has_value=True)
+        return self
+
+    @property
+    def installs_chart(self) -> bool:
+        """Whether the program installs Kueue (else it uses the cluster's)."""
+        return self.mode == "install"
+
+    @property
+    def controller_user(self) -> str:
+        """Kueue's identity in its requests to the API server: its ServiceAccount's user name."""
+        if self.installs_chart:
+            return kueue_controller_user(self.namespace, self.release_name)
+        return f"system:serviceaccount:{self.namespace}:{self.existing.service_account}"
 
 
 class TeamsSettings(Model):

@@ -40,19 +40,24 @@ class RunningPlatform:
 
 def run_platform(stack: ExitStack, cp: ControlPlane, settings_file: dict[str, Any], *,
                  before_pods: Callable[[StackSettings], None] = lambda settings: None,
-                 controllers: tuple[str, ...] = ()) -> RunningPlatform:
+                 controllers: tuple[str, ...] = (),
+                 existing_kueue: Kueue | None = None) -> RunningPlatform:
     """Starts the platform of `settings_file` (stack settings without the `gpu-platform:`
     prefix), stopped when `stack` closes; returns once the webhooks are applied.
     `before_pods` runs after the declared objects are applied and before any pod starts;
-    `controllers` are started beside the ones workload pods need."""
+    `controllers` are started beside the ones workload pods need; `existing_kueue`, a Kueue
+    already running (`teams.kueue.mode: existing`), is used instead of starting one with the
+    generated Configuration."""
     kube = cp.admin
     config = harness.stack_file_config(settings_file)
     settings = harness.settings_of(config)
     inputs = harness.inputs_of(settings)
     objects = declared(harness.run_program(config), TestCertificates(inputs.admission)).objects
     # Kueue first: its CRDs, and its webhooks, which decide the queues' objects.
-    running = Kueue(cp, teams.kueue_configuration(inputs.teams)).start()
-    stack.callback(running.stop)
+    running = existing_kueue
+    if running is None:
+        running = Kueue(cp, teams.kueue_configuration(inputs.teams)).start()
+        stack.callback(running.stop)
     # The webhooks last, once OPA serves; so is the reachability probe, which they decide.
     probe = find(objects, "ConfigMap", opa_admission.REACHABILITY_PROBE)
     apply_declared(kube, [o for o in objects if o["kind"] not in WEBHOOK_KINDS and o is not probe])

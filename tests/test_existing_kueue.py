@@ -1,0 +1,347 @@
+"""`teams.kueue.mode: existing`: the teams' queues go into the Kueue the cluster already runs.
+What is declared (no chart, no Kueue namespace; every queue, flavor and priority), whose
+identity the admission policy trusts, and what `pulumi preview` finds on the cluster: Kueue's
+version, and its Configuration against what the teams need of it."""
+
+import copy
+
+import pytest
+import yaml
+from test_settings import TEAMS, raw, with_changes
+
+from components.base.facts import KUEUE_API
+from components.base.validation import SettingsError
+from components.platform import existing_kueue, existing_stacks
+from components.platform.config import load_settings
+from components.platform.stack_cluster import NotAllowed
+from components.platform.wiring import component_inputs
+from components.teams import existing_kueue as checks
+from components.teams import kueue_configuration
+from components.teams.kueue import FRAMEWORKS
+from harness import ROOT, admission_of, run_program, stack_file_config
+
+K8S = "kubernetes:"
+EXISTING = with_changes(teams={**TEAMS, "kueue": {"mode": "existing"}})
+SETTINGS = load_settings(raw(EXISTING))
+NAMESPACE = "kueue-system"
+# Kueue's user as its own manifests run it (namespace kueue-system, ServiceAccount
+# kueue-controller-manager).
+MANIFESTS_USER = "system:serviceaccount:kueue-system:kueue-controller-manager"
+
+
+def teams_inputs(settings=SETTINGS):
+    return component_inputs(settings).teams
+
+
+# --- what is declared ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def existing_run():
+    return run_program(stack_file_config(EXISTING))
+
+
+def test_no_kueue_is_installed_and_the_teams_queues_still_are(existing_run):
+    assert existing_run.of_type(f"{K8S}helm.sh/v3:Release") and not [
+        r for r in existing_run.of_type(f"{K8S}helm.sh/v3:Release") if r.name == "kueue"]
+    namespaces = {r.name for r in existing_run.of_type(f"{K8S}core/v1:Namespace")}
+    assert NAMESPACE not in namespaces and {"research", "vision"} <= namespaces
+    assert not [r for r in existing_run.of_type(f"{K8S}core/v1:ResourceQuota")
+                if r.name.startswith(f"{NAMESPACE}/")]
+    kinds = {(r.inputs["kind"], r.name) for r in existing_run.registrations
+             if r.type.startswith(f"{K8S}{KUEUE_API}:")}
+    assert kinds == {("ResourceFlavor", "gpu"), ("ClusterQueue", "research"),
+                     ("ClusterQueue", "vision"), ("LocalQueue", "research/default"),
+                     ("LocalQueue", "vision/default"), ("WorkloadPriorityClass", "team-high"),
+                     ("WorkloadPriorityClass", "team-low")}
+
+
+def test_kueues_image_and_chart_are_not_listed_for_a_mirror(existing_run):
+    platform = existing_run.one("gpu-platform:index:GpuPlatform", "gpu-platform")
+    outputs = existing_run.outputs[platform.urn]
+    assert not [i for i in outputs["images"] if "/kueue:" in i]
+    assert not [c for c in outputs["charts"] if "kueue" in c]
+
+
+def test_the_admission_policy_trusts_the_existing_kueues_service_account(existing_run):
+    teams = existing_run.one("gpu-platform:index:Teams", "teams")
+    assert existing_run.outputs[teams.urn]["kueueUser"] == MANIFESTS_USER
+    assert admission_of(SETTINGS).teams.kueue_user == MANIFESTS_USER
+    other = load_settings(raw(with_changes(teams={**TEAMS, "kueue": {
+        "mode": "existing", "namespace": "queues", "existing": {"serviceAccount": "kueue"}}})))
+    assert admission_of(other).teams.kueue_user == "system:serviceaccount:queues:kueue"
+
+
+def test_a_chart_setting_with_an_existing_kueue_is_refused():
+    with pytest.raises(SettingsError) as refused:
+        load_settings(raw(with_changes(teams={**TEAMS, "kueue": {
+            "mode": "existing", "replicas": 3}})))
+    message = str(refused.value)
+    assert "gpu-platform:teams.kueue.replicas" in message and "mode: install" in message
+
+
+# --- Kueue's version ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("image", ["registry.k8s.io/kueue/kueue:v0.19.2",
+                                   "registry.k8s.io/kueue/kueue:v0.19.0",
+                                   "mirror.example:5000/kueue/kueue:v0.19.3@sha256:0123"])
+def test_a_kueue_of_the_tested_minor_is_supported(image):
+    assert checks.version_findings("Deployment kueue-system/kueue", image) == checks.Findings()
+
+
+@pytest.mark.parametrize("image, version", [("registry.k8s.io/kueue/kueue:v0.18.4", "v0.18.4"),
+                                            ("registry.k8s.io/kueue/kueue:v0.20.0", "v0.20.0")])
+def test_a_kueue_of_another_minor_is_refused_naming_the_supported_versions(image, version):
+    found = checks.version_findings("Deployment kueue-system/kueue", image)
+    (problem,) = found.problems
+    assert version in problem and "supported: v0.19.x (tested: v0.19.2)" in problem
+    assert "kueue.x-k8s.io/v1beta2" in problem and "fix:" in problem
+
+
+def test_a_tag_that_names_no_version_is_warned_of():
+    found = checks.version_findings("Deployment kueue-system/kueue",
+                                    "registry.example/kueue@sha256:0123")
+    assert not found.problems
+    assert "was not checked" in found.warnings[0] and "v0.19.x" in found.warnings[0]
+
+
+# --- Kueue's Configuration ----------------------------------------------------------------------
+
+def fitting_configuration() -> dict:
+    """A Configuration a cluster's operator might run, with what the teams need: the team
+    namespaces selected by the label the program gives them."""
+    return {"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
+            "manageJobsWithoutQueueName": True,
+            "managedJobsNamespaceSelector": {"matchExpressions": [
+                {"key": "gpu-platform.io/team", "operator": "Exists"}]},
+            "integrations": {"frameworks": ["batch/job", "kubeflow.org/mpijob", "pod",
+                                            "deployment", "statefulset",
+                                            "jobset.x-k8s.io/jobset",
+                                            "leaderworkerset.x-k8s.io/leaderworkerset"]},
+            "resources": {"quotaCheckStrategy": "IgnoreUndeclared"},
+            "waitForPodsReady": {"timeout": "10m0s"},
+            "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare"]},
+            "metrics": {"enableClusterQueueResources": True}}
+
+
+def configuration_findings(configuration: dict, settings=SETTINGS,
+                           labels: dict | None = None) -> checks.Findings:
+    return checks.configuration_findings(teams_inputs(settings), configuration,
+                                         "ConfigMap kueue-system/kueue-manager-config",
+                                         labels or {})
+
+
+def test_a_configuration_with_what_the_teams_need_passes():
+    assert configuration_findings(fitting_configuration()) == checks.Findings()
+    # So does the one the program gives the Kueue it installs.
+    assert configuration_findings(kueue_configuration(teams_inputs())) == checks.Findings()
+
+
+def without(path: str, value=None) -> dict:
+    configuration = fitting_configuration()
+    *parents, key = path.split(".")
+    node = configuration
+    for parent in parents:
+        node = node.setdefault(parent, {})
+    if value is None:
+        node.pop(key, None)
+    else:
+        node[key] = value
+    return configuration
+
+
+@pytest.mark.parametrize("configuration, setting, why", [
+    (without("manageJobsWithoutQueueName"), "manageJobsWithoutQueueName",
+     "names no queue is not held by Kueue"),
+    (without("managedJobsNamespaceSelector", {"matchLabels": {"kueue": "on"}}),
+     "managedJobsNamespaceSelector", "does not select the team namespaces research, vision"),
+    (without("integrations.frameworks", ["batch/job", "pod"]), "integrations.frameworks",
+     "lacks jobset.x-k8s.io/jobset, leaderworkerset.x-k8s.io/leaderworkerset, deployment, "
+     "statefulset"),
+    # Kueue's default: Jobs only.
+    (without("integrations"), "integrations.frameworks",
+     "lacks jobset.x-k8s.io/jobset, leaderworkerset.x-k8s.io/leaderworkerset, pod, "
+     "deployment, statefulset"),
+    (without("resources"), "resources.quotaCheckStrategy", "BlockUndeclared"),
+    (without("featureGates", {"QuotaCheckStrategy": False}), "resources.quotaCheckStrategy",
+     "feature gate off"),
+])
+def test_a_missing_requirement_is_refused_naming_it_and_the_fix(configuration, setting, why):
+    found = configuration_findings(configuration)
+    (problem,) = found.problems
+    assert f"{setting}: " in problem and why in problem
+    assert "ConfigMap kueue-system/kueue-manager-config" in problem
+    assert "fix:" in problem and problem.endswith("restart Kueue")
+
+
+def test_kueues_default_namespace_selector_manages_the_team_namespaces():
+    # Every namespace but Kueue's own and kube-system.
+    assert not configuration_findings(without("managedJobsNamespaceSelector")).problems
+
+
+def test_the_selector_is_matched_against_the_team_namespaces_labels():
+    selector = {"matchLabels": {"queues": "kueue"}}
+    refused = configuration_findings(without("managedJobsNamespaceSelector", selector))
+    assert "research, vision" in refused.problems[0]
+    labels = {"research": {"queues": "kueue"}, "vision": {"queues": "kueue"}}
+    assert not configuration_findings(without("managedJobsNamespaceSelector", selector),
+                                      labels=labels).problems
+
+
+@pytest.mark.parametrize("configuration, setting, why", [
+    (without("fairSharing"), "fairSharing", "fairSharingWeight has no effect"),
+    (without("waitForPodsReady"), "waitForPodsReady.timeout",
+     "30m: a workload whose pods do not all run gives its GPUs back after that"),
+    (without("featureGates", {"DisableWaitForPodsReady": True}), "waitForPodsReady",
+     "keeps its GPUs"),
+    (without("metrics"), "metrics.enableClusterQueueResources", "the dashboard's team rows"),
+])
+def test_what_only_weakens_a_feature_is_a_warning(configuration, setting, why):
+    found = configuration_findings(configuration)
+    assert not found.problems
+    (warning,) = found.warnings
+    assert f"{setting}: " in warning and why in warning
+
+
+def test_on_the_dra_path_claims_on_the_gpu_classes_must_count_against_the_quotas():
+    dra = load_settings(raw(with_changes(kubernetesVersion="1.37.2",
+                                         gpuOperator={"gpuPath": "dra"},
+                                         teams={**TEAMS, "kueue": {"mode": "existing"}})))
+    (problem,) = configuration_findings(fitting_configuration(), dra).problems
+    assert "resources.deviceClassMappings" in problem and "nvidia.com/gpu" in problem
+    mapped = kueue_configuration(teams_inputs(dra))["resources"]["deviceClassMappings"]
+    configuration = without("resources.deviceClassMappings", mapped)
+    assert not configuration_findings(configuration, dra).problems
+
+
+# --- what a preview reads -----------------------------------------------------------------------
+
+DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments"
+CONFIG_MAP = f"/api/v1/namespaces/{NAMESPACE}/configmaps/kueue-manager-config"
+
+
+def manifests_deployment(image: str = "registry.k8s.io/kueue/kueue:v0.19.2") -> dict:
+    """Kueue's Deployment as its manifests make it: the manager container, its ServiceAccount,
+    its Configuration mounted from a ConfigMap."""
+    return {"metadata": {"name": "kueue-controller-manager", "namespace": NAMESPACE},
+            "spec": {"template": {"spec": {
+                "serviceAccountName": "kueue-controller-manager",
+                "containers": [{"name": "manager", "image": image}],
+                "volumes": [{"name": "manager-config",
+                             "configMap": {"name": "kueue-manager-config"}}]}}}}
+
+
+class FakeCluster:
+    """Answers a preview's reads from dicts of paths; a path in `refused` answers 403."""
+
+    def __init__(self, objects: dict[str, dict], lists: dict[str, list[dict]],
+                 refused: tuple[str, ...] = ()):
+        self.objects, self.lists, self.refused = objects, lists, refused
+
+    def get(self, path: str, **_: str) -> dict | None:
+        if path in self.refused:
+            raise NotAllowed(f"GET {path}: HTTP 403 for the context's user")
+        return self.objects.get(path)
+
+    def items(self, path: str, **_: str) -> list[dict]:
+        if path in self.refused:
+            raise NotAllowed(f"GET {path}: HTTP 403 for the context's user")
+        return self.lists.get(path, [])
+
+
+def cluster(deployment: dict | None = None, configuration: dict | None = None,
+            refused: tuple[str, ...] = ()) -> FakeCluster:
+    config_map = {"data": {"controller_manager_config.yaml": yaml.safe_dump(
+        configuration if configuration is not None else fitting_configuration())}}
+    return FakeCluster({f"/apis/{KUEUE_API}": {"kind": "APIResourceList"},
+                        CONFIG_MAP: config_map},
+                       {DEPLOYMENTS: [deployment or manifests_deployment()]}, refused)
+
+
+def preview(reads: FakeCluster) -> checks.Findings:
+    found = existing_kueue.read_kueue(reads, NAMESPACE, "kueue-controller-manager",
+                                      ["research", "vision"])
+    return checks.findings(teams_inputs(), found)
+
+
+def test_a_supported_kueue_with_what_the_teams_need_passes_the_preview():
+    assert preview(cluster()) == checks.Findings()
+
+
+def test_the_preview_reads_the_version_and_the_configuration_kueue_runs():
+    found = preview(cluster(manifests_deployment("registry.k8s.io/kueue/kueue:v0.17.1"),
+                            without("manageJobsWithoutQueueName")))
+    assert len(found.problems) == 2
+    assert "v0.17.1" in found.problems[0] and "manageJobsWithoutQueueName" in found.problems[1]
+
+
+def test_a_kueue_that_mounts_no_configuration_runs_kueues_defaults_and_is_refused():
+    deployment = manifests_deployment()
+    deployment["spec"]["template"]["spec"]["volumes"] = []
+    found = preview(cluster(deployment))
+    assert len(found.problems) == 3
+    assert all("mounts none: Kueue's defaults" in problem for problem in found.problems)
+    for setting, problem in zip(("manageJobsWithoutQueueName", "integrations.frameworks",
+                                 "resources.quotaCheckStrategy"), found.problems, strict=True):
+        assert f"): {setting}: " in problem
+
+
+def test_no_kueue_in_the_namespace_is_refused_naming_the_settings():
+    reads = cluster()
+    reads.lists[DEPLOYMENTS] = []
+    del reads.objects[f"/apis/{KUEUE_API}"]
+    found = preview(reads)
+    assert len(found.problems) == 2
+    assert "serves no kueue.x-k8s.io/v1beta2" in found.problems[0]
+    assert "no Deployment in namespace kueue-system runs as the ServiceAccount " \
+           "kueue-controller-manager" in found.problems[1]
+    assert "teams.kueue.existing.serviceAccount" in found.problems[1]
+
+
+@pytest.mark.parametrize("refused, unchecked", [
+    ((DEPLOYMENTS,), "its version and Configuration were not checked"),
+    ((CONFIG_MAP,), "none of what the teams need of it was checked"),
+    (("/api/v1/namespaces/research",), "the labels the program gives them only"),
+])
+def test_what_the_preview_may_not_read_is_said_not_passed_silently(refused, unchecked):
+    found = preview(cluster(configuration=without("manageJobsWithoutQueueName"),
+                            refused=refused))
+    (warning,) = [w for w in found.warnings if "HTTP 403" in w]
+    assert unchecked in warning
+    if refused != ("/api/v1/namespaces/research",):
+        assert not found.problems
+
+
+def test_the_preview_check_stops_before_anything_is_declared(monkeypatch):
+    found = preview(cluster(manifests_deployment("registry.k8s.io/kueue/kueue:v0.20.1")))
+    monkeypatch.setattr(existing_stacks, "existing_kueue_findings", lambda settings: found)
+    with pytest.raises(existing_stacks.ExistingStackError) as refused:
+        existing_stacks.check_existing_stacks(SETTINGS)
+    assert str(refused.value).startswith("the stack's settings do not fit what the cluster runs "
+                                         "(nothing was deployed):\n  - teams.kueue.mode: "
+                                         "existing: Deployment kueue-system/kueue-controller-"
+                                         "manager runs Kueue v0.20.1")
+
+
+def test_an_installed_kueue_is_not_read():
+    installs = load_settings(raw(with_changes(teams=copy.deepcopy(TEAMS))))
+    assert existing_kueue.existing_kueue_findings(installs) == checks.Findings()
+
+
+def test_the_operators_page_lists_each_requirement_and_the_supported_versions():
+    page = (ROOT / "docs" / "operators" / "teams.md").read_text()
+    section = page[page.index("## Using the cluster's Kueue"):
+                   page.index("## What users do differently")]
+    dra = load_settings(raw(with_changes(kubernetesVersion="1.37.2",
+                                         gpuOperator={"gpuPath": "dra"},
+                                         teams={**TEAMS, "kueue": {"mode": "existing"}})))
+    # Every requirement refused: Kueue's defaults, selecting no team namespace.
+    refused = configuration_findings(
+        {"managedJobsNamespaceSelector": {"matchLabels": {"kueue": "on"}}}, dra).problems
+    settings = [problem.split("): ", 1)[1].split(": ", 1)[0] for problem in refused]
+    assert len(settings) == 5
+    for setting in settings:
+        assert f"| `{setting}`" in section, setting
+    for framework in FRAMEWORKS:
+        assert f"`{framework}`" in section
+    major, minor = checks.SUPPORTED_MINOR
+    assert f"Kueue v{major}.{minor}.x" in section and checks.TESTED_VERSION in section
