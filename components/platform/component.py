@@ -16,6 +16,7 @@ from ..gpu_operator.component import GpuOperator
 from ..monitoring.component import Monitoring
 from ..opa_admission.component import OpaAdmission
 from ..teams.component import Teams
+from .cluster_survey import check_conflicts
 from .config import check_secret_keys, load_settings, retired_settings
 from .existing_stacks import check_existing_stacks
 from .generated_args import GpuPlatformArgs
@@ -150,6 +151,7 @@ def deploy(config: Mapping[str, Any], secret_keys: Collection[str] = ()) -> GpuP
         pulumi.log.warn(warning)
     if pulumi.runtime.is_dry_run():
         check_cluster(settings)
+        check_conflicts(settings)
         check_existing_stacks(settings)
     platform = GpuPlatform.from_inputs(PLATFORM_NAME, platform_inputs(settings, secret_keys))
     for key, value in platform.outputs.items():

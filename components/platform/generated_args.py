@@ -27,6 +27,13 @@ class ClusterSettings(TypedDict):
     kubeconfig: NotRequired[str | None]
     ("Path of the kubeconfig file; unset: `$KUBECONFIG`, else `~/.kube/config`, as kubectl "
      "reads them.")
+    acknowledged_conflicts: NotRequired[list[str]]
+    ("Conflicts with what the cluster already runs that `pulumi preview` is to report "
+     "without failing, by the ids its message names: for what you have decided to install "
+     "beside. See docs/operators/adopting.md#before-you-install-on-a-live-cluster. Allowed: "
+     "a list of `other-device-plugin`, `preinstalled-driver`, `preinstalled-toolkit`, "
+     "`other-prometheus-operator`, `other-node-exporter`, `other-kueue`, "
+     "`untainted-gpu-nodes`, `more-nodes-than-quota`. Default: `[]`.")
 
 
 class GpuPlatformArgs(TypedDict):

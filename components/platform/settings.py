@@ -3,7 +3,7 @@ and the rules that span sections."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -25,6 +25,12 @@ from ..monitoring.settings import MonitoringSettings
 from ..opa_admission.settings import AdmissionSettings
 from ..teams.settings import KUEUE_MIN_KUBERNETES, TeamsSettings
 
+# What `pulumi preview` finds running on the cluster beside what the stack would install, each
+# by the id its message names (components/platform/cluster_survey.py looks for each).
+ConflictId = Literal["other-device-plugin", "preinstalled-driver", "preinstalled-toolkit",
+                     "other-prometheus-operator", "other-node-exporter", "other-kueue",
+                     "untainted-gpu-nodes", "more-nodes-than-quota"]
+
 
 class ClusterSettings(Model):
     """The cluster the stack deploys to: a context of a kubeconfig."""
@@ -36,6 +42,12 @@ class ClusterSettings(Model):
         default=None,
         description="Path of the kubeconfig file; unset: `$KUBECONFIG`, else "
                     "`~/.kube/config`, as kubectl reads them.")
+    acknowledged_conflicts: list[ConflictId] = Field(
+        default_factory=list,
+        description="Conflicts with what the cluster already runs that `pulumi preview` is to "
+                    "report without failing, by the ids its message names: for what you have "
+                    "decided to install beside. See "
+                    "docs/operators/adopting.md#before-you-install-on-a-live-cluster.")
 
 
 class StackSettings(Model):

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import requests
 import yaml
@@ -164,6 +164,29 @@ class Process:
 
 
 # --- the API client -------------------------------------------------------------------------
+
+class Controller:
+    """A controller the suite runs beside the control plane: `start()` installs what it needs
+    (its CRDs, its objects) and runs it, and stops it again when either fails."""
+
+    def start(self) -> Self:
+        try:
+            self._install()
+            self._run()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _install(self) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
 
 class ApiError(Exception):
     def __init__(self, status: int, body: Any, what: str):

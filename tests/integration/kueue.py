@@ -32,7 +32,7 @@ import yaml
 from kubelet import PodNetwork, write_volume
 
 import tools
-from controlplane import ApiError, ControlPlane, Kube, free_port, wait_until
+from controlplane import ApiError, Controller, ControlPlane, Kube, free_port, wait_until
 from declared_objects import TEST_MANAGER
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -110,7 +110,7 @@ def webhook_configurations(namespace_selector: dict, frameworks: Iterable[str]) 
     return configurations
 
 
-class Kueue:
+class Kueue(Controller):
     """Kueue v0.19.2 running `configuration`, the Configuration the platform generates
     (teams.kueue_configuration), with only what a pod's place in a cluster decides changed:
     the addresses it listens on, where its certificates are, and its namespace. `start()`
@@ -151,15 +151,6 @@ class Kueue:
         return config
 
     # lifecycle
-
-    def start(self) -> Kueue:
-        try:
-            self._install()
-            self._run()
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
     def _install(self) -> None:
         kube = self.kube

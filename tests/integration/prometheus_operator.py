@@ -21,7 +21,7 @@ import yaml
 
 import tools
 from components.monitoring.values import CHART_IMAGES
-from controlplane import ApiError, ControlPlane, Kube, free_port, wait_until
+from controlplane import ApiError, Controller, ControlPlane, Kube, free_port, wait_until
 from declared_objects import TEST_MANAGER
 
 API_VERSION = "monitoring.coreos.com/v1"
@@ -123,7 +123,7 @@ def chart_node_exporter() -> dict:
     }
 
 
-class PrometheusOperator:
+class PrometheusOperator(Controller):
     """The real operator, watching every namespace as the chart runs it. `start()` installs
     the CRDs first (the operator checks at start which kinds are served) and returns once it
     answers /healthz; `stop()` ends it."""
@@ -132,15 +132,6 @@ class PrometheusOperator:
         self.cp, self.kube = cp, cp.admin
         self.port = 0
         self.process = None
-
-    def start(self) -> PrometheusOperator:
-        try:
-            self._install()
-            self._run()
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
     def _install(self) -> None:
         kube = self.kube
