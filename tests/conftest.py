@@ -1,6 +1,7 @@
 import sys
 from pathlib import Path
 
+import pulumi
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,3 +47,12 @@ def deployed(example_run, example_settings, tmp_path_factory):
     """The admission policy as the example stack deploys it (see policy_harness)."""
     return policy_harness.deployed_policy(example_run, example_settings,
                                           tmp_path_factory.mktemp)
+
+
+@pytest.fixture
+def logged(monkeypatch) -> dict[str, list[str]]:
+    """What the program logs through pulumi.log (warnings and infos), instead of the engine."""
+    said: dict[str, list[str]] = {"warn": [], "info": []}
+    for level in said:
+        monkeypatch.setattr(pulumi.log, level, said[level].append)
+    return said

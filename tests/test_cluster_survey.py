@@ -14,7 +14,6 @@ from test_settings import KUBECONFIG
 
 import harness
 from components.base.validation import SettingsError
-from components.platform import cluster_survey
 from components.platform.cluster_survey import (
     CHECKS,
     CONFLICT_IDS,
@@ -118,14 +117,6 @@ class FakeCluster:
         if path in self.named:
             return self.by_path.get(path)
         return {"items": self.by_path.get(path, []), "metadata": {}}
-
-
-@pytest.fixture
-def logged(monkeypatch) -> dict[str, list[str]]:
-    said: dict[str, list[str]] = {"warn": [], "info": []}
-    for level in said:
-        monkeypatch.setattr(cluster_survey.pulumi.log, level, said[level].append)
-    return said
 
 
 def on(monkeypatch, cluster: FakeCluster) -> FakeCluster:

@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 from components.gpu_nodes.settings import GpuNodesSettings
-from components.platform import cluster_survey
 from components.platform.cluster_survey import CHECKS, ClusterConflicts, check_conflicts
 from components.platform.settings import ClusterSettings, StackSettings
 from controlplane import ControlPlane
@@ -76,14 +75,6 @@ def stack_on(cluster: ControlPlane, settings: StackSettings, user: str = "survey
                                    kubeconfig=str(cluster.kubeconfig(user, token=token)),
                                    acknowledged_conflicts=list(acknowledged)),
         "gpu_nodes": GpuNodesSettings(tainted_by="nodePool")})
-
-
-@pytest.fixture
-def logged(monkeypatch) -> dict[str, list[str]]:
-    said: dict[str, list[str]] = {"warn": [], "info": []}
-    for level in said:
-        monkeypatch.setattr(cluster_survey.pulumi.log, level, said[level].append)
-    return said
 
 
 def test_the_preview_names_each_conflict_with_its_fix(cluster, example_settings, logged):
