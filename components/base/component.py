@@ -13,6 +13,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pydantic import BaseModel
 
+from .facts import KUEUE_API
 from .validation import Subject, args_subject, validated
 
 # Typed classes for the built-in kinds the program declares; anything else (custom resources
@@ -41,7 +42,10 @@ _KINDS = {
 }
 # Fields the API server refuses to change in an update: a change replaces the object, the old
 # one deleted first, as the new one has the same name.
-_IMMUTABLE_FIELDS = {("scheduling.k8s.io/v1", "PriorityClass"): ["value", "preemptionPolicy"]}
+# Fields the API server refuses to change: a change replaces the object. (Kueue's Topology
+# keeps its levels for life.)
+_IMMUTABLE_FIELDS = {("scheduling.k8s.io/v1", "PriorityClass"): ["value", "preemptionPolicy"],
+                     (KUEUE_API, "Topology"): ["spec"]}
 _FIELD_ARGS = {"roleRef": "role_ref", "stringData": "string_data",
                "globalDefault": "global_default", "preemptionPolicy": "preemption_policy",
                "automountServiceAccountToken": "automount_service_account_token"}

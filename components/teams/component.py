@@ -24,6 +24,7 @@ from .queues import (
     local_queue,
     resource_flavor,
     team_namespace,
+    topology,
     workload_priority_classes,
 )
 
@@ -55,7 +56,11 @@ class Teams(Component[TeamsInputs]):
         kueue_ready = [self._install_kueue(inputs)] if kueue.installs_chart else []
         # Kueue's webhooks decide these first: `pulumi up` stops here if they cannot be
         # reached, before anything depends on Kueue.
-        flavors = [declare(resource_flavor(inputs, f.name, f.node_labels), self, kueue_ready)
+        network = topology(inputs)
+        # The flavors name the Topology: Kueue counts their nodes by its levels once it exists.
+        topology_ready = [declare(network, self, kueue_ready)] if network else []
+        flavors = [declare(resource_flavor(inputs, f.name, f.node_labels), self,
+                           kueue_ready + topology_ready)
                    for f in teams.flavors]
         classes = declare_all(workload_priority_classes(inputs), self, flavors)
         for team in teams.teams:

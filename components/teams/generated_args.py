@@ -100,6 +100,22 @@ class TeamSettings(TypedDict):
      "`1`.")
 
 
+class TopologySettings(TypedDict):
+    ("The levels of the GPU nodes' network, each a node label, from the largest domain to "
+     "the node: a job can require or prefer one domain of a level for all its pods.")
+    preset: NotRequired[str]
+    ("The labels a tool or cloud puts on the nodes: `topograph` (NVIDIA topograph: core, "
+     "spine, leaf switch, accelerator domain), `gke` (block, subblock, host), `eks` (network "
+     "node layers 1..3), `nvlink-clique` (GPU Feature Discovery's multi-node NVLink clique). "
+     "`none`: the levels `levels` lists, or no topology. Allowed: `none`, `topograph`, "
+     "`gke`, `eks`, `nvlink-clique`. Default: `none`.")
+    levels: NotRequired[list[str]]
+    ("The node labels of the levels, from the largest domain (a block, a rack) to the "
+     "smallest, with `preset: none`. The node itself (`kubernetes.io/hostname`) is always "
+     "the last level; empty, with no preset: no topology, and Kueue does not choose nodes. "
+     "Default: `[]`.")
+
+
 class WorkloadPriorityClassSettings(TypedDict):
     "A priority of workloads within a team (a Kueue WorkloadPriorityClass)."
     name: str
@@ -129,6 +145,10 @@ class TeamsSettings(TypedDict):
      "`[{\"name\": \"gpu\", \"nodeLabels\": {}}]`.")
     teams: NotRequired[list[TeamSettings]]
     "The teams (required when on). Default: `[]`."
+    topology: NotRequired[TopologySettings]
+    ("The network levels of the GPU nodes: with a topology, Kueue admits a job that requires "
+     "or prefers one domain of a level only where all its pods fit, and chooses every pod's "
+     "node (docs/concepts/topology.md).")
     gpu_pods_outside_teams: NotRequired[str]
     ("A GPU pod in a namespace of no team: `refuse` (its GPUs would count against no quota), "
      "or `admit` as without teams, for a migration period. Allowed: `refuse`, `admit`. "

@@ -18,17 +18,36 @@ def quota_resources(quota: Quota) -> list[str]:
     return sorted({resource for resources in quota.values() for resource in resources})
 
 
+# Kueue's Topology of the GPU nodes' network, which the GPU flavors name.
+TOPOLOGY_NAME = "gpu-network"
+
+
+def topology(inputs: TeamsInputs) -> dict | None:
+    """Kueue's Topology of the stack's network levels, the node last; None without levels."""
+    levels = inputs.teams.topology.node_levels
+    if not levels:
+        return None
+    return {"apiVersion": KUEUE_API, "kind": "Topology",
+            "metadata": {"name": TOPOLOGY_NAME,
+                         "labels": manifests.labels(TOPOLOGY_NAME, COMPONENT)},
+            "spec": {"levels": [{"nodeLabel": label} for label in levels]}}
+
+
 def resource_flavor(inputs: TeamsInputs, name: str, node_labels: dict[str, str]) -> dict:
     """A flavor of GPU node: its labels (every GPU node's, and the flavor's own), and the
-    tolerations of the GPU taints, which Kueue gives the pods it admits on it. It names no
-    topology: Kueue's topology-aware scheduling, which picks nodes itself and pins pods to them
-    with a nodeSelector (overriding the binpack scheduler's packing), acts only on flavors that
-    do."""
+    tolerations of the GPU taints, which Kueue gives the pods it admits on it. With a topology,
+    it names it: Kueue then admits the flavor's workloads only where all their pods fit, and
+    pins each pod to the node it counted it on (the binpack scheduler binds it there; Kueue
+    picks the fullest node that fits, so single-node work still packs)."""
+    spec: dict[str, Any] = {
+        "nodeLabels": {GPU_PRESENT_LABEL[0]: GPU_PRESENT_LABEL[1], **node_labels},
+        "tolerations": [taint.toleration() for taint in inputs.gpu_nodes.taints]}
+    if inputs.teams.topology.node_levels:
+        spec["topologyName"] = TOPOLOGY_NAME
     return {
         "apiVersion": KUEUE_API, "kind": "ResourceFlavor",
         "metadata": {"name": name, "labels": manifests.labels(name, COMPONENT)},
-        "spec": {"nodeLabels": {GPU_PRESENT_LABEL[0]: GPU_PRESENT_LABEL[1], **node_labels},
-                 "tolerations": [taint.toleration() for taint in inputs.gpu_nodes.taints]},
+        "spec": spec,
     }
 
 

@@ -18,6 +18,7 @@ from ..base.validation import (
     OwnNamespace,
     Repository,
     chart_path_field,
+    check_qualified_name,
 )
 
 # What Kueue calls things, as the platform uses them (sigs.k8s.io/kueue v0.19.2), and the
@@ -52,6 +53,71 @@ class WorkloadPriorityClassSettings(Model):
                                    "of a higher class preempts the team's workloads of lower "
                                    "ones. A workload that names no class has 0.")
     description: str = Field(default="", description="What the class is for.")
+
+
+# The node's own level: Kueue allows it only as the lowest level of a Topology.
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+# Kueue v0.19.2 accepts at most 16 levels in a Topology.
+MAX_TOPOLOGY_LEVELS = 16
+# The network labels that tools and clouds put on nodes, from the largest domain down (the node
+# itself is appended). Where each is documented: docs/concepts/topology.md#presets.
+TOPOLOGY_PRESETS: dict[str, tuple[str, ...]] = {
+    "topograph": ("network.topology.nvidia.com/core", "network.topology.nvidia.com/spine",
+                  "network.topology.nvidia.com/leaf", "network.topology.nvidia.com/accelerator"),
+    "gke": ("cloud.google.com/gce-topology-block", "cloud.google.com/gce-topology-subblock",
+            "cloud.google.com/gce-topology-host"),
+    "eks": ("topology.k8s.aws/network-node-layer-1", "topology.k8s.aws/network-node-layer-2",
+            "topology.k8s.aws/network-node-layer-3"),
+    "nvlink-clique": ("nvidia.com/gpu.clique",),
+}
+
+
+class TopologySettings(Model):
+    """The levels of the GPU nodes' network, each a node label, from the largest domain to the
+    node: a job can require or prefer one domain of a level for all its pods."""
+
+    preset: Literal["none", "topograph", "gke", "eks", "nvlink-clique"] = Field(
+        default="none",
+        description="The labels a tool or cloud puts on the nodes: `topograph` (NVIDIA "
+                    "topograph: core, spine, leaf switch, accelerator domain), `gke` (block, "
+                    "subblock, host), `eks` (network node layers 1..3), `nvlink-clique` (GPU "
+                    "Feature Discovery's multi-node NVLink clique). `none`: the levels "
+                    "`levels` lists, or no topology.")
+    levels: list[str] = Field(
+        default_factory=list,
+        description="The node labels of the levels, from the largest domain (a block, a "
+                    "rack) to the smallest, with `preset: none`. The node itself "
+                    "(`kubernetes.io/hostname`) is always the last level; empty, with no "
+                    "preset: no topology, and Kueue does not choose nodes.")
+
+    @model_validator(mode="after")
+    def levels_form_a_hierarchy(self) -> TopologySettings:
+        if self.preset != "none" and self.levels:
+            raise Invalid(f"levels listed next to `preset: {self.preset}`",
+                          "a preset, or levels with `preset: none`", at=("levels",),
+                          value=self.levels, has_value=True)
+        for index, label in enumerate(self.levels):
+            check_qualified_name(label, "node label key", at=("levels", index))
+            if label in self.levels[:index]:
+                raise Invalid("a level listed twice", "each node label once",
+                              at=("levels", index), value=label, has_value=True)
+            if label == HOSTNAME_LABEL and index != len(self.levels) - 1:
+                raise Invalid("the node's own label above another level",
+                              f"{HOSTNAME_LABEL} only last (it is added there anyway)",
+                              at=("levels", index), value=label, has_value=True)
+        if len(self.node_levels) > MAX_TOPOLOGY_LEVELS:
+            raise Invalid("more levels than Kueue allows",
+                          f"at most {MAX_TOPOLOGY_LEVELS - 1} above the node",
+                          at=("levels",), value=self.levels, has_value=True)
+        return self
+
+    @property
+    def node_levels(self) -> list[str]:
+        """The levels as Kueue's Topology lists them, the node last; empty: no topology."""
+        levels = list(TOPOLOGY_PRESETS.get(self.preset, ())) or list(self.levels)
+        if not levels:
+            return []
+        return levels if levels[-1] == HOSTNAME_LABEL else [*levels, HOSTNAME_LABEL]
 
 
 Quota = dict[str, dict[str, int]]
@@ -218,6 +284,11 @@ class TeamsSettings(Model):
                     "the nodes differ. A flavor's workloads tolerate the GPU taints.")
     teams: list[TeamSettings] = Field(default_factory=list,
                                       description="The teams (required when on).")
+    topology: TopologySettings = Field(
+        default_factory=TopologySettings,
+        description="The network levels of the GPU nodes: with a topology, Kueue admits a "
+                    "job that requires or prefers one domain of a level only where all its "
+                    "pods fit, and chooses every pod's node (docs/concepts/topology.md).")
     gpu_pods_outside_teams: Literal["refuse", "admit"] = Field(
         default="refuse",
         description="A GPU pod in a namespace of no team: `refuse` (its GPUs would count "
