@@ -6,7 +6,7 @@ them."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -217,3 +217,12 @@ class PulledImages(Model):
 
 
 GpuPath = Literal["devicePlugin", "dra"]
+
+
+class ClusterReads(Protocol):
+    """What a preview reads of the cluster (the platform's ClusterReader): an object by its
+    path, or None where it is not served; a list's items."""
+
+    def get(self, path: str, **params: str) -> dict | None: ...
+
+    def items(self, path: str, **params: str) -> list[dict]: ...

@@ -3,15 +3,14 @@ existing`): whether its Prometheus selects what the platform declares, evaluated
 Prometheus Operator evaluates its selectors, and whether its kube-state-metrics exports what
 the rules and the dashboard read.
 
-The reading is done through `reader`, any object with `get(path)` (the object, or None where it
-is not served) and `items(path, **params)` (a list's items), as the platform's cluster reader
-has them; refusals to read are the reader's to raise."""
+The reading is done through `reader` (base.model.ClusterReads, which the platform's cluster
+reader is); refusals to read are the reader's to raise."""
 
 from __future__ import annotations
 
 import re
-from typing import Any, Protocol
 
+from ..base.model import ClusterReads
 from .inputs import MonitoringInputs
 from .monitors import prometheus_objects
 from .values import KSM_LABELS
@@ -27,12 +26,6 @@ SELECTORS = {
     "PrometheusRule": ("ruleSelector", "ruleNamespaceSelector"),
 }
 KSM_NAME_LABEL = "app.kubernetes.io/name=kube-state-metrics"
-
-
-class Reader(Protocol):
-    def get(self, path: str, **params: str) -> dict | None: ...
-
-    def items(self, path: str, **params: str) -> list[dict]: ...
 
 
 def selects(selector: dict, labels: dict[str, str]) -> bool:
@@ -143,7 +136,7 @@ def kube_state_metrics_warnings(deployments: list[dict]) -> list[str]:
     return warnings
 
 
-def survey(reader: Reader, inputs: MonitoringInputs) -> tuple[list[str], list[str]]:
+def survey(reader: ClusterReads, inputs: MonitoringInputs) -> tuple[list[str], list[str]]:
     """(problems, warnings) of joining the existing stack: a problem stops the preview."""
     mon = inputs.monitoring
     path = f"{PROMETHEUS_API}/namespaces/{mon.namespace}/prometheuses/{mon.existing.prometheus}"
@@ -154,7 +147,7 @@ def survey(reader: Reader, inputs: MonitoringInputs) -> tuple[list[str], list[st
         return ([f"monitoring.existing.prometheus: no Prometheus {mon.namespace}/"
                  f"{mon.existing.prometheus} (monitoring.namespace/monitoring.existing."
                  f"prometheus); the cluster has {', '.join(found) or 'none'}"], [])
-    namespace: Any = reader.get(f"/api/v1/namespaces/{mon.namespace}") or {}
+    namespace = reader.get(f"/api/v1/namespaces/{mon.namespace}") or {}
     labels = (namespace.get("metadata") or {}).get("labels") or {}
     problems = unselected(prometheus, labels, prometheus_objects(inputs))
     warnings = kube_state_metrics_warnings(

@@ -5,11 +5,10 @@ reports what it finds before anything is declared."""
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import yaml
 
 from ..base.facts import KUEUE_API
+from ..base.model import ClusterReads
 from ..teams.existing_kueue import (
     CONFIGURATION_KEY,
     MANAGER_CONTAINER,
@@ -22,14 +21,6 @@ from .stack_cluster import ClusterError, ClusterReader, ClusterUnreachable, NotA
 from .wiring import component_inputs
 
 
-class Reads(Protocol):
-    """What is read of the cluster: ClusterReader's GETs."""
-
-    def get(self, path: str, **params: str) -> dict | None: ...
-
-    def items(self, path: str, **params: str) -> list[dict]: ...
-
-
 def _manager_image(deployment: dict) -> str | None:
     containers = deployment["spec"]["template"]["spec"].get("containers") or []
     manager = next((c for c in containers if c.get("name") == MANAGER_CONTAINER),
@@ -37,7 +28,7 @@ def _manager_image(deployment: dict) -> str | None:
     return manager.get("image")
 
 
-def read_kueue(reader: Reads, namespace: str, service_account: str,
+def read_kueue(reader: ClusterReads, namespace: str, service_account: str,
                team_namespaces: list[str]) -> FoundKueue:
     """What the cluster shows of the Kueue in `namespace` that runs as `service_account`."""
     unread: list[str] = []
