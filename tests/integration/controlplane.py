@@ -246,6 +246,18 @@ class Kube:
         except (LookupError, ApiError):
             return False
 
+    def install_crds(self, crds: list[dict], manager: str) -> None:
+        """Apply the CustomResourceDefinitions and wait until the API server serves them."""
+        for crd in crds:
+            self.apply(crd, manager, force=True)
+        for crd in crds:
+            name = crd["metadata"]["name"]
+            wait_until(lambda name=name: any(
+                c["type"] == "Established" and c["status"] == "True"
+                for c in self.get("apiextensions.k8s.io/v1", "CustomResourceDefinition",
+                                  name).get("status", {}).get("conditions") or []),
+                f"CRD {name} to be established")
+
     def path(self, api_version: str, kind: str, namespace: str | None = None,
              name: str | None = None, subresource: str = "") -> str:
         resource = self._resource(api_version, kind)

@@ -32,7 +32,7 @@ import yaml
 from kubelet import PodNetwork, write_volume
 
 import tools
-from controlplane import ApiError, Controller, ControlPlane, Kube, free_port, wait_until
+from controlplane import ApiError, Controller, ControlPlane, free_port, wait_until
 from declared_objects import TEST_MANAGER
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -156,11 +156,7 @@ class Kueue(Controller):
         kube = self.kube
         kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
                    TEST_MANAGER)
-        for crd in crds():
-            kube.apply(crd, TEST_MANAGER, force=True)
-        for crd in crds():
-            wait_until(lambda name=crd["metadata"]["name"]: _established(kube, name),
-                       f"CRD {crd['metadata']['name']} to be established")
+        kube.install_crds(crds(), TEST_MANAGER)
         # The chart's empty Secret, which Kueue fills with its CA and serving certificate.
         kube.apply({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                     "metadata": {"name": WEBHOOK_SECRET, "namespace": NAMESPACE}}, TEST_MANAGER)
@@ -276,8 +272,3 @@ class Kueue(Controller):
                                   "namespace": NAMESPACE}]}, TEST_MANAGER)
         return self.cp.service_account_token(NAMESPACE, name)
 
-
-def _established(kube: Kube, name: str) -> bool:
-    crd = kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
-    return any(c["type"] == "Established" and c["status"] == "True"
-               for c in crd.get("status", {}).get("conditions", []))

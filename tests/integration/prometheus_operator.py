@@ -137,12 +137,7 @@ class PrometheusOperator(Controller):
         kube = self.kube
         kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
                    TEST_MANAGER)
-        definitions = crds()
-        for crd in definitions:
-            kube.apply(crd, TEST_MANAGER, force=True)
-        for crd in definitions:
-            wait_until(lambda name=crd["metadata"]["name"]: _established(kube, name),
-                       f"CRD {crd['metadata']['name']} to be established")
+        kube.install_crds(crds(), TEST_MANAGER)
 
     def _run(self) -> None:
         user = f"system:serviceaccount:{NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}"
@@ -203,10 +198,3 @@ def rule_files(kube: Kube, prometheus: str = PROMETHEUS) -> dict[str, dict]:
             for cm in kube.list("v1", "ConfigMap", NAMESPACE)
             if cm["metadata"]["name"].startswith(prefix)
             for key, text in (cm.get("data") or {}).items()}
-
-
-def _established(kube: Kube, name: str) -> bool:
-    crd = kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
-    return any(c["type"] == "Established" and c["status"] == "True"
-               for c in crd.get("status", {}).get("conditions", []))
-
