@@ -27,7 +27,7 @@ EXPECT = re.compile(r"^# expect: (allowed|refused: (?P<fragment>.+))$")
 # their own ServiceAccounts (as their charts install them).
 KCM = "system:serviceaccount:kube-system:"
 JOBS_PODS = (KCM + "job-controller", "batch/v1", "Job")
-RAY_PODS = ("system:serviceaccount:ray-system:kuberay-operator", "ray.io/v1", "RayCluster")
+RAY_PODS = ("system:serviceaccount:default:kuberay-operator", "ray.io/v1", "RayCluster")
 CONTROLLERS = {
     ("batch/v1", "Job"): {"spec.template": JOBS_PODS},
     ("jobset.x-k8s.io/v1alpha2", "JobSet"): {
@@ -55,10 +55,6 @@ CONTROLLERS = {
 # Kinds that make no pod themselves: a TrainJob that names one does (through a JobSet), so
 # nothing is warned of when one is applied.
 RUNTIMES = {"TrainingRuntime"}
-# Kinds whose pods their operator creates itself: in a team namespace the policy admits GPU pods
-# only as Kueue holds them (its gate, or a Job's pods made by the Job controller), which these
-# are not, so the users' page says they run outside the teams' namespaces.
-OPERATOR_MADE = {"RayCluster", "RayJob", "PyTorchJob"}
 # Built-in priority classes every cluster has.
 SYSTEM_PRIORITIES = {"system-cluster-critical": 2_000_000_000,
                      "system-node-critical": 2_000_001_000}
@@ -68,7 +64,7 @@ PROMISED = {
                 "compaction-deployment", "node-agent-daemonset", "cpu-variant-zero-gpus",
                 "jobset", "leaderworkerset", "raycluster", "rayjob", "pytorchjob",
                 "trainingruntime", "shared-memory-job"},
-    "queued": {"job", "jobset", "deployment", "pod"},
+    "queued": {"job", "jobset", "deployment", "pod", "rayjob", "pytorchjob"},
     "refused": {"default-scheduler", "node-name", "cpu-pod-tolerating-gpu-taint",
                 "nvidia-visible-devices", "nvidia-runtime-class-without-gpu",
                 "privileged-gpu-container", "bare-pod-preemptible", "priority-above-zero",
@@ -133,6 +129,12 @@ def pod_templates(manifest: dict) -> list[tuple[dict, tuple[str, str, str]]]:
             for template in at(manifest, path)]
 
 
+def asks_for_gpus(template: dict) -> bool:
+    return any(name.startswith("nvidia.com/")
+               for c in template["spec"].get("containers", [])
+               for amounts in c.get("resources", {}).values() for name in amounts)
+
+
 def as_kueue_leaves_it(manifest: dict, settings) -> dict:
     """A queued workload as Kueue has it when the webhook sees its pods: a pod (bare, or a
     Deployment's or StatefulSet's) held by Kueue's admission gate; a Job's (or JobSet's)
@@ -154,11 +156,15 @@ def as_kueue_leaves_it(manifest: dict, settings) -> dict:
             if kind != "Pod":
                 metadata.setdefault("annotations", {})[facts.PARENT_ANNOTATION] = kind.lower()
     else:
+        # A pod set that asks for GPUs is admitted on a GPU flavor, whose tolerations Kueue
+        # writes into its template; one that asks for none (a Ray head) on the flavor that
+        # only counts pods, which has none.
         for template, _ in pod_templates(manifest):
             template.setdefault("metadata", {}).setdefault("labels", {})[
                 facts.PODSET_LABEL] = "main"
-            template["spec"]["tolerations"] = [t.toleration()
-                                               for t in settings.gpu_nodes.taints]
+            if asks_for_gpus(template):
+                template["spec"]["tolerations"] = [t.toleration()
+                                                   for t in settings.gpu_nodes.taints]
     return manifest
 
 
@@ -317,8 +323,7 @@ def test_every_example_is_decided_as_the_users_page_says_under_every_stack_shape
     """Minimal stack and example stack: as its first line says. With teams at their defaults
     (GPU pods only in the teams' namespaces), as the users' page says: a queued example is
     admitted once Kueue holds it; an allowed GPU example is refused in `team-a`, naming the
-    teams' namespaces, and admitted in a team's namespace once Kueue holds it (but for the
-    kinds whose operator makes their pods, which the queue does not hold); a refused one is
+    teams' namespaces, and admitted in a team's namespace once Kueue holds it; a refused one is
     still refused for its own reason."""
     name, policy = shape
     text = path.read_text()
@@ -341,14 +346,7 @@ def test_every_example_is_decided_as_the_users_page_says_under_every_stack_shape
         return
     check(opa_bin, policy, manifest, Expectation(False, "which belongs to no team: GPU pods run "
                                                         "in the namespaces of a team"))
-    in_team = in_namespace(manifest, TEAM_NAMESPACE)
-    if manifest["kind"] in OPERATOR_MADE:
-        # Whether Kueue would hold them is the pods' own business: no warning at apply.
-        check(opa_bin, policy, in_team, Expectation(False, "it is not held by Kueue's admission "
-                                                           "gate"), queued=True,
-              warned_at_apply=False)
-        return
-    check(opa_bin, policy, in_team, expected, queued=True)
+    check(opa_bin, policy, in_namespace(manifest, TEAM_NAMESPACE), expected, queued=True)
 
 
 def test_a_queued_example_outside_kueue_is_refused_naming_the_queue(opa_bin, deployed):

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from test_settings import TEAMS, raw, with_changes
 
-from components.base.facts import KUEUE_API
+from components.base.facts import BUILTIN_INTEGRATIONS, KUEUE_API
 from components.base.validation import SettingsError
 from components.platform import existing_kueue, existing_stacks
 from components.platform.config import load_settings
@@ -17,7 +17,6 @@ from components.platform.stack_cluster import NotAllowed
 from components.platform.wiring import component_inputs
 from components.teams import existing_kueue as checks
 from components.teams import kueue_configuration
-from components.teams.kueue import FRAMEWORKS
 from harness import ROOT, admission_of, run_program, stack_file_config
 
 K8S = "kubernetes:"
@@ -49,7 +48,8 @@ def test_no_kueue_is_installed_and_the_teams_queues_still_are(existing_run):
                 if r.name.startswith(f"{NAMESPACE}/")]
     kinds = {(r.inputs["kind"], r.name) for r in existing_run.registrations
              if r.type.startswith(f"{K8S}{KUEUE_API}:")}
-    assert kinds == {("ResourceFlavor", "gpu"), ("ClusterQueue", "research"),
+    assert kinds == {("ResourceFlavor", "gpu"), ("ResourceFlavor", "any-node"),
+                     ("ClusterQueue", "research"),
                      ("ClusterQueue", "vision"), ("LocalQueue", "research/default"),
                      ("LocalQueue", "vision/default"), ("WorkloadPriorityClass", "team-high"),
                      ("WorkloadPriorityClass", "team-low")}
@@ -116,7 +116,10 @@ def fitting_configuration() -> dict:
             "integrations": {"frameworks": ["batch/job", "kubeflow.org/mpijob", "pod",
                                             "deployment", "statefulset",
                                             "jobset.x-k8s.io/jobset",
-                                            "leaderworkerset.x-k8s.io/leaderworkerset"]},
+                                            "leaderworkerset.x-k8s.io/leaderworkerset",
+                                            "trainer.kubeflow.org/trainjob",
+                                            "kubeflow.org/pytorchjob", "ray.io/rayjob",
+                                            "ray.io/raycluster"]},
             "resources": {"quotaCheckStrategy": "IgnoreUndeclared"},
             "waitForPodsReady": {"timeout": "10m0s"},
             "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare"]},
@@ -155,12 +158,11 @@ def without(path: str, value=None) -> dict:
     (without("managedJobsNamespaceSelector", {"matchLabels": {"kueue": "on"}}),
      "managedJobsNamespaceSelector", "does not select the team namespaces research, vision"),
     (without("integrations.frameworks", ["batch/job", "pod"]), "integrations.frameworks",
-     "lacks jobset.x-k8s.io/jobset, leaderworkerset.x-k8s.io/leaderworkerset, deployment, "
-     "statefulset"),
+     "lacks deployment, statefulset, jobset.x-k8s.io/jobset, "
+     "leaderworkerset.x-k8s.io/leaderworkerset, trainer.kubeflow.org/trainjob"),
     # Kueue's default: Jobs only.
     (without("integrations"), "integrations.frameworks",
-     "lacks jobset.x-k8s.io/jobset, leaderworkerset.x-k8s.io/leaderworkerset, pod, "
-     "deployment, statefulset"),
+     "lacks pod, deployment, statefulset, jobset.x-k8s.io/jobset"),
     (without("resources"), "resources.quotaCheckStrategy", "BlockUndeclared"),
     (without("featureGates", {"QuotaCheckStrategy": False}), "resources.quotaCheckStrategy",
      "feature gate off"),
@@ -341,7 +343,7 @@ def test_the_operators_page_lists_each_requirement_and_the_supported_versions():
     assert len(settings) == 5
     for setting in settings:
         assert f"| `{setting}`" in section, setting
-    for framework in FRAMEWORKS:
-        assert f"`{framework}`" in section
+    for framework in BUILTIN_INTEGRATIONS:
+        assert f"`{framework.name}`" in section
     major, minor = checks.SUPPORTED_MINOR
     assert f"Kueue v{major}.{minor}.x" in section and checks.TESTED_VERSION in section

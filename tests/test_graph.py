@@ -106,6 +106,7 @@ EXPECTED = [
     (f"{K8S}core/v1:ResourceQuota", "kueue-system/critical-pods", f"{COMPONENT}Teams"),
     (f"{K8S}helm.sh/v3:Release", "kueue", f"{COMPONENT}Teams"),
     (f"{K8S}{KUEUE_API}:ResourceFlavor", "gpu", f"{COMPONENT}Teams"),
+    (f"{K8S}{KUEUE_API}:ResourceFlavor", "any-node", f"{COMPONENT}Teams"),
     (f"{K8S}{KUEUE_API}:WorkloadPriorityClass", "team-high", f"{COMPONENT}Teams"),
     (f"{K8S}{KUEUE_API}:WorkloadPriorityClass", "team-low", f"{COMPONENT}Teams"),
     (f"{K8S}{KUEUE_API}:ClusterQueue", "research", f"{COMPONENT}Teams"),

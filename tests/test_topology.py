@@ -8,6 +8,7 @@ from test_settings import TEAMS, raw, with_changes
 from components.base.facts import KUEUE_API
 from components.base.validation import SettingsError
 from components.platform.config import load_settings
+from components.teams.settings import POD_FLAVOR
 from harness import run_program, stack_file_config
 
 TOPOLOGY = f"kubernetes:{KUEUE_API}:Topology"
@@ -53,6 +54,8 @@ def test_every_gpu_flavor_is_counted_by_the_topology_once_it_exists():
     run = declared({"levels": ["example.com/rack"]}, TWO_FLAVORS)
     [topology] = run.of_type(TOPOLOGY)
     flavors = run.of_type(FLAVOR)
+    # Only the GPU flavors: with a flavor of no topology in the queues, Kueue would admit no
+    # pod set on a GPU flavor that asks for no domain.
     assert {f.name for f in flavors} == {"h100", "a100"}
     for flavor in flavors:
         assert flavor.inputs["spec"]["topologyName"] == topology.inputs["metadata"]["name"]
@@ -65,6 +68,12 @@ def test_without_a_topology_kueue_chooses_no_nodes():
     run = declared(None)
     assert run.of_type(TOPOLOGY) == []
     assert all("topologyName" not in f.inputs["spec"] for f in run.of_type(FLAVOR))
+    # Every pod counts on a flavor of every node, so that a pod set without GPUs has a flavor.
+    pods = next(f for f in run.of_type(FLAVOR) if f.name == POD_FLAVOR)
+    assert pods.inputs["spec"] == {}
+    for queue in run.of_type(f"kubernetes:{KUEUE_API}:ClusterQueue"):
+        assert {"coveredResources": ["pods"], "flavors": [{"name": POD_FLAVOR, "resources": [
+            {"name": "pods", "nominalQuota": "1M"}]}]} in queue.inputs["spec"]["resourceGroups"]
 
 
 MISTAKES = [

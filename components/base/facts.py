@@ -5,6 +5,8 @@ that only one component uses lives in that component's package."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # The extended resource the NVIDIA device plugin advertises for a whole GPU.
 GPU_RESOURCE = "nvidia.com/gpu"
 # MIG slices are advertised as nvidia.com/mig-<profile> (mixed strategy).
@@ -72,6 +74,51 @@ PARENT_ANNOTATION = KUEUE_PREFIX + "pod-suspending-parent"
 POD_GROUP_KEY = KUEUE_PREFIX + "pod-group-name"
 PODSET_LABEL = KUEUE_PREFIX + "podset"
 QUEUE_LABEL = KUEUE_PREFIX + "queue-name"
+@dataclass(frozen=True)
+class KueueIntegration:
+    """A kind of workload Kueue admits as a whole: its integration's name in Kueue's
+    Configuration, its API, and the field Kueue suspends it with until it admits it (empty
+    for kinds whose pods Kueue holds by their scheduling gates instead). `crds` names where the
+    kind's CRD comes from, for kinds the platform does not install."""
+
+    name: str
+    group: str
+    kind: str
+    resource: str
+    suspend: str = ""
+    crds: str = ""
+
+
+# Kueue v0.19.2's integrations the platform turns on: the built-in kinds always, the
+# frameworks' as `teams.frameworks` says. Their suspend fields are those Kueue's integrations
+# read (pkg/controller/jobs/*: IsSuspended); the CRDs' versions are those Kueue v0.19.2 is
+# built against (its go.mod).
+BUILTIN_INTEGRATIONS = (
+    KueueIntegration("batch/job", "batch", "Job", "jobs", "spec.suspend"),
+    KueueIntegration("pod", "", "Pod", "pods"),
+    KueueIntegration("deployment", "apps", "Deployment", "deployments"),
+    KueueIntegration("statefulset", "apps", "StatefulSet", "statefulsets"),
+)
+FRAMEWORK_INTEGRATIONS = (
+    KueueIntegration("jobset.x-k8s.io/jobset", "jobset.x-k8s.io", "JobSet", "jobsets",
+                     "spec.suspend", "JobSet v0.12.0"),
+    KueueIntegration("leaderworkerset.x-k8s.io/leaderworkerset", "leaderworkerset.x-k8s.io",
+                     "LeaderWorkerSet", "leaderworkersets", "", "LeaderWorkerSet v0.9.0"),
+    KueueIntegration("trainer.kubeflow.org/trainjob", "trainer.kubeflow.org", "TrainJob",
+                     "trainjobs", "spec.suspend", "Kubeflow Trainer v2.2.1"),
+    KueueIntegration("kubeflow.org/pytorchjob", "kubeflow.org", "PyTorchJob", "pytorchjobs",
+                     "spec.runPolicy.suspend", "the Kubeflow training operator v1.9.3"),
+    KueueIntegration("ray.io/rayjob", "ray.io", "RayJob", "rayjobs", "spec.suspend",
+                     "KubeRay v1.6.2"),
+    KueueIntegration("ray.io/raycluster", "ray.io", "RayCluster", "rayclusters", "spec.suspend",
+                     "KubeRay v1.6.2"),
+)
+
+
+def kueue_integrations(frameworks: list[str]) -> list[KueueIntegration]:
+    """The integrations Kueue runs with: the built-in ones and the stack's frameworks'."""
+    return [*BUILTIN_INTEGRATIONS, *(f for f in FRAMEWORK_INTEGRATIONS if f.name in frameworks)]
+
 # Facts of the pinned chart (charts/kueue): the names a release gives its Deployment and its
 # metrics Service's port, after the chart's fullname.
 KUEUE_CHART = "kueue"

@@ -3,7 +3,7 @@ about, so that requests that cannot break one never wait for OPA."""
 
 from collections.abc import Sequence
 
-from ..base.facts import ADMISSION_GATE, KUEUE_PREFIX, TOPOLOGY_GATE
+from ..base.facts import ADMISSION_GATE, KUEUE_PREFIX, TOPOLOGY_GATE, KueueIntegration
 from ..base.model import Taint
 from .facts import (
     DAEMONSET_CONTROLLERS,
@@ -14,7 +14,7 @@ from .facts import (
     PodTemplate,
 )
 from .inputs import OpaAdmissionInputs
-from .policy import claim_writers, guarded_resource_names
+from .policy import claim_writers, guarded_resource_names, suspended_integrations
 
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 
@@ -209,39 +209,47 @@ def team_pod_update_condition(inputs: OpaAdmissionInputs) -> str:
             f"{_cel_changed('annotations', KUEUE_PREFIX)})))")
 
 
-def _cel_workload_gpus(inputs: OpaAdmissionInputs) -> str:
-    """CEL: a Job's, or a JobSet's, pod template may hold GPUs: it asks for a resource that
-    may resolve to one, or (on the DRA path) has resource claims."""
+def _cel_workload_gpus(inputs: OpaAdmissionInputs, kind: KueueIntegration) -> str:
+    """CEL: a workload of `kind` may hold GPUs: a pod template of it asks for a resource that
+    may resolve to one, or (on the DRA path) has resource claims. A kind whose templates the
+    workload does not carry (a TrainJob's are its runtime's) always may."""
     asks = _cel_asks(inputs)
 
-    def template(spec: str) -> str:
-        tests = [f"({lst}.exists(c, {asks}))" for lst in (
-            f"{spec}.containers",
-            f"(has({spec}.initContainers) ? {spec}.initContainers : [])")]
+    def holds(template: str) -> str:
+        spec = f"{template}.spec"
+        tests = [f"(has({spec}.containers) && {spec}.containers.exists(c, {asks}))",
+                 f"(has({spec}.initContainers) && {spec}.initContainers.exists(c, {asks}))"]
         if inputs.gpu_path == "dra":
             tests.append(f"(has({spec}.resourceClaims) && size({spec}.resourceClaims) > 0)")
         return " || ".join(tests)
 
-    return (f"request.kind.kind == 'Job' ? ({template('object.spec.template.spec')}) : "
-            "(has(object.spec.replicatedJobs) && object.spec.replicatedJobs.exists(j, "
-            f"{template('j.template.spec.template.spec')}))")
+    templates = next((w.templates for w in WORKLOAD_KINDS
+                      if (w.group, w.kind) == (kind.group, kind.kind)), ())
+    return " || ".join(_cel_templates(t, holds) for t in templates) or "true"
 
 
 def team_workload_condition(inputs: OpaAdmissionInputs) -> str:
-    """CEL for the webhook on a team's Jobs and JobSets: one that asks for GPUs, written by
-    anyone but Kueue, created running, started, or (a Job) grown while running."""
+    """CEL for the webhook on a team's workloads of the kinds Kueue suspends (Jobs, JobSets,
+    the frameworks'): one that may hold GPUs, written by anyone but Kueue and the frameworks'
+    controllers, created running, started, or (a Job) grown while running."""
     teams = inputs.teams
     assert teams is not None
-    running = "!(has(object.spec.suspend) && object.spec.suspend)"
-    was_suspended = "has(oldObject.spec.suspend) && oldObject.spec.suspend"
-    grown = ("request.kind.kind == 'Job' && has(object.spec.parallelism) && "
-             "object.spec.parallelism > (has(oldObject.spec.parallelism) ? "
-             "oldObject.spec.parallelism : 1)")
-    return (f"request.userInfo.username != '{teams.kueue_user}' && "
-            f"({_cel_workload_gpus(inputs)}) && {running} && "
-            f"(request.operation == 'CREATE' ? "
-            f"!(request.userInfo.username in {_cel_list(teams.workload_controllers)}) : "
-            f"(({was_suspended}) || ({grown})))")
+    by_kind = []
+    for kind in suspended_integrations(inputs):
+        fields = kind.suspend.split(".")
+        present, suspend = _cel_at("object", fields)
+        old_present, old_suspend = _cel_at("oldObject", fields)
+        running = f"!({present} && {suspend} == true)"
+        started = f"{old_present} && {old_suspend} == true"
+        grown = ("has(object.spec.parallelism) && object.spec.parallelism > "
+                 "(has(oldObject.spec.parallelism) ? oldObject.spec.parallelism : 1)"
+                 if kind.kind == "Job" else "false")
+        by_kind.append(
+            f"(request.kind.group == '{kind.group}' && request.kind.kind == '{kind.kind}' && "
+            f"({_cel_workload_gpus(inputs, kind)}) && {running} && "
+            f"(request.operation == 'CREATE' || ({started}) || ({grown})))")
+    trusted = _cel_list([teams.kueue_user, *teams.workload_controllers])
+    return f"!(request.userInfo.username in {trusted}) && ({' || '.join(by_kind)})"
 
 
 def dra_condition(inputs: OpaAdmissionInputs) -> str:

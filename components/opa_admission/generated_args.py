@@ -133,8 +133,11 @@ class AdmittedTeams(TypedDict):
     ("Kueue's identity in its requests to the API server (the Teams component's `kueueUser` "
      "output): only Kueue lifts its gates and starts a team's Jobs.")
     workload_controllers: NotRequired[list[str]]
-    ("Users that create a team's Jobs for a parent Kueue admitted "
-     "(`teams.workloadControllers`). Default: `[]`.")
+    ("Users that create or start a team's Jobs, JobSets, RayClusters and pods for a workload "
+     "Kueue admitted (`teams.workloadControllers`). Default: `[]`.")
+    frameworks: NotRequired[list[str]]
+    ("Kueue's framework integrations (`teams.frameworks`): a team's workload of those kinds "
+     "is started by Kueue alone. Default: `[]`.")
 
 
 class OpaAdmissionArgs(TypedDict):

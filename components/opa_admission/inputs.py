@@ -26,8 +26,12 @@ class AdmittedTeams(Model):
                     "`kueueUser` output): only Kueue lifts its gates and starts a team's Jobs.")
     workload_controllers: list[str] = Field(
         default_factory=list,
-        description="Users that create a team's Jobs for a parent Kueue admitted "
-                    "(`teams.workloadControllers`).")
+        description="Users that create or start a team's Jobs, JobSets, RayClusters and pods "
+                    "for a workload Kueue admitted (`teams.workloadControllers`).")
+    frameworks: list[str] = Field(
+        default_factory=list,
+        description="Kueue's framework integrations (`teams.frameworks`): a team's workload "
+                    "of those kinds is started by Kueue alone.")
 
 
 class PlatformDeviceClass(Model):

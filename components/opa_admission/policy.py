@@ -15,6 +15,8 @@ from ..base.facts import (
     PODSET_LABEL,
     PROFILE_PLACEHOLDER,
     TOPOLOGY_GATE,
+    KueueIntegration,
+    kueue_integrations,
 )
 from .facts import (
     BUILTIN_PRIORITY_CLASSES,
@@ -144,6 +146,8 @@ def team_params(inputs: OpaAdmissionInputs) -> dict:
         "queue": KUEUE_DEFAULT_QUEUE,
         "kueueUsers": [teams.kueue_user] if teams else [],
         "workloadControllers": list(teams.workload_controllers) if teams else [],
+        "suspendedKinds": {f"{i.group}/{i.kind}": i.suspend.split(".")
+                           for i in suspended_integrations(inputs)},
         "admissionGate": ADMISSION_GATE,
         "gates": [ADMISSION_GATE, TOPOLOGY_GATE],
         "managedLabel": MANAGED_LABEL,
@@ -154,6 +158,14 @@ def team_params(inputs: OpaAdmissionInputs) -> dict:
         "metadataPrefix": KUEUE_PREFIX,
         "jobControllers": list(JOB_CONTROLLERS),
     }
+
+
+def suspended_integrations(inputs: OpaAdmissionInputs) -> list[KueueIntegration]:
+    """The kinds Kueue suspends in a team namespace until it admits them: Jobs, and the
+    stack's frameworks' that have a suspend field. None without teams."""
+    if inputs.teams is None:
+        return []
+    return [i for i in kueue_integrations(inputs.teams.frameworks) if i.suspend]
 
 
 def guarded_resource_names(inputs: OpaAdmissionInputs) -> list[str]:

@@ -9,7 +9,7 @@ from ..base.facts import ADMISSION_COMPONENT, OPA_SERVICE
 from .conditions import dra_condition, pod_condition, team_workload_condition, template_condition
 from .facts import WORKLOAD_KINDS
 from .inputs import OpaAdmissionInputs
-from .policy import DECISION_PATH, MUTATION_PATH, TEMPLATES_PATH
+from .policy import DECISION_PATH, MUTATION_PATH, TEMPLATES_PATH, suspended_integrations
 from .server import SERVICE_PORT, _meta, deployment, generation_name, service
 
 # The ConfigMap whose apply proves that the API server reaches OPA (see reachability_webhook).
@@ -142,15 +142,16 @@ def webhook_configuration(inputs: OpaAdmissionInputs, ca_bundle: Any) -> dict:
         [{"name": "dra-relevant", "expression": dra_condition(inputs)}])
     webhooks = [pods, claims]
     if inputs.teams is not None:
-        # A team's Jobs and JobSets: only Kueue starts them (their pods are admitted for the
-        # admission Kueue writes into them).
+        # A team's Jobs, JobSets and frameworks' workloads: only Kueue starts them (their pods
+        # are admitted for the admission Kueue writes into them).
+        kinds: dict[str, list[str]] = {}
+        for kind in suspended_integrations(inputs):
+            kinds.setdefault(kind.group, []).append(kind.resource)
         workloads = _webhook(
             inputs, adm.workloads_webhook_name, DECISION_PATH, ca_bundle,
-            [{"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-              "resources": ["jobs"], "scope": "Namespaced"},
-             {"apiGroups": ["jobset.x-k8s.io"], "apiVersions": ["*"],
-              "operations": ["CREATE", "UPDATE"], "resources": ["jobsets"],
-              "scope": "Namespaced"}],
+            [{"apiGroups": [group], "apiVersions": ["v1"] if group == "batch" else ["*"],
+              "operations": ["CREATE", "UPDATE"], "resources": resources,
+              "scope": "Namespaced"} for group, resources in kinds.items()],
             [{"name": "team-workload", "expression": team_workload_condition(inputs)}])
         workloads["namespaceSelector"] = {"matchExpressions": [{
             "key": "kubernetes.io/metadata.name", "operator": "In",

@@ -19,6 +19,7 @@ from ..teams.component import Teams
 from .cluster_survey import check_conflicts
 from .config import check_secret_keys, load_settings, retired_settings
 from .existing_stacks import check_existing_stacks
+from .framework_crds import report_framework_crds
 from .generated_args import GpuPlatformArgs
 from .inputs import GpuPlatformInputs, platform_inputs
 from .stack_cluster import check_cluster
@@ -153,6 +154,7 @@ def deploy(config: Mapping[str, Any], secret_keys: Collection[str] = ()) -> GpuP
         check_cluster(settings)
         check_conflicts(settings)
         check_existing_stacks(settings)
+        report_framework_crds(settings)
     platform = GpuPlatform.from_inputs(PLATFORM_NAME, platform_inputs(settings, secret_keys))
     for key, value in platform.outputs.items():
         pulumi.export(key, value)

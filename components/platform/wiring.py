@@ -90,7 +90,8 @@ def component_inputs(settings: StackSettings, secret_sections: Collection[str] =
             teams=(valid(AdmittedTeams, namespaces=teams.team_namespaces,
                          gpu_pods_outside_teams=teams.gpu_pods_outside_teams,
                          kueue_user=teams.kueue.controller_user,
-                         workload_controllers=list(teams.workload_controllers))
+                         workload_controllers=list(teams.workload_controllers),
+                         frameworks=list(teams.frameworks))
                    if teams.enabled else None),
             gpu_path=op.gpu_path,
             platform_device_classes=[valid(PlatformDeviceClass, **shape)

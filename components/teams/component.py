@@ -22,6 +22,7 @@ from .queues import (
     COMPONENT,
     cluster_queue,
     local_queue,
+    pod_flavor,
     resource_flavor,
     team_namespace,
     topology,
@@ -62,6 +63,8 @@ class Teams(Component[TeamsInputs]):
         flavors = [declare(resource_flavor(inputs, f.name, f.node_labels), self,
                            kueue_ready + topology_ready)
                    for f in teams.flavors]
+        if pods := pod_flavor(inputs):
+            flavors.append(declare(pods, self, kueue_ready))
         classes = declare_all(workload_priority_classes(inputs), self, flavors)
         for team in teams.teams:
             queue = declare(cluster_queue(inputs, team), self, flavors)

@@ -13,7 +13,7 @@ from typing import Any
 from ..base.facts import KUEUE_API
 from ..base.validation import go_duration_seconds
 from .inputs import TeamsInputs
-from .kueue import FRAMEWORKS, kueue_configuration
+from .kueue import kueue_configuration
 from .queues import TEAM_LABEL
 from .settings import KueueSettings
 
@@ -157,7 +157,7 @@ def configuration_findings(inputs: TeamsInputs, configuration: dict, source: str
                 "namespaces Kueue is to manage (it suspends every Job there that names no "
                 "queue)")
     frameworks = _setting(configuration, "integrations.frameworks", ["batch/job"])
-    if missing := [f for f in FRAMEWORKS if f not in frameworks]:
+    if missing := [f for f in wanted["integrations"]["frameworks"] if f not in frameworks]:
         problem("integrations.frameworks",
                 f"lacks {', '.join(missing)}: such GPU workloads in team namespaces would be "
                 f"held by no queue, and the admission policy refuses their pods",

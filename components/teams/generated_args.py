@@ -156,11 +156,28 @@ class TeamsSettings(TypedDict):
     wait_for_pods_ready: NotRequired[str]
     ("All-or-nothing admission: a workload whose pods are not all running this long after it "
      "was admitted gives its GPUs back and is queued again (Go duration). Default: `10m`.")
+    frameworks: NotRequired[list[str]]
+    ("Kueue's integrations of the frameworks' kinds (Kueue's names: "
+     "`jobset.x-k8s.io/jobset`, `leaderworkerset.x-k8s.io/leaderworkerset`, "
+     "`trainer.kubeflow.org/trainjob`, `kubeflow.org/pytorchjob`, `ray.io/rayjob`, "
+     "`ray.io/raycluster`), besides Jobs, pods, Deployments and StatefulSets, which are "
+     "always on. Kueue admits such a workload whole, and only Kueue starts one in a team "
+     "namespace. The platform installs none of their CRDs or controllers; an integration "
+     "whose CRD the cluster lacks starts once the CRD appears, and the preview names it. A "
+     "framework left out is queued pod by pod. Default: `[\"jobset.x-k8s.io/jobset\", "
+     "\"leaderworkerset.x-k8s.io/leaderworkerset\", \"trainer.kubeflow.org/trainjob\", "
+     "\"kubeflow.org/pytorchjob\", \"ray.io/rayjob\", \"ray.io/raycluster\"]`.")
     workload_controllers: NotRequired[list[str]]
-    ("Users that create a team's Jobs for a parent Kueue already admitted, which Kueue then "
-     "leaves running (JobSet's controller, as JobSet's release manifests name it). Anyone "
-     "else's Job in a team namespace must start suspended and is started by Kueue alone. "
-     "Default: `[\"system:serviceaccount:jobset-system:jobset-controller-manager\"]`.")
+    ("Users that create or start a team's Jobs, JobSets, RayClusters and pods for a workload "
+     "Kueue already admitted, which Kueue then leaves running: the controllers of JobSet, "
+     "Kubeflow Trainer, KubeRay and the Kubeflow training operator, as their release "
+     "manifests name them (change a namespace where yours runs elsewhere). Anyone else's "
+     "workload of those kinds in a team namespace must start suspended and is started by "
+     "Kueue alone. Default: "
+     "`[\"system:serviceaccount:jobset-system:jobset-controller-manager\", "
+     "\"system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager\", "
+     "\"system:serviceaccount:default:kuberay-operator\", "
+     "\"system:serviceaccount:kubeflow:training-operator\"]`.")
     workload_priority_classes: NotRequired[list[WorkloadPriorityClassSettings]]
     ("Priorities within a team (Kueue WorkloadPriorityClasses). Default: `[{\"name\": "
      "\"team-high\", \"value\": 1000, \"description\": \"Urgent work of a team.\"}, "

@@ -4,15 +4,18 @@
 import yaml
 
 from ..base import charts, manifests
+from ..base.facts import kueue_integrations
 from ..base.validation import STACK, Subject
 from .inputs import TeamsInputs
 
 # Kueue's lease, as the chart names it.
 LEASE = "c1f6bfd2.kueue.x-k8s.io"
-# The integrations GPU workloads come through. Those whose CRDs the cluster lacks (JobSet,
-# LeaderWorkerSet) start when their CRDs appear.
-FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset", "leaderworkerset.x-k8s.io/leaderworkerset",
-              "pod", "deployment", "statefulset")
+
+
+def frameworks(inputs: TeamsInputs) -> list[str]:
+    """The integrations GPU workloads come through: the built-in kinds' and the stack's
+    frameworks'. Kueue starts one whose CRD the cluster lacks once the CRD appears."""
+    return [i.name for i in kueue_integrations(inputs.teams.frameworks)]
 
 
 def namespace_selector(namespaces: list[str]) -> dict:
@@ -50,7 +53,7 @@ def kueue_configuration(inputs: TeamsInputs) -> dict:
             {"name": resource, "deviceClassNames": classes}
             for resource, classes in sorted(inputs.device_classes.items())]}
             if inputs.device_classes else {})},
-        "integrations": {"frameworks": list(FRAMEWORKS)},
+        "integrations": {"frameworks": frameworks(inputs)},
     }
 
 

@@ -7,7 +7,7 @@ from ..base import manifests
 from ..base.facts import GPU_PRESENT_LABEL, KUEUE_API, KUEUE_DEFAULT_QUEUE
 from .inputs import TeamsInputs
 from .kueue import namespace_selector
-from .settings import Quota, TeamSettings
+from .settings import POD_FLAVOR, Quota, TeamSettings
 
 COMPONENT = "teams"
 # On each team namespace: the team it belongs to.
@@ -31,6 +31,28 @@ def topology(inputs: TeamsInputs) -> dict | None:
             "metadata": {"name": TOPOLOGY_NAME,
                          "labels": manifests.labels(TOPOLOGY_NAME, COMPONENT)},
             "spec": {"levels": [{"nodeLabel": label} for label in levels]}}
+
+
+# Every pod a team's workload runs counts as one `pods` on a flavor that selects no node, with
+# a quota no team reaches: Kueue (v0.19.2, quotaCheckStrategy IgnoreUndeclared) gives a pod set
+# no flavor when it asks for no resource the queue declares, and then writes an admission with
+# fewer pod sets than the workload has, which the API server refuses, so a RayJob's CPU head, a
+# launcher or a TrainJob's initializer would keep the whole job waiting. Counting pods gives
+# every pod set a flavor, and places nothing. Not with a topology: Kueue admits a pod set on a
+# topology's flavor only through topology-aware scheduling, which it then applies to every pod
+# set only where every flavor of the queue names the topology, and one flavor of every node
+# would place the CPU pod sets on GPU nodes. A million, as the API server stores it (declared
+# otherwise, every preview would show it changed).
+POD_QUOTA = "1M"
+
+
+def pod_flavor(inputs: TeamsInputs) -> dict | None:
+    """The flavor every team's pods count on; None with a topology."""
+    if inputs.teams.topology.node_levels:
+        return None
+    return {"apiVersion": KUEUE_API, "kind": "ResourceFlavor",
+            "metadata": {"name": POD_FLAVOR, "labels": manifests.labels(POD_FLAVOR, COMPONENT)},
+            "spec": {}}
 
 
 def resource_flavor(inputs: TeamsInputs, name: str, node_labels: dict[str, str]) -> dict:
@@ -82,7 +104,10 @@ def cluster_queue(inputs: TeamsInputs, team: TeamSettings) -> dict:
             "namespaceSelector": namespace_selector(team.namespaces),
             # A workload that does not fit now does not hold back smaller ones behind it.
             "queueingStrategy": "BestEffortFIFO",
-            "resourceGroups": [{"coveredResources": resources, "flavors": flavors}],
+            "resourceGroups": [{"coveredResources": resources, "flavors": flavors}, *(
+                [{"coveredResources": ["pods"], "flavors": [{"name": POD_FLAVOR, "resources": [
+                    {"name": "pods", "nominalQuota": POD_QUOTA}]}]}]
+                if pod_flavor(inputs) else [])],
             "preemption": {"reclaimWithinCohort": "Any",
                            "borrowWithinCohort": {"policy": "Never"},
                            "withinClusterQueue": "LowerPriority"},

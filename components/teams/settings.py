@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from ..base.facts import NVIDIA_RESOURCES, kueue_controller_user
+from ..base.facts import FRAMEWORK_INTEGRATIONS, NVIDIA_RESOURCES, kueue_controller_user
 from ..base.model import ImageSettings, Labels, Model, ReleaseProtection, to_snake
 from ..base.validation import (
     ChartPath,
@@ -24,12 +24,23 @@ from ..base.validation import (
 # What Kueue calls things, as the platform uses them (sigs.k8s.io/kueue v0.19.2), and the
 # oldest Kubernetes it supports.
 KUEUE_MIN_KUBERNETES = (1, 34)
-# Who creates the Jobs of a JobSet: its controller, as JobSet's release manifests install it
-# (namespace jobset-system, ServiceAccount jobset-controller-manager).
-JOBSET_CONTROLLER = "system:serviceaccount:jobset-system:jobset-controller-manager"
+# Who creates and starts the Jobs, JobSets, RayClusters and pods of a workload Kueue admitted,
+# as the frameworks' release manifests install their controllers: JobSet v0.12.0
+# (config/default), Kubeflow Trainer v2.2.1 (manifests/base/manager), KubeRay ray-operator
+# v1.6.2 (config/default: namespace default; its chart installs into the release's namespace),
+# the Kubeflow training operator v1.9.3 (manifests/overlays/standalone).
+WORKLOAD_CONTROLLERS = (
+    "system:serviceaccount:jobset-system:jobset-controller-manager",
+    "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager",
+    "system:serviceaccount:default:kuberay-operator",
+    "system:serviceaccount:kubeflow:training-operator",
+)
 # The ServiceAccount Kueue's own manifests run it as (config/default: namePrefix `kueue-` on
 # config/components/manager's `controller-manager`), in their namespace kueue-system.
 KUEUE_MANIFESTS_SERVICE_ACCOUNT = "kueue-controller-manager"
+# The flavor every team's pods are counted on (teams/queues.py says why): no GPU flavor may
+# take its name.
+POD_FLAVOR = "any-node"
 
 
 class FlavorSettings(Model):
@@ -298,12 +309,24 @@ class TeamsSettings(Model):
         description="All-or-nothing admission: a workload whose pods are not all running "
                     "this long after it was admitted gives its GPUs back and is queued again "
                     "(Go duration).")
+    frameworks: list[str] = Field(
+        default_factory=lambda: [f.name for f in FRAMEWORK_INTEGRATIONS],
+        description="Kueue's integrations of the frameworks' kinds (Kueue's names: "
+                    + ", ".join(f"`{f.name}`" for f in FRAMEWORK_INTEGRATIONS)
+                    + "), besides Jobs, pods, Deployments and StatefulSets, which are always "
+                    "on. Kueue admits such a workload whole, and only Kueue starts one in a "
+                    "team namespace. The platform installs none of their CRDs or controllers; "
+                    "an integration whose CRD the cluster lacks starts once the CRD appears, "
+                    "and the preview names it. A framework left out is queued pod by pod.")
     workload_controllers: list[str] = Field(
-        default_factory=lambda: [JOBSET_CONTROLLER],
-        description="Users that create a team's Jobs for a parent Kueue already admitted, which "
-                    "Kueue then leaves running (JobSet's controller, as JobSet's release "
-                    "manifests name it). Anyone else's Job in a team namespace must start "
-                    "suspended and is started by Kueue alone.")
+        default_factory=lambda: list(WORKLOAD_CONTROLLERS),
+        description="Users that create or start a team's Jobs, JobSets, RayClusters and pods "
+                    "for a workload Kueue already admitted, which Kueue then leaves running: "
+                    "the controllers of JobSet, Kubeflow Trainer, KubeRay and the Kubeflow "
+                    "training operator, as their release manifests name them (change a "
+                    "namespace where yours runs elsewhere). Anyone else's workload of those "
+                    "kinds in a team namespace must start suspended and is started by Kueue "
+                    "alone.")
     workload_priority_classes: list[WorkloadPriorityClassSettings] = Field(
         default_factory=lambda: [
             WorkloadPriorityClassSettings(name="team-high", value=1000,
@@ -317,8 +340,18 @@ class TeamsSettings(Model):
         if self.enabled and not self.teams:
             raise Invalid("teams are on, but none is declared", "at least one team",
                           at=("teams",), value=[], has_value=True)
+        known = [f.name for f in FRAMEWORK_INTEGRATIONS]
+        for index, framework in enumerate(self.frameworks):
+            if framework not in known:
+                raise Invalid("not a Kueue integration the platform knows",
+                              f"one of {', '.join(known)}", at=("frameworks", index),
+                              value=framework, has_value=True)
         flavors = [f.name for f in self.flavors]
         for index, name in enumerate(flavors):
+            if name == POD_FLAVOR:
+                raise Invalid("the name of the flavor the platform counts every team's pods on",
+                              "another name", at=("flavors", index, "name"), value=name,
+                              has_value=True)
             if name in flavors[:index]:
                 raise Invalid("flavor declared twice", "unique names", at=("flavors", index),
                               value=name, has_value=True)

@@ -46,7 +46,9 @@ OPERATORS_CONFIGURATION = {
         {"key": TEAM_LABEL, "operator": "Exists"}]},
     "integrations": {"frameworks": ["batch/job", "pod", "deployment", "statefulset",
                                     "jobset.x-k8s.io/jobset",
-                                    "leaderworkerset.x-k8s.io/leaderworkerset"]},
+                                    "leaderworkerset.x-k8s.io/leaderworkerset",
+                                    "trainer.kubeflow.org/trainjob", "kubeflow.org/pytorchjob",
+                                    "ray.io/rayjob", "ray.io/raycluster"]},
     "resources": {"quotaCheckStrategy": "IgnoreUndeclared"},
     "waitForPodsReady": {"timeout": "5m"},
 }

@@ -51,16 +51,18 @@ queue_bypass contains sprintf("it joins the Kueue pod group %q, which Kueue (0.1
 queue_bypass contains "it is not held by Kueue's admission gate" if not kueue_gated
 
 # A pod Kueue holds until it admits it against its team's quota (a bare pod, and the pods of
-# Deployments, StatefulSets and LeaderWorkerSets), or one the Job controller creates for a Job
-# Kueue started (Jobs, JobSets: Kueue writes the admission into the Job's template, and only
-# Kueue starts a team's Job, below).
+# Deployments, StatefulSets and LeaderWorkerSets), or one the Job controller or a framework's
+# controller (KubeRay's, the training operator's) creates for a workload Kueue started: Kueue
+# writes its admission, with the pod set's label, into the workload's templates, and only Kueue
+# starts a team's workload (below).
 kueue_managed if {
 	kueue_gated
 	count(queue_bypass) == 0
 }
 
 kueue_managed if {
-	input.request.userInfo.username in params.teams.jobControllers
+	some creator in array.concat(params.teams.jobControllers, params.teams.workloadControllers)
+	input.request.userInfo.username == creator
 	object.get(metadata_of(input.request.object, "labels"), params.teams.podSetLabel, "") != ""
 }
 
@@ -148,45 +150,48 @@ kueue_metadata_changed contains sprintf("%s %s", [trim_suffix(field, "s"), key])
 	object.get(new, key, null) != object.get(old, key, null)
 }
 
-# Jobs and JobSets: Kueue suspends each at creation in a team namespace and starts it when it
-# admits it; a Job's pods are then admitted for the labels Kueue wrote into its template. So only
-# Kueue may start one, and a running Job may not grow behind Kueue's back.
-team_workload := {"kind": input.request.kind.kind, "spec": input.request.object.spec} if {
-	[input.request.kind.group, input.request.kind.kind] in {["batch", "Job"], ["jobset.x-k8s.io", "JobSet"]}
+# Jobs, JobSets and the frameworks' workloads (TrainJobs, PyTorchJobs, RayJobs, RayClusters):
+# Kueue suspends each at creation in a team namespace and starts it when it admits it, writing
+# the admission into its pod templates; the pods made from them are admitted for that (above).
+# So only Kueue may start one, and a running Job may not grow behind Kueue's back. The
+# frameworks' controllers create and start the Jobs, JobSets and RayClusters of a workload Kueue
+# admitted, and are trusted with that by name (params.teams.workloadControllers).
+team_workload := {"kind": input.request.kind.kind, "spec": input.request.object.spec, "suspend": path} if {
+	path := params.teams.suspendedKinds[workload_kind]
 	is_object(input.request.object.spec)
 	not exempt
 	team_of_namespace
 }
 
-workload_pod_specs contains spec if {
-	team_workload.kind == "Job"
-	spec := team_workload.spec.template.spec
-}
-
-workload_pod_specs contains spec if {
-	team_workload.kind == "JobSet"
-	some replicated in array_at(team_workload.spec, "replicatedJobs")
-	spec := replicated.template.spec.template.spec
-}
-
 workload_gpu_resources contains name if {
-	some spec in workload_pod_specs
+	team_workload
+	some t in pod_templates(input.request.object)
 	some field, _ in container_fields
-	some c in array_at(spec, field)
+	some c in array_at(t.template.spec, field)
 	is_object(c)
 	some name in gpu_resources(c)
 }
 
 # On the DRA path a template's resource claims may hold GPUs, as a pod's may.
-workload_gpu_resources contains sprintf("resource claims (%s)", [concat(", ", sort({object.get(claim, "name", "") | some claim in array_at(spec, "resourceClaims")}))]) if {
+workload_gpu_resources contains sprintf("resource claims (%s)", [concat(", ", sort({object.get(claim, "name", "") | some claim in array_at(t.template.spec, "resourceClaims")}))]) if {
 	params.gpuPath == "dra"
-	some spec in workload_pod_specs
-	count(array_at(spec, "resourceClaims")) > 0
+	team_workload
+	some t in pod_templates(input.request.object)
+	count(array_at(t.template.spec, "resourceClaims")) > 0
+}
+
+# A kind whose pod templates the workload does not carry (a TrainJob's are its runtime's) may
+# hold GPUs whatever it says.
+workload_gpu_resources contains "the GPUs its runtime gives it" if {
+	team_workload
+	not params.workloadTemplates[workload_kind]
 }
 
 workload_name := sprintf("%s %q", [team_workload.kind, sprintf("%s/%s", [input.request.namespace, object.get(input.request.object.metadata, "name", "")])])
 
-suspended(spec) if spec.suspend == true
+suspended(obj) if object.get(obj, team_workload.suspend, false) == true
+
+by_workload_controller if input.request.userInfo.username in params.teams.workloadControllers
 
 violations contains {
 	"rule": "team-queue",
@@ -198,24 +203,25 @@ violations contains {
 } if {
 	input.request.operation == "CREATE"
 	count(workload_gpu_resources) > 0
-	not suspended(team_workload.spec)
+	not suspended(input.request.object)
 	not by_kueue
-	not input.request.userInfo.username in params.teams.workloadControllers
+	not by_workload_controller
 }
 
 violations contains {
 	"rule": "team-queue",
 	"fixable": false,
 	"message": sprintf(
-		"%s: only Kueue starts a %s of namespace %q (team %q), once it admits it against the team's quota; leave spec.suspend to Kueue",
-		[workload_name, team_workload.kind, input.request.namespace, team_of_namespace],
+		"%s: only Kueue starts a %s of namespace %q (team %q), once it admits it against the team's quota; leave %s to Kueue",
+		[workload_name, team_workload.kind, input.request.namespace, team_of_namespace, concat(".", team_workload.suspend)],
 	),
 } if {
 	input.request.operation == "UPDATE"
 	count(workload_gpu_resources) > 0
-	suspended(input.request.oldObject.spec)
-	not suspended(team_workload.spec)
+	suspended(input.request.oldObject)
+	not suspended(input.request.object)
 	not by_kueue
+	not by_workload_controller
 }
 
 violations contains {
@@ -229,10 +235,11 @@ violations contains {
 	input.request.operation == "UPDATE"
 	team_workload.kind == "Job"
 	count(workload_gpu_resources) > 0
-	not suspended(team_workload.spec)
+	not suspended(input.request.object)
 	old_parallelism := object.get(input.request.oldObject.spec, "parallelism", 1)
 	object.get(team_workload.spec, "parallelism", 1) > old_parallelism
 	not by_kueue
+	not by_workload_controller
 }
 
 violations contains {

@@ -159,6 +159,58 @@ team_cases := {
 		),
 		"refused": [`JobSet "research/train": only Kueue starts a JobSet`],
 	},
+	# the frameworks' workloads: only Kueue starts one; their controllers create and start
+	# what a workload Kueue admitted is made of
+	"a GPU RayJob created running by a user": {
+		"request": workload("RayJob", "ray.io", {"suspend": false}, ray_cluster_spec, {}),
+		"refused": [`RayJob "research/train" requests nvidia.com/gpu but was not suspended at creation`],
+	},
+	"a GPU RayJob started by a user": {
+		"request": workload("RayJob", "ray.io", {"suspend": false}, ray_cluster_spec, {"operation": "UPDATE", "old": {"suspend": true}}),
+		"refused": [`RayJob "research/train": only Kueue starts a RayJob`, "leave spec.suspend to Kueue"],
+	},
+	"a GPU RayJob started by Kueue": {
+		"request": workload("RayJob", "ray.io", {"suspend": false}, ray_cluster_spec, {"operation": "UPDATE", "old": {"suspend": true}, "user": kueue}),
+		"admitted": true,
+	},
+	"a RayJob without GPUs created running": {
+		"request": workload("RayJob", "ray.io", {"suspend": false}, {"rayClusterSpec": {"headGroupSpec": {"template": {"spec": {"containers": [t.container("head", t.requests(t.cpu))]}}}}}, {}),
+		"admitted": true,
+	},
+	"a GPU RayCluster created running by a user": {
+		"request": workload("RayCluster", "ray.io", {"suspend": false}, ray_cluster_spec.rayClusterSpec, {}),
+		"refused": [`RayCluster "research/train" requests nvidia.com/gpu but was not suspended at creation`],
+	},
+	"a RayJob's RayCluster created running by KubeRay's operator": {
+		"request": workload("RayCluster", "ray.io", {"suspend": false}, ray_cluster_spec.rayClusterSpec, {"user": kuberay}),
+		"admitted": true,
+	},
+	"a Ray worker made by KubeRay's operator with the pod set's label Kueue wrote": {
+		"request": team_pod(ungated, {"metadata": job_pod, "user": kuberay}),
+		"admitted": true,
+	},
+	"a Ray worker made by KubeRay's operator for a RayCluster Kueue never admitted": {
+		"request": team_pod(ungated, {"user": kuberay}),
+		"refused": ["it is not held by Kueue's admission gate", "LocalQueue research/default"],
+	},
+	"a GPU PyTorchJob started by a user": {
+		"request": workload("PyTorchJob", "kubeflow.org", {"runPolicy": {"suspend": false}}, {"pytorchReplicaSpecs": {"Worker": {"replicas": 2, "template": {"spec": {"containers": [t.gpu_container]}}}}}, {"operation": "UPDATE", "old": {"runPolicy": {"suspend": true}}}),
+		"refused": [`PyTorchJob "research/train": only Kueue starts a PyTorchJob`, "leave spec.runPolicy.suspend to Kueue"],
+	},
+	"a TrainJob created running by a user, its GPUs left to its runtime": {
+		"request": workload("TrainJob", "trainer.kubeflow.org", {"suspend": false}, {"runtimeRef": {"name": "torch-distributed"}}, {}),
+		"refused": [`TrainJob "research/train" requests the GPUs its runtime gives it but was not suspended at creation`],
+	},
+	"a TrainJob's JobSet started by Kubeflow Trainer": {
+		"request": workload(
+			"JobSet", "jobset.x-k8s.io", {"suspend": false}, {"replicatedJobs": [{
+				"name": "node", "replicas": 1,
+				"template": {"spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [t.gpu_container]}}}},
+			}]},
+			{"operation": "UPDATE", "old": {"suspend": true}, "user": "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"},
+		),
+		"admitted": true,
+	},
 	"a Job without GPUs created running": {
 		"request": workload("Job", "batch", {"suspend": false}, job_template(t.container("main", t.limits(t.cpu))), {}),
 		"admitted": true,
@@ -206,6 +258,13 @@ admitted_by_kueue := {
 	"labels": object.union(managed.labels, {"kueue.x-k8s.io/podset": "main", "kueue.x-k8s.io/local-queue-name": "default"}),
 	"annotations": {"kueue.x-k8s.io/workload": "pod-train-0-3b9f"},
 }
+
+kuberay := "system:serviceaccount:default:kuberay-operator"
+
+ray_cluster_spec := {"rayClusterSpec": {
+	"headGroupSpec": {"template": {"spec": {"containers": [t.container("head", t.requests(t.cpu))]}}},
+	"workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "template": {"spec": {"containers": [t.gpu_container]}}}],
+}}
 
 job(spec, o) := workload("Job", "batch", spec, job_template(t.gpu_container), o)
 

@@ -188,7 +188,37 @@ params := {
 			],
 			"workloadControllers": [
 				"system:serviceaccount:jobset-system:jobset-controller-manager",
+				"system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager",
+				"system:serviceaccount:default:kuberay-operator",
+				"system:serviceaccount:kubeflow:training-operator",
 			],
+			"suspendedKinds": {
+				"batch/Job": [
+					"spec",
+					"suspend",
+				],
+				"jobset.x-k8s.io/JobSet": [
+					"spec",
+					"suspend",
+				],
+				"trainer.kubeflow.org/TrainJob": [
+					"spec",
+					"suspend",
+				],
+				"kubeflow.org/PyTorchJob": [
+					"spec",
+					"runPolicy",
+					"suspend",
+				],
+				"ray.io/RayJob": [
+					"spec",
+					"suspend",
+				],
+				"ray.io/RayCluster": [
+					"spec",
+					"suspend",
+				],
+			},
 			"admissionGate": "kueue.x-k8s.io/admission",
 			"gates": [
 				"kueue.x-k8s.io/admission",
@@ -633,7 +663,37 @@ params := {
 			],
 			"workloadControllers": [
 				"system:serviceaccount:jobset-system:jobset-controller-manager",
+				"system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager",
+				"system:serviceaccount:default:kuberay-operator",
+				"system:serviceaccount:kubeflow:training-operator",
 			],
+			"suspendedKinds": {
+				"batch/Job": [
+					"spec",
+					"suspend",
+				],
+				"jobset.x-k8s.io/JobSet": [
+					"spec",
+					"suspend",
+				],
+				"trainer.kubeflow.org/TrainJob": [
+					"spec",
+					"suspend",
+				],
+				"kubeflow.org/PyTorchJob": [
+					"spec",
+					"runPolicy",
+					"suspend",
+				],
+				"ray.io/RayJob": [
+					"spec",
+					"suspend",
+				],
+				"ray.io/RayCluster": [
+					"spec",
+					"suspend",
+				],
+			},
 			"admissionGate": "kueue.x-k8s.io/admission",
 			"gates": [
 				"kueue.x-k8s.io/admission",
@@ -1108,7 +1168,37 @@ params := {
 			],
 			"workloadControllers": [
 				"system:serviceaccount:jobset-system:jobset-controller-manager",
+				"system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager",
+				"system:serviceaccount:default:kuberay-operator",
+				"system:serviceaccount:kubeflow:training-operator",
 			],
+			"suspendedKinds": {
+				"batch/Job": [
+					"spec",
+					"suspend",
+				],
+				"jobset.x-k8s.io/JobSet": [
+					"spec",
+					"suspend",
+				],
+				"trainer.kubeflow.org/TrainJob": [
+					"spec",
+					"suspend",
+				],
+				"kubeflow.org/PyTorchJob": [
+					"spec",
+					"runPolicy",
+					"suspend",
+				],
+				"ray.io/RayJob": [
+					"spec",
+					"suspend",
+				],
+				"ray.io/RayCluster": [
+					"spec",
+					"suspend",
+				],
+			},
 			"admissionGate": "kueue.x-k8s.io/admission",
 			"gates": [
 				"kueue.x-k8s.io/admission",
@@ -1545,6 +1635,7 @@ params := {
 			"queue": "default",
 			"kueueUsers": [],
 			"workloadControllers": [],
+			"suspendedKinds": {},
 			"admissionGate": "kueue.x-k8s.io/admission",
 			"gates": [
 				"kueue.x-k8s.io/admission",
@@ -1987,6 +2078,7 @@ params := {
 			"queue": "default",
 			"kueueUsers": [],
 			"workloadControllers": [],
+			"suspendedKinds": {},
 			"admissionGate": "kueue.x-k8s.io/admission",
 			"gates": [
 				"kueue.x-k8s.io/admission",
@@ -2425,6 +2517,7 @@ params := {
 			"queue": "default",
 			"kueueUsers": [],
 			"workloadControllers": [],
+			"suspendedKinds": {},
 			"admissionGate": "kueue.x-k8s.io/admission",
 			"gates": [
 				"kueue.x-k8s.io/admission",
