@@ -7,6 +7,7 @@ from .binpack_scheduler.component import BinpackScheduler
 from .gpu_compaction.component import GpuCompaction
 from .gpu_nodes.component import GpuNodes
 from .gpu_operator.component import GpuOperator
+from .gpu_reclaim.component import GpuReclaim
 from .monitoring.component import Monitoring
 from .opa_admission.component import OpaAdmission
 from .platform.component import GpuPlatform
@@ -17,6 +18,6 @@ from .teams.component import Teams
 VERSION = "0.1.0"
 
 COMPONENTS = [GpuPlatform, GpuNodes, GpuOperator, BinpackScheduler, OpaAdmission, Monitoring,
-              GpuCompaction, Teams]
+              GpuCompaction, Teams, GpuReclaim]
 
 __all__ = ["COMPONENTS", "PACKAGE", "VERSION"]

@@ -77,6 +77,8 @@ SECTION_PAGES: dict[str, list[tuple[str, str]]] = {
                    ("Dashboard and alerts", "monitoring.md")],
     "compaction": [("GPU compaction", "../concepts/compaction.md")],
     "teams": [("Teams", "../concepts/teams.md"), ("Running teams", "teams.md")],
+    "reclaim": [("Idle GPU reclaim", "idle-reclaim.md"),
+                ("Idle GPUs (for users)", "../users/idle-gpus.md")],
 }
 
 # Models written as one value in the stack file rather than as a section of their own.

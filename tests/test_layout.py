@@ -41,7 +41,7 @@ def imported_packages(path: Path) -> set[str]:
 
 def test_the_concerns_are_the_components():
     assert CONCERNS == ["binpack_scheduler", "gpu_compaction", "gpu_nodes", "gpu_operator",
-                        "monitoring", "opa_admission", "teams"]
+                        "gpu_reclaim", "monitoring", "opa_admission", "teams"]
 
 
 @pytest.mark.parametrize("package", CONCERNS)

@@ -343,6 +343,53 @@ MISTAKES = [
      "gpu-platform:compaction.namespace", '"gpu-scheduler"', "separate namespace"),
     ("compaction opt-in label not a key", with_changes(compaction={"optInLabel": "may move"}),
      "gpu-platform:compaction.optInLabel", '"may move"', "DNS-subdomain prefix"),
+    ("reclaim on with nothing opted in", with_changes(reclaim={"enabled": True}),
+     "gpu-platform:reclaim.enabled", "true", "at least one namespace"),
+    ("reclaim threshold as a percentage", with_changes(reclaim={"idleBelow": 5}),
+     "gpu-platform:reclaim.idleBelow", "5", "between 0 and 1"),
+    ("reclaim window too short", with_changes(reclaim={"idleFor": "5m"}),
+     "gpu-platform:reclaim.idleFor", '"5m"', "10m or more"),
+    ("reclaim window past the retention", with_changes(reclaim={
+        "enabled": True, "namespaces": ["ml"], "idleFor": "30d"}),
+     "gpu-platform:reclaim.idleFor", '"30d"', "15d or less"),
+    ("reclaim grace period not a duration", with_changes(reclaim={"gracePeriod": "4 hours"}),
+     "gpu-platform:reclaim.gracePeriod", '"4 hours"', "Prometheus duration"),
+    ("reclaim of an exempt namespace", with_changes(
+        admission={"exemptNamespaces": ["infra"]},
+        reclaim={"enabled": True, "namespaces": ["infra"]}),
+     "gpu-platform:reclaim.namespaces[0]", '"infra"', "not exempt"),
+    ("reclaim of the monitoring namespace", with_changes(
+        reclaim={"enabled": True, "namespaces": ["ml", "monitoring"]}),
+     "gpu-platform:reclaim.namespaces[1]", '"monitoring"', "not the platform's own"),
+    ("reclaim of kube-system", with_changes(
+        reclaim={"enabled": True, "namespaces": ["kube-system"]}),
+     "gpu-platform:reclaim.namespaces[0]", '"kube-system"', "not exempt"),
+    ("reclaim of a team that does not exist", with_changes(teams=TEAMS, reclaim={
+        "enabled": True, "teams": ["research", "robotics"]}),
+     "gpu-platform:reclaim.teams[1]", '"robotics"', "one of research, vision"),
+    ("reclaim of a team without teams", with_changes(reclaim={
+        "enabled": True, "teams": ["research"]}),
+     "gpu-platform:reclaim.teams[0]", '"research"', "teams.enabled: true"),
+    ("reclaim with an existing monitoring stack and no Prometheus URL", with_changes(
+        monitoring={"stack": "existing"}, reclaim={"enabled": True, "namespaces": ["ml"]}),
+     "gpu-platform:reclaim.prometheusUrl", "null", "prometheus-operated"),
+    ("reclaim Prometheus URL without a scheme", with_changes(reclaim={
+        "prometheusUrl": "prometheus:9090"}),
+     "gpu-platform:reclaim.prometheusUrl", '"prometheus:9090"', "http(s)://host"),
+    ("reclaim keep annotation not a key", with_changes(reclaim={"keepAnnotation": "keep me"}),
+     "gpu-platform:reclaim.keepAnnotation", '"keep me"', "DNS-subdomain prefix"),
+    ("reclaim action unknown", with_changes(reclaim={"action": "delete"}),
+     "gpu-platform:reclaim.action", '"delete"', "'report' or 'evict'"),
+    ("reclaim schedule not cron", with_changes(reclaim={"schedule": "hourly"}),
+     "gpu-platform:reclaim.schedule", '"hourly"', "minute hour day-of-month"),
+    ("reclaim without a limit", with_changes(reclaim={"maxEvictionsPerRun": 0}),
+     "gpu-platform:reclaim.maxEvictionsPerRun", "0", "greater than or equal to 1"),
+    ("a receiver of a team that does not exist", with_changes(teams=TEAMS, monitoring={
+        "alertmanager": {"receivers": [{"name": "chat", "severities": ["info"],
+                                        "teams": ["robots"],
+                                        "webhookUrl": "https://chat.example/in"}]}}),
+     "gpu-platform:monitoring.alertmanager.receivers[0].teams[0]", '"robots"',
+     "one of research, vision"),
 ]
 
 

@@ -268,6 +268,15 @@ def promtool() -> Path:
                            f"{module}/cmd/promtool"))
 
 
+def prometheus() -> Path:
+    """The Prometheus server of the same module as promtool (the version the stack deploys):
+    the integration suite's reclaim runs query it. Built after promtool, it reuses most of
+    promtool's packages."""
+    module = "github.com/prometheus/prometheus"
+    return go_build(GoTool("prometheus", module, PROMETHEUS_MODULE_VERSION,
+                           f"{module}/cmd/prometheus"))
+
+
 # Alertmanager's amtool checks the generated configuration and tests its routes. The newest
 # release the module proxy serves; the configuration format it checks is the one the chart's
 # Alertmanager reads.
@@ -389,7 +398,7 @@ SUITES = {
     "unit": (pulumi_config, pulumi_package, typescript, opa, promtool, amtool),
     "integration": (pulumi_config, opa, etcd, kube_apiserver, kube_scheduler,
                     kube_controller_manager, dra_control_plane, descheduler, kueue,
-                    prometheus_operator),
+                    prometheus_operator, prometheus),
 }
 
 

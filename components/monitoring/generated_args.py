@@ -80,6 +80,10 @@ class AlertSettings(TypedDict):
     ("GpuCompactionNotRunning: no compaction run has succeeded for this many hours (with "
      "compaction enabled; a run waits for the binpack scheduler). Allowed: 1..168. Default: "
      "`2`.")
+    reclaim_stale_hours: NotRequired[int]
+    ("GpuReclaimNotRunning: no idle reclaim run has succeeded for this many hours (with "
+     "reclaim on; a run fails when Prometheus does not answer). Allowed: 1..168. Default: "
+     "`1`.")
     pending_growth_for: NotRequired[str]
     ("GpuPodsPendingGrowing: pending GPU pods more numerous than this long ago (a duration), "
      "and not fewer since. Default: `30m`.")
@@ -136,6 +140,10 @@ class Receiver(TypedDict):
     "Slack channel, e.g. #gpu."
     pagerduty_routing_key: NotRequired[str | None]
     "PagerDuty Events v2 routing key (a secret)."
+    teams: NotRequired[list[str]]
+    ("Only the alerts about these teams' namespaces (names in `teams.teams`; alerts about a "
+     "team's pods, such as GpuAllocatedIdle, carry its `team` label). Empty: alerts of every "
+     "team and of no team. Default: `[]`.")
 
 
 class AlertmanagerSettings(TypedDict):
@@ -256,6 +264,14 @@ class MonitoredTeams(TypedDict):
      "Default: `{}`.")
 
 
+class MonitoredReclaim(TypedDict):
+    "Idle reclaim's CronJob, whose runs Monitoring alerts on."
+    name: str
+    "The CronJob's name (`reclaim.name`)."
+    namespace: str
+    "Its namespace (the GpuReclaim component's `namespace` output)."
+
+
 class MonitoringArgs(TypedDict):
     ("The args of Monitoring. kube-prometheus-stack, the GPU dashboard, rules and alerts, "
      "with the components they watch.")
@@ -288,6 +304,8 @@ class MonitoringArgs(TypedDict):
     "Compaction's CronJob, when compaction is on."
     teams: NotRequired[MonitoredTeams | None]
     "Kueue, when teams are on."
+    reclaim: NotRequired[MonitoredReclaim | None]
+    "Idle reclaim's CronJob, when reclaim is on."
     secret_values: NotRequired[bool]
     ("Store the release's values as a secret: set it when `monitoring.extraValues` holds a "
      "credential. Default: `false`.")

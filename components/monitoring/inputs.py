@@ -74,6 +74,14 @@ class MonitoredCompaction(Model):
                                        "`namespace` output).")
 
 
+class MonitoredReclaim(Model):
+    """Idle reclaim's CronJob, whose runs Monitoring alerts on."""
+
+    name: str = Field(description="The CronJob's name (`reclaim.name`).")
+    namespace: str = Field(description="Its namespace (the GpuReclaim component's `namespace` "
+                                       "output).")
+
+
 class MonitoredTeams(Model):
     """Kueue and the teams' queues, as Monitoring scrapes them and alerts on them."""
 
@@ -110,6 +118,8 @@ class MonitoringInputs(PulledImages):
     compaction: MonitoredCompaction | None = Field(
         default=None, description="Compaction's CronJob, when compaction is on.")
     teams: MonitoredTeams | None = Field(default=None, description="Kueue, when teams are on.")
+    reclaim: MonitoredReclaim | None = Field(
+        default=None, description="Idle reclaim's CronJob, when reclaim is on.")
     secret_values: bool = Field(
         default=False,
         description="Store the release's values as a secret: set it when "

@@ -179,6 +179,15 @@ def _alert(name: str, expr: str, duration: str, severity: str, summary: str,
             "annotations": {"summary": summary, "description": description}}
 
 
+def with_team(inputs: MonitoringInputs, expr: str) -> str:
+    """`expr` (by namespace, pod), each series of a team's namespace labelled with its `team`,
+    so that Alertmanager routes it to the team's receivers; unchanged without teams."""
+    if not usage.team_namespaces(inputs):
+        return expr
+    return (f"({expr}) * on (namespace) group_left (team) {usage.TEAM_NAMESPACE} "
+            f"or on (namespace, pod) ({expr})")
+
+
 def unix_time(rfc3339: str) -> int:
     return int(datetime.datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp())
 
@@ -264,9 +273,9 @@ def alert_rules(inputs: MonitoringInputs, certificate_not_after: int | None = No
                f"exporter on it has been scraped for {alerts.exporter_down_for}: its GPU usage "
                "and health are unknown."),
         *gpu_node_alerts(inputs),
-        _alert("GpuAllocatedIdle",
-               f'max by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{{pod!=""}}) '
-               f"< {alerts.idle_utilization_percent}",
+        _alert("GpuAllocatedIdle", with_team(
+                   inputs, f'max by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{{pod!=""}}) '
+                   f"< {alerts.idle_utilization_percent}"),
                alerts.idle_for, "info", "GPUs allocated but idle",
                f"Pod {{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}} holds GPUs whose "
                f"utilization has stayed below {alerts.idle_utilization_percent}% for "
@@ -435,6 +444,30 @@ def team_alerts(inputs: MonitoringInputs) -> list[dict]:
     ]
 
 
+def cron_job_stale(namespace: str, name: str, hours: int) -> str:
+    """No run of the CronJob has succeeded for `hours` (or none ever, `hours` after it was
+    created)."""
+    cron_job = f'namespace="{namespace}", cronjob="{name}"'
+    return (f"(time() - kube_cronjob_status_last_successful_time{{{cron_job}}} > "
+            f"{hours * 3600}) or (time() - kube_cronjob_created{{{cron_job}}} > "
+            f"{hours * 3600} unless kube_cronjob_status_last_successful_time{{{cron_job}}})")
+
+
+def reclaim_alerts(inputs: MonitoringInputs) -> list[dict]:
+    """With idle reclaim on: a reclaim that has stopped running (its runs failing, as when
+    Prometheus does not answer)."""
+    reclaim = inputs.reclaim
+    if reclaim is None:
+        return []
+    hours = inputs.monitoring.alerts.reclaim_stale_hours
+    return [_alert("GpuReclaimNotRunning", cron_job_stale(reclaim.namespace, reclaim.name, hours),
+                   "0s", "warning", "Idle GPU reclaim has not run",
+                   f"No run of CronJob {reclaim.namespace}/{reclaim.name} has succeeded for "
+                   f"{hours} hours, so idle GPU pods are neither reported nor reclaimed. A run "
+                   "fails when Prometheus does not answer its query; see the last Job's pod "
+                   "log.")]
+
+
 def compaction_alerts(inputs: MonitoringInputs) -> list[dict]:
     """With compaction on: a compaction that has stopped running (its pod never placed, because
     the binpack scheduler is down, or its runs failing)."""
@@ -442,12 +475,9 @@ def compaction_alerts(inputs: MonitoringInputs) -> list[dict]:
     if compaction is None:
         return []
     hours = inputs.monitoring.alerts.compaction_stale_hours
-    cron_job = f'namespace="{compaction.namespace}", cronjob="{compaction.name}"'
     return [
         _alert("GpuCompactionNotRunning",
-               f"(time() - kube_cronjob_status_last_successful_time{{{cron_job}}} > "
-               f"{hours * 3600}) or (time() - kube_cronjob_created{{{cron_job}}} > "
-               f"{hours * 3600} unless kube_cronjob_status_last_successful_time{{{cron_job}}})",
+               cron_job_stale(compaction.namespace, compaction.name, hours),
                "0s", "warning", "GPU compaction has not run",
                f"No run of CronJob {compaction.namespace}/{compaction.name} has succeeded for "
                f"{hours} hours, so half-used GPU nodes are not being emptied. A run waits for "
@@ -470,7 +500,7 @@ def prometheus_rule(inputs: MonitoringInputs, certificate_not_after: int | None 
         "spec": {"groups": [
             {"name": "gpu-platform",
              "rules": recording_rules(inputs) + alert_rules(inputs, certificate_not_after)
-             + compaction_alerts(inputs) + team_alerts(inputs)},
+             + compaction_alerts(inputs) + reclaim_alerts(inputs) + team_alerts(inputs)},
             usage.usage_group(inputs),
         ]},
     }

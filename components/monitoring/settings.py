@@ -70,6 +70,10 @@ class AlertSettings(Model):
         default=2, ge=1, le=168,
         description="GpuCompactionNotRunning: no compaction run has succeeded for this many "
                     "hours (with compaction enabled; a run waits for the binpack scheduler).")
+    reclaim_stale_hours: int = Field(
+        default=1, ge=1, le=168,
+        description="GpuReclaimNotRunning: no idle reclaim run has succeeded for this many "
+                    "hours (with reclaim on; a run fails when Prometheus does not answer).")
     pending_growth_for: Duration = Field(
         default="30m",
         description="GpuPodsPendingGrowing: pending GPU pods more numerous than this long ago "
@@ -178,6 +182,11 @@ class Receiver(Model):
     slack_channel: str | None = Field(default=None, description="Slack channel, e.g. #gpu.")
     pagerduty_routing_key: str | None = Field(
         default=None, description="PagerDuty Events v2 routing key (a secret).")
+    teams: list[str] = Field(
+        default_factory=list,
+        description="Only the alerts about these teams' namespaces (names in `teams.teams`; "
+                    "alerts about a team's pods, such as GpuAllocatedIdle, carry its `team` "
+                    "label). Empty: alerts of every team and of no team.")
 
 
     @field_validator("webhook_url", "slack_api_url")

@@ -119,14 +119,19 @@ def usage_rules(inputs: MonitoringInputs) -> list[dict]:
         {"record": GPU_ACTIVE, "expr": f"{GPU_ACTIVITY} > bool {threshold!r}"},
         *counts,
         *hours,
-        # Pods that held GPUs for the whole window (they held some a window ago: a pod that
-        # has just started is not judged yet) and none of whose GPUs was active at any scraped
-        # sample within it. The exporter's own samples, not the minute ones recorded above: a
-        # pod busy within the window is never idle.
-        {"record": IDLE_POD_GPUS,
-         "expr": f"{held('pod')} unless on (namespace, pod) ({activity(window)} > {threshold!r}) "
-                 f"and on (namespace, pod) ({held('pod')} offset {window})"},
+        {"record": IDLE_POD_GPUS, "expr": idle_pods(window, threshold)},
     ]
+
+
+def idle_pods(window: str, threshold: float) -> str:
+    """The GPUs of each idle pod: pods that held GPUs for the whole window (they held some a
+    window ago: a pod that has just started is not judged yet) and none of whose GPUs was active
+    (above `threshold`) at any scraped sample within it. The exporter's own samples, not the
+    minute ones recorded above: a pod busy within the window is never idle. The one definition
+    of idle: the recorded series (over `monitoring.usage.window`) and idle reclaim's query (over
+    `reclaim.idleFor`) are both this."""
+    return (f"{held('pod')} unless on (namespace, pod) ({activity(window)} > {threshold!r}) "
+            f"and on (namespace, pod) ({held('pod')} offset {window})")
 
 
 def usage_group(inputs: MonitoringInputs) -> dict:

@@ -55,6 +55,29 @@ def grafana_service(inputs: MonitoringInputs) -> tuple[str, int]:
     return f"{mon.release_name}-grafana", GRAFANA_PORT
 
 
+# The chart's Prometheus Service port (prometheus.service.port).
+PROMETHEUS_PORT = 9090
+
+
+def chart_fullname(inputs: MonitoringInputs) -> str:
+    """The chart's fullname, as its helpers make it: the release name if it holds the chart's
+    name, else `<release>-<chart>`, at most 26 characters (or `fullnameOverride`)."""
+    mon = inputs.monitoring
+    override = mon.extra_values.get("fullnameOverride")
+    name = str(override) if override else (
+        mon.release_name if CHART in mon.release_name else f"{mon.release_name}-{CHART}")
+    return name[:26].removesuffix("-")
+
+
+def prometheus_url(inputs: MonitoringInputs) -> str | None:
+    """The installed chart's Prometheus HTTP API inside the cluster; none for an existing
+    stack, whose Prometheus only its operator knows the address of."""
+    mon = inputs.monitoring
+    if mon.stack == "existing":
+        return None
+    return f"http://{chart_fullname(inputs)}-prometheus.{mon.namespace}.svc:{PROMETHEUS_PORT}"
+
+
 def stack_values(inputs: MonitoringInputs) -> dict:
     """Chart values generated from the settings (before the stack's extra values)."""
     mon = inputs.monitoring
@@ -115,6 +138,15 @@ def receiver_config(receiver: Receiver) -> dict:
     return config
 
 
+def receiver_matchers(receiver: Receiver) -> list[str]:
+    """The alerts a receiver gets: those of its severities, and of its teams if it names any
+    (the `team` label the rules give alerts about a team's pods)."""
+    matchers = [f"severity=~\"{'|'.join(receiver.severities)}\""]
+    if receiver.teams:
+        matchers.append(f"team=~\"{'|'.join(receiver.teams)}\"")
+    return matchers
+
+
 def alertmanager_config(inputs: MonitoringInputs) -> dict:
     """Alertmanager's configuration: each receiver gets the alerts of its severities (the rules
     label every alert with one), everything else goes nowhere but the Alertmanager UI."""
@@ -125,9 +157,8 @@ def alertmanager_config(inputs: MonitoringInputs) -> dict:
             "group_by": ["alertname", "namespace", "node"],
             "group_wait": am.group_wait,
             "repeat_interval": am.repeat_interval,
-            "routes": [{"receiver": r.name,
-                        "matchers": [f"severity=~\"{'|'.join(r.severities)}\""],
-                        "continue": True} for r in am.receivers],
+            "routes": [{"receiver": r.name, "matchers": receiver_matchers(r), "continue": True}
+                       for r in am.receivers],
         },
         "receivers": [{"name": "null"}, *(receiver_config(r) for r in am.receivers)],
     }

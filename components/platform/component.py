@@ -13,6 +13,7 @@ from ..binpack_scheduler.component import BinpackScheduler
 from ..gpu_compaction.component import GpuCompaction
 from ..gpu_nodes.component import GpuNodes
 from ..gpu_operator.component import GpuOperator
+from ..gpu_reclaim.component import GpuReclaim
 from ..monitoring.component import Monitoring
 from ..opa_admission.component import OpaAdmission
 from ..teams.component import Teams
@@ -31,8 +32,8 @@ PLATFORM_NAME = "gpu-platform"
 
 class GpuPlatform(Component[GpuPlatformInputs]):
     """The whole GPU platform on one cluster: GPU nodes, GPU Operator, binpack scheduler,
-    admission, monitoring and (when on) compaction, wired by the dependencies of the design,
-    through a Kubernetes provider of the stack's cluster."""
+    admission, monitoring and (when on) compaction, teams and idle GPU reclaim, wired by the
+    dependencies of the design, through a Kubernetes provider of the stack's cluster."""
 
     cluster_context: str
     "The kubeconfig context of the cluster the platform is on."
@@ -111,6 +112,12 @@ class GpuPlatform(Component[GpuPlatformInputs]):
         self.compaction = (GpuCompaction.from_inputs(self.child_name("gpu-compaction"),
                                                      components.compaction, child(self.scheduler))
                            if settings.compaction.enabled else None)
+        # Reclaim reads the usage rules Monitoring declares, and has Roles in the teams'
+        # namespaces, which Teams creates.
+        self.reclaim = (GpuReclaim.from_inputs(
+            self.child_name("gpu-reclaim"), components.reclaim,
+            child(self.monitoring, *([self.teams] if self.teams else [])))
+            if settings.reclaim.enabled else None)
 
         self.cluster_context = cluster.context
         self.scheduler_name = self.scheduler.scheduler_name

@@ -14,6 +14,7 @@ from ..binpack_scheduler.generated_args import SchedulerSettings
 from ..gpu_compaction.generated_args import CompactionSettings
 from ..gpu_nodes.generated_args import GpuNodesSettings
 from ..gpu_operator.generated_args import GpuOperatorSettings
+from ..gpu_reclaim.generated_args import ReclaimSettings
 from ..monitoring.generated_args import MonitoringSettings
 from ..opa_admission.generated_args import AdmissionSettings
 from ..teams.generated_args import TeamsSettings
@@ -65,6 +66,9 @@ class GpuPlatformArgs(TypedDict):
      "nodes come free.")
     teams: NotRequired[TeamsSettings]
     "Teams that share the GPUs through Kueue: a quota and a queue per team."
+    reclaim: NotRequired[ReclaimSettings]
+    ("Idle GPU reclaim: idle GPU pods of opted-in namespaces and teams reported to their "
+     "owners and, with `action: evict`, evicted after a grace period.")
     secret_sections: NotRequired[list[str]]
     ("Sections that hold a secret (a credential in extra chart values, the Grafana "
      "password): their Helm release's values are stored as a secret. Allowed: a list of "

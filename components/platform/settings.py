@@ -7,7 +7,13 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from ..base.facts import DRA_MIN_KUBERNETES, GPU_RESOURCE, mig_resource, resource_matches
+from ..base.facts import (
+    DRA_MIN_KUBERNETES,
+    GPU_RESOURCE,
+    RESERVED_NAMESPACES,
+    mig_resource,
+    resource_matches,
+)
 from ..base.model import (
     KubernetesVersion,
     Model,
@@ -16,11 +22,12 @@ from ..base.model import (
     mirror_field,
     to_snake,
 )
-from ..base.validation import Invalid
+from ..base.validation import Invalid, duration_seconds
 from ..binpack_scheduler.settings import SchedulerSettings
 from ..gpu_compaction.settings import CompactionSettings
 from ..gpu_nodes.settings import GpuNodesSettings
 from ..gpu_operator.settings import GpuOperatorSettings
+from ..gpu_reclaim.settings import ReclaimSettings
 from ..monitoring.settings import MonitoringSettings
 from ..opa_admission.settings import AdmissionSettings
 from ..teams.settings import KUEUE_MIN_KUBERNETES, TeamsSettings
@@ -79,6 +86,10 @@ class StackSettings(Model):
     teams: TeamsSettings = Field(
         default_factory=TeamsSettings,
         description="Teams that share the GPUs through Kueue: a quota and a queue per team.")
+    reclaim: ReclaimSettings = Field(
+        default_factory=ReclaimSettings,
+        description="Idle GPU reclaim: idle GPU pods of opted-in namespaces and teams reported "
+                    "to their owners and, with `action: evict`, evicted after a grace period.")
 
 
     @model_validator(mode="after")
@@ -111,6 +122,8 @@ class StackSettings(Model):
             sections.append(("compaction",))
         if self.teams.enabled:
             sections.append(("teams", "kueue"))
+        if self.reclaim.enabled:
+            sections.append(("reclaim",))
         found = []
         for path in sections:
             section: Any = self
@@ -118,6 +131,16 @@ class StackSettings(Model):
                 section = getattr(section, to_snake(key))
             found.append(((*path, "namespace"), section.namespace))
         return found
+
+    @property
+    def reclaim_exempt_namespaces(self) -> dict[str, str]:
+        """Namespaces idle reclaim never touches, each with why: Kubernetes' own, the
+        platform's own and admission's exempt namespaces."""
+        exempt = {namespace: "Kubernetes' own" for namespace in RESERVED_NAMESPACES
+                  if namespace != "default"}
+        exempt |= {namespace: "admission.exemptNamespaces"
+                   for namespace in self.admission.exempt_namespaces}
+        return exempt | {namespace: ".".join(at) for at, namespace in self.platform_namespaces}
 
     @model_validator(mode="after")
     def dra_needs_kubernetes_1_37(self) -> StackSettings:
@@ -212,4 +235,51 @@ class StackSettings(Model):
                           "would be refused", f"at least {preemptible.value}",
                           at=("admission", "maxGpuPodPriority"),
                           value=self.admission.max_gpu_pod_priority, has_value=True)
+        return self
+
+    @model_validator(mode="after")
+    def reclaim_applies_where_it_may(self) -> StackSettings:
+        reclaim = self.reclaim
+        if not reclaim.enabled:
+            return self
+        teams = [team.name for team in self.teams.teams] if self.teams.enabled else []
+        for index, team in enumerate(reclaim.teams):
+            if team not in teams:
+                raise Invalid("no such team" + ("" if self.teams.enabled else
+                                                " (teams.enabled is false)"),
+                              f"one of {', '.join(teams)}" if teams else
+                              "no teams, or teams.enabled: true with this team",
+                              at=("reclaim", "teams", index), value=team, has_value=True)
+        exempt = self.reclaim_exempt_namespaces
+        for index, namespace in enumerate(reclaim.namespaces):
+            if namespace in exempt:
+                raise Invalid(f"a namespace reclaim never touches ({exempt[namespace]})",
+                              "a namespace of GPU workloads, not exempt and not the "
+                              "platform's own", at=("reclaim", "namespaces", index),
+                              value=namespace, has_value=True)
+        monitoring = self.monitoring
+        if monitoring.stack == "existing" and reclaim.prometheus_url is None:
+            raise Invalid("reclaim reads GPU activity from Prometheus, and the existing "
+                          "monitoring stack's address is not known to the program",
+                          "the URL of its Prometheus HTTP API as the CronJob's pod reaches it, "
+                          "e.g. http://prometheus-operated.<monitoring.namespace>.svc:9090",
+                          at=("reclaim", "prometheusUrl"), value=None, has_value=True)
+        if (monitoring.stack == "install"
+                and duration_seconds(reclaim.idle_for) > duration_seconds(monitoring.retention)):
+            raise Invalid(f"longer than Prometheus keeps samples (monitoring.retention, "
+                          f"{monitoring.retention})", f"{monitoring.retention} or less",
+                          at=("reclaim", "idleFor"), value=reclaim.idle_for, has_value=True)
+        return self
+
+    @model_validator(mode="after")
+    def receivers_of_teams_that_exist(self) -> StackSettings:
+        teams = [team.name for team in self.teams.teams] if self.teams.enabled else []
+        for index, receiver in enumerate(self.monitoring.alertmanager.receivers):
+            for at, team in enumerate(receiver.teams):
+                if team not in teams:
+                    raise Invalid("no such team: no alert would carry it",
+                                  f"one of {', '.join(teams)}" if teams else
+                                  "no teams (teams.enabled is false)",
+                                  at=("monitoring", "alertmanager", "receivers", index, "teams",
+                                      at), value=team, has_value=True)
         return self

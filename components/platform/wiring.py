@@ -22,11 +22,14 @@ from ..gpu_nodes.inputs import GpuNodesInputs
 from ..gpu_operator import dra
 from ..gpu_operator import values as gpu_operator_values
 from ..gpu_operator.inputs import GpuOperatorInputs
+from ..gpu_reclaim.inputs import GpuReclaimInputs
+from ..monitoring import usage
 from ..monitoring import values as monitoring_values
 from ..monitoring.inputs import (
     KubectlContext,
     MonitoredAdmission,
     MonitoredCompaction,
+    MonitoredReclaim,
     MonitoredScheduler,
     MonitoredTeams,
     MonitoringInputs,
@@ -45,8 +48,8 @@ from .stack_cluster import kubeconfig_problem
 
 @dataclass(frozen=True)
 class ComponentInputs:
-    """Each component's inputs, as the platform declares it (compaction's and teams' also when
-    they are off, for what they would run)."""
+    """Each component's inputs, as the platform declares it (compaction's, teams' and
+    reclaim's also when they are off, for what they would run)."""
 
     gpu_nodes: GpuNodesInputs
     gpu_operator: GpuOperatorInputs
@@ -55,6 +58,7 @@ class ComponentInputs:
     monitoring: MonitoringInputs
     compaction: GpuCompactionInputs
     teams: TeamsInputs
+    reclaim: GpuReclaimInputs
 
 
 Valid = TypeVar("Valid", bound=BaseModel)
@@ -75,6 +79,27 @@ def component_inputs(settings: StackSettings, secret_sections: Collection[str] =
     mirror = {"image_registry_mirror": settings.image_registry_mirror}
     gpu_nodes = valid(GpuNodeFacts, taints=nodes.taints,
                       names=list(nodes.names) if nodes.tainted_by == "program" else None)
+    monitoring = valid(
+        MonitoringInputs, monitoring=settings.monitoring,
+        kubernetes_version=settings.kubernetes_version,
+        cluster=valid(KubectlContext, context=settings.cluster.context,
+                      kubeconfig=settings.cluster.kubeconfig),
+        gpu_operator_namespace=op.namespace, gpu_path=op.gpu_path, gpu_nodes=gpu_nodes,
+        scheduler=valid(MonitoredScheduler, name=sched.name, namespace=sched.namespace),
+        admission=valid(MonitoredAdmission, namespace=adm.namespace,
+                        webhook_name=adm.webhook_name, failure_policy=adm.failure_policy,
+                        certificate_renewal_hours=adm.certificate.early_renewal_hours),
+        compaction=(valid(MonitoredCompaction, name=compaction.name,
+                          namespace=compaction.namespace)
+                    if compaction.enabled else None),
+        teams=(valid(MonitoredTeams, namespace=teams.kueue.namespace,
+                     release_name=teams.kueue.release_name,
+                     namespaces=teams.team_namespaces)
+               if teams.enabled else None),
+        reclaim=(valid(MonitoredReclaim, name=settings.reclaim.name,
+                       namespace=settings.reclaim.namespace)
+                 if settings.reclaim.enabled else None),
+        secret_values="monitoring" in secret_sections, **mirror)
     return ComponentInputs(
         gpu_nodes=valid(GpuNodesInputs, gpu_nodes=nodes),
         gpu_operator=valid(GpuOperatorInputs, gpu_operator=op, gpu_nodes=gpu_nodes,
@@ -100,30 +125,27 @@ def component_inputs(settings: StackSettings, secret_sections: Collection[str] =
             dra_writers=valid(DraWriters, **dra.dra_writers(op)),
             scheduler_user=f"system:serviceaccount:{sched.namespace}:{sched.name}",
             trusted_namespaces=[op.namespace, settings.monitoring.namespace], **mirror),
-        monitoring=valid(
-            MonitoringInputs, monitoring=settings.monitoring,
-            kubernetes_version=settings.kubernetes_version,
-            cluster=valid(KubectlContext, context=settings.cluster.context,
-                          kubeconfig=settings.cluster.kubeconfig),
-            gpu_operator_namespace=op.namespace, gpu_path=op.gpu_path, gpu_nodes=gpu_nodes,
-            scheduler=valid(MonitoredScheduler, name=sched.name, namespace=sched.namespace),
-            admission=valid(MonitoredAdmission, namespace=adm.namespace,
-                            webhook_name=adm.webhook_name, failure_policy=adm.failure_policy,
-                            certificate_renewal_hours=adm.certificate.early_renewal_hours),
-            compaction=(valid(MonitoredCompaction, name=compaction.name,
-                              namespace=compaction.namespace)
-                        if compaction.enabled else None),
-            teams=(valid(MonitoredTeams, namespace=teams.kueue.namespace,
-                         release_name=teams.kueue.release_name,
-                         namespaces=teams.team_namespaces)
-                   if teams.enabled else None),
-            secret_values="monitoring" in secret_sections, **mirror),
+        monitoring=monitoring,
         compaction=valid(GpuCompactionInputs, compaction=compaction, scheduler_name=sched.name,
                          scoring_strategy=sched.scoring_strategy,
                          mig_resources=op.mig.resources, **mirror),
         teams=valid(TeamsInputs, teams=teams, gpu_nodes=gpu_nodes,
                     device_classes=dra.served_resources(op), **mirror),
+        reclaim=reclaim_inputs(settings, monitoring),
     )
+
+
+def reclaim_inputs(settings: StackSettings, monitoring: MonitoringInputs) -> GpuReclaimInputs:
+    """Reclaim's inputs: the Prometheus it reads (its own setting, else the installed stack's),
+    the usage rules' idle query with its window and threshold, the teams' namespaces and what
+    it never touches."""
+    reclaim, teams = settings.reclaim, settings.teams
+    url = reclaim.prometheus_url or monitoring_values.prometheus_url(monitoring) or ""
+    return valid(GpuReclaimInputs, reclaim=reclaim, prometheus_url=url,
+                 idle_query=usage.idle_pods(reclaim.idle_for, reclaim.idle_below),
+                 team_namespaces=teams.team_namespaces if teams.enabled else {},
+                 exempt_namespaces=sorted(settings.reclaim_exempt_namespaces),
+                 image_registry_mirror=settings.image_registry_mirror)
 
 
 def check_chart_values(inputs: ComponentInputs, subject: Subject) -> None:
@@ -184,6 +206,8 @@ def deployable_images(inputs: ComponentInputs) -> list[Deployable]:
                    compaction.enabled and compaction.plan_threshold),
         Deployable(inputs.teams.image(teams.kueue.image), ("teams.enabled",),
                    teams.enabled and teams.kueue.installs_chart),
+        Deployable(inputs.reclaim.image(inputs.reclaim.reclaim.image), ("reclaim.enabled",),
+                   inputs.reclaim.reclaim.enabled),
     ]
 
 

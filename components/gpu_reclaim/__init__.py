@@ -1,0 +1,17 @@
+"""Idle GPU reclaim: a CronJob that reports idle GPU pods of opted-in namespaces to their
+owners and, where the stack says so, evicts them after a grace period."""
+
+from .component import GpuReclaim
+from .inputs import GpuReclaimInputs
+from .manifests import (
+    CONFIG_DIR,
+    CONFIG_FILE,
+    REPORTED_ANNOTATION,
+    actor_config,
+    cron_job,
+    reclaim_objects,
+    reclaim_rules,
+)
+
+__all__ = ["CONFIG_DIR", "CONFIG_FILE", "GpuReclaim", "GpuReclaimInputs", "REPORTED_ANNOTATION",
+           "actor_config", "cron_job", "reclaim_objects", "reclaim_rules"]

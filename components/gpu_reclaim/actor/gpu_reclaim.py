@@ -1,0 +1,329 @@
+"""One idle-GPU reclaim run: report idle GPU pods of the opted-in namespaces to their owners
+and, where the stack says so, evict those still idle after the grace period.
+
+Which pods are idle is Prometheus' answer to the stack's query (the usage rules' definition,
+with the reclaim window and threshold: a pod that held GPUs for the whole window, none of them
+active at any sample within it). Of those, a pod is acted on only if it is in a namespace that
+opted in and is not exempt, is Running and was started at least a window ago, and, where the
+stack honours it, does not carry its owner's keep annotation.
+
+A pod idle and not yet reported gets a `GpuIdle` event, on it and on its controller, and an
+annotation with the time of that first report. With `action: evict`, a reported pod still idle
+once the grace period has passed since then is evicted through the eviction API, so that
+PodDisruptionBudgets hold: a refusal (429) is reported and tried again next run. At most
+`maxEvictionsPerRun` pods are evicted per run, the longest reported first. A reported pod that
+is no longer idle loses the annotation, so its grace period starts over.
+
+Standard library only: it runs from a ConfigMap in a stock Python image, as the CronJob's
+container (`main`); the tests call `decide` directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+IN_CLUSTER = "/var/run/secrets/kubernetes.io/serviceaccount"
+IDLE, EVICTED, REFUSED = "GpuIdle", "GpuIdleEvicted", "GpuIdleEvictionRefused"
+# An event's note is at most 1 kB.
+NOTE_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a run does with one pod: `report` (first report: event and annotation), `evict`,
+    `clear` (active again: the annotation removed) or `skip` (nothing; `why` says why)."""
+
+    namespace: str
+    pod: str
+    action: str
+    why: str
+    gpus: int = 0
+    reported_at: float | None = None
+
+
+def parse_time(text: str) -> float | None:
+    """An RFC 3339 time (as the API server and this script write them), in seconds; None if it
+    is not one."""
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except (ValueError, AttributeError):
+        return None
+
+
+def format_time(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_duration(seconds: float) -> str:
+    """A duration as people read it: 2h, 1h30m, 45m, 1d6h, 30s."""
+    seconds = int(seconds)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size or (unit == "s" and not parts):
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return "".join(parts[:2])
+
+
+def idle_set(result: list[dict]) -> dict[tuple[str, str], int]:
+    """(namespace, pod) -> GPUs held, from the query's instant vector."""
+    idle: dict[tuple[str, str], int] = {}
+    for series in result:
+        labels = series.get("metric", {})
+        if labels.get("namespace") and labels.get("pod"):
+            key = (labels["namespace"], labels["pod"])
+            idle[key] = idle.get(key, 0) + int(float(series["value"][1]))
+    return idle
+
+
+def kept(pod: dict, config: dict) -> bool:
+    """The owner asked to keep the pod's GPUs (whether or not the stack honours it)."""
+    value = (pod["metadata"].get("annotations") or {}).get(config["keepAnnotation"])
+    return value is not None and value.strip().lower() != "false"
+
+
+def judge(config: dict, pod: dict, reported_at: float | None, now: float) -> tuple[str, str]:
+    """(action, why) for one idle pod of an opted-in namespace."""
+    meta, status = pod["metadata"], pod.get("status") or {}
+    started = parse_time(status.get("startTime") or "")
+    if meta.get("deletionTimestamp") or status.get("phase") != "Running":
+        return "skip", "not running"
+    if started is None or now - started < config["idleForSeconds"]:
+        return "skip", f"started less than {config['idleFor']} ago"
+    if config["allowKeep"] and kept(pod, config):
+        return "skip", f"kept by its owner ({config['keepAnnotation']})"
+    if reported_at is None:
+        return "report", "idle"
+    if config["action"] != "evict":
+        return "skip", "reported already (action: report)"
+    if now - reported_at < config["gracePeriodSeconds"]:
+        return "skip", (f"in its grace period until "
+                        f"{format_time(reported_at + config['gracePeriodSeconds'])}")
+    return "evict", "idle after its grace period"
+
+
+def decide(config: dict, idle: dict[tuple[str, str], int], pods: list[dict],
+           now: float) -> list[Decision]:
+    """What a run does with each pod of `pods` that is idle or was reported, given the idle set
+    Prometheus answered. Only pods of the opted-in namespaces, less the exempt ones, are
+    considered, whatever the answer holds."""
+    namespaces = set(config["namespaces"]) - set(config["exemptNamespaces"])
+    reported_key = config["reportedAnnotation"]
+    decisions: list[Decision] = []
+    due: list[Decision] = []
+    for pod in sorted(pods, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])):
+        meta = pod["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        if namespace not in namespaces:
+            continue
+        reported = (meta.get("annotations") or {}).get(reported_key)
+        reported_at = parse_time(reported) if reported is not None else None
+        gpus = idle.get((namespace, name))
+        if gpus is None:
+            if reported is not None:
+                decisions.append(Decision(namespace, name, "clear", "active again"))
+            continue
+        action, why = judge(config, pod, reported_at, now)
+        decision = Decision(namespace, name, action, why, gpus,
+                            now if action == "report" else reported_at)
+        (due if action == "evict" else decisions).append(decision)
+    # The longest reported first, up to the run's limit.
+    due.sort(key=lambda d: (d.reported_at or now, d.namespace, d.pod))
+    limit = config["maxEvictionsPerRun"]
+    decisions += due[:limit]
+    decisions += [Decision(d.namespace, d.pod, "skip",
+                           f"over this run's limit of {limit} evictions", d.gpus, d.reported_at)
+                  for d in due[limit:]]
+    return decisions
+
+
+def report_note(config: dict, decision: Decision, pod: dict) -> str:
+    """The first report's message: how long the pod has been idle, what the policy will do,
+    and how to keep it."""
+    name = f"{decision.namespace}/{decision.pod}"
+    note = (f"Pod {name} has held {decision.gpus} GPU(s) with no activity above "
+            f"{config['idleBelow']:.0%} for at least {config['idleFor']}. ")
+    if config["action"] == "evict":
+        when = format_time((decision.reported_at or 0) + config["gracePeriodSeconds"])
+        note += (f"Policy: it will be evicted if still idle after {config['gracePeriod']} "
+                 f"(from {when}); any GPU activity first starts the count again. ")
+    else:
+        note += "Policy: report only; nothing will be done to it. "
+    if config["allowKeep"]:
+        template = " (in its pod template)" if controller(pod) else ""
+        note += (f"Done with it? Delete it to free the GPUs. To keep them, annotate it"
+                 f"{template}: {config['keepAnnotation']}=true.")
+    else:
+        note += (f"Done with it? Delete it to free the GPUs. This cluster does not honour "
+                 f"{config['keepAnnotation']}.")
+    return note
+
+
+def controller(pod: dict) -> dict | None:
+    """The pod's controller (its owner reference with `controller: true`), if any."""
+    return next((ref for ref in pod["metadata"].get("ownerReferences") or []
+                 if ref.get("controller")), None)
+
+
+def event(config: dict, regarding: dict, namespace: str, reason: str, kind: str,
+          action: str, note: str, now: float) -> dict:
+    """An events.k8s.io/v1 Event about `regarding` (an object reference)."""
+    micro = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {"apiVersion": "events.k8s.io/v1", "kind": "Event",
+            # Named as client-go's recorder names events: the object's name and a timestamp.
+            "metadata": {"name": f"{regarding['name'][:200]}.{time.time_ns():x}",
+                         "namespace": namespace},
+            "eventTime": micro, "type": kind, "reason": reason, "action": action,
+            "reportingController": config["controller"],
+            "reportingInstance": (os.environ.get("HOSTNAME") or socket.gethostname())[:128],
+            "regarding": regarding,
+            "note": note.encode()[:NOTE_BYTES].decode(errors="ignore")}
+
+
+def regarding(pod: dict) -> list[dict]:
+    """The pod and its controller, as events refer to them."""
+    meta = pod["metadata"]
+    refs = [{"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+             "namespace": meta["namespace"], "uid": meta.get("uid", "")}]
+    if owner := controller(pod):
+        refs.append({"apiVersion": owner["apiVersion"], "kind": owner["kind"],
+                     "name": owner["name"], "namespace": meta["namespace"],
+                     "uid": owner.get("uid", "")})
+    return refs
+
+
+# --- in the CronJob's pod ----------------------------------------------------------------------
+
+class Api:
+    def __init__(self, server: str, token: str, context: ssl.SSLContext):
+        self.server, self.token, self.context = server, token, context
+
+    def call(self, method: str, path: str, body: dict | None = None,
+             content_type: str = "application/json") -> tuple[int, dict]:
+        request = urllib.request.Request(
+            self.server + path, method=method,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": content_type,
+                     "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(request, context=self.context, timeout=30) as reply:
+                return reply.status, json.load(reply)
+        except urllib.error.HTTPError as error:
+            text = error.read().decode(errors="replace")
+            try:
+                return error.code, json.loads(text)
+            except ValueError:
+                return error.code, {"message": text}
+
+    def ok(self, method: str, path: str, body: dict | None = None,
+           content_type: str = "application/json") -> dict:
+        status, answer = self.call(method, path, body, content_type)
+        if status >= 300:
+            raise RuntimeError(f"{method} {path}: {status} {answer.get('message', answer)}")
+        return answer
+
+
+def query_idle(url: str, query: str) -> dict[tuple[str, str], int]:
+    """Prometheus' answer to the idle query, now."""
+    address = f"{url.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    with urllib.request.urlopen(address, timeout=60) as reply:
+        answer = json.load(reply)
+    if answer.get("status") != "success" or answer["data"]["resultType"] != "vector":
+        raise RuntimeError(f"Prometheus at {url} did not answer the idle query: {answer}")
+    return idle_set(answer["data"]["result"])
+
+
+def act(api: Api, config: dict, decision: Decision, pod: dict, now: float) -> str:
+    """Carry out one decision; what happened, for the log."""
+    namespace, name = decision.namespace, decision.pod
+    path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+    events = f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
+    merge = "application/merge-patch+json"
+    if decision.action == "clear":
+        api.ok("PATCH", path, {"metadata": {"annotations": {
+            config["reportedAnnotation"]: None}}}, merge)
+        return "active again: report cleared"
+    if decision.action == "report":
+        # The events first: should the annotation fail, the next run reports again.
+        note = report_note(config, decision, pod)
+        for ref in regarding(pod):
+            api.ok("POST", events, event(config, ref, namespace, IDLE, "Normal", "Report",
+                                         note, now))
+        api.ok("PATCH", path, {"metadata": {"annotations": {
+            config["reportedAnnotation"]: format_time(now)}}}, merge)
+        return "reported"
+    if decision.action == "evict":
+        status, answer = api.call("POST", f"{path}/eviction", {
+            "apiVersion": "policy/v1", "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace}})
+        since = format_duration(now - (decision.reported_at or now))
+        if status == 429:
+            note = (f"Pod {namespace}/{name} holds {decision.gpus} idle GPU(s), reported {since} "
+                    f"ago, but its eviction was refused: {answer.get('message', '')}. Tried "
+                    f"again next run.")
+            for ref in regarding(pod):
+                api.ok("POST", events, event(config, ref, namespace, REFUSED, "Warning",
+                                             "Evict", note, now))
+            return "eviction refused by a disruption budget"
+        if status == 404:
+            return "gone before its eviction"
+        if status >= 300:
+            raise RuntimeError(f"evicting {namespace}/{name}: {status} "
+                               f"{answer.get('message', answer)}")
+        note = (f"Pod {namespace}/{name} was evicted: its {decision.gpus} GPU(s) stayed at or "
+                f"below {config['idleBelow']:.0%} activity for at least {config['idleFor']}, and "
+                f"{since} after the first report (grace period {config['gracePeriod']}) it was "
+                f"still idle.")
+        for ref in regarding(pod):
+            api.ok("POST", events, event(config, ref, namespace, EVICTED, "Normal", "Evict",
+                                         note, now))
+        return "evicted"
+    return decision.why
+
+
+def main(argv: list[str]) -> int:
+    # `python -OO` strips the docstring: the help then goes without a description.
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="the run's settings (JSON)")
+    parser.add_argument("--prometheus-url", help="instead of the configured one")
+    parser.add_argument("--server", default="https://{}:{}".format(
+        os.environ.get("KUBERNETES_SERVICE_HOST", ""),
+        os.environ.get("KUBERNETES_SERVICE_PORT", "")))
+    parser.add_argument("--token-file", default=f"{IN_CLUSTER}/token")
+    parser.add_argument("--ca-file", default=f"{IN_CLUSTER}/ca.crt")
+    args = parser.parse_args(argv)
+    with open(args.config) as f:
+        config = json.load(f)
+    with open(args.token_file) as f:
+        token = f.read().strip()
+    api = Api(args.server, token, ssl.create_default_context(cafile=args.ca_file))
+    idle = query_idle(args.prometheus_url or config["prometheusUrl"], config["query"])
+    pods = [pod for namespace in sorted(set(config["namespaces"]) -
+                                        set(config["exemptNamespaces"]))
+            for pod in api.ok("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]]
+    now = time.time()
+    by_name = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
+    counts: dict[str, int] = {}
+    for decision in decide(config, idle, pods, now):
+        outcome = act(api, config, decision, by_name[(decision.namespace, decision.pod)], now)
+        kind = decision.action if decision.action != "evict" else outcome
+        counts[kind] = counts.get(kind, 0) + 1
+        print(f"{decision.namespace}/{decision.pod}: {outcome}", flush=True)
+    print(f"gpu reclaim ({config['action']}): {len(idle)} idle GPU pods in Prometheus' answer; "
+          + ", ".join(f"{kind}: {count}" for kind, count in sorted(counts.items())), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,45 @@
+"""What the GpuReclaim component takes."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from ..base.model import PulledImages
+from ..base.validation import NamespaceNames
+from .settings import ReclaimSettings
+
+
+class GpuReclaimInputs(PulledImages):
+    """Idle GPU reclaim, with the Prometheus it reads, the query that says which pods are idle,
+    and the namespaces it must never touch."""
+
+    reclaim: ReclaimSettings = Field(
+        default_factory=ReclaimSettings,
+        description="Idle GPU reclaim: pods whose GPUs did no work for a while are reported to "
+                    "their owners and, where the stack says so, evicted (`enabled` is "
+                    "GpuPlatform's switch: this component always declares reclaim).")
+    prometheus_url: str = Field(
+        description="The Prometheus HTTP API the runs query, as the CronJob's pod reaches it "
+                    "(`reclaim.prometheusUrl`, else the Monitoring component's Prometheus).")
+    idle_query: str = Field(
+        description="The PromQL query whose answer is the idle pods, one series per pod with "
+                    "`namespace` and `pod` (the usage rules' definition of idle, with "
+                    "`reclaim.idleFor` and `reclaim.idleBelow`).")
+    team_namespaces: dict[str, str] = Field(
+        default_factory=dict,
+        description="Each team namespace, with its team (the Teams component's "
+                    "`teamNamespaces` output): `reclaim.teams` applies to these.")
+    exempt_namespaces: NamespaceNames = Field(
+        default_factory=list,
+        description="Namespaces reclaim never touches: admission's exempt namespaces and the "
+                    "platform's own.")
+
+    @property
+    def opted_in_namespaces(self) -> list[str]:
+        """The namespaces reclaim applies to: those named and those of the teams named, less
+        the exempt ones."""
+        reclaim = self.reclaim
+        named = set(reclaim.namespaces) | {namespace for namespace, team in
+                                           self.team_namespaces.items()
+                                           if team in reclaim.teams}
+        return sorted(named - set(self.exempt_namespaces))

@@ -1,0 +1,136 @@
+"""Reclaim's objects: its namespace and ServiceAccount, a Role in each opted-in namespace, the
+ConfigMap with the run's settings and script, and the CronJob."""
+
+import json
+from pathlib import Path
+
+from ..base import manifests
+from .actor import gpu_reclaim
+from .inputs import GpuReclaimInputs
+
+COMPONENT = "reclaim"
+CONFIG_DIR = "/reclaim"
+CONFIG_FILE = "config.json"
+SCRIPT = Path(gpu_reclaim.__file__).name
+# When a pod was first reported idle (RFC 3339), written by the run on the pod.
+REPORTED_ANNOTATION = "gpu-platform.io/idle-reported-at"
+# The events' reportingController.
+CONTROLLER = "gpu-platform.io/reclaim"
+# A run that has not ended by then is stopped (the Job fails); the next one starts over.
+RUN_DEADLINE_SECONDS = 600
+CONFIG_HASH_ANNOTATION = "gpu-platform.io/reclaim-config-sha256"
+
+
+def actor_config(inputs: GpuReclaimInputs) -> dict:
+    """What a run reads: the query, the policy and where it applies."""
+    reclaim = inputs.reclaim
+    return {
+        "prometheusUrl": inputs.prometheus_url,
+        "query": inputs.idle_query,
+        "action": reclaim.action,
+        "idleBelow": reclaim.idle_below,
+        "idleFor": reclaim.idle_for,
+        "idleForSeconds": reclaim.idle_for_seconds,
+        "gracePeriod": reclaim.grace_period,
+        "gracePeriodSeconds": reclaim.grace_period_seconds,
+        "namespaces": inputs.opted_in_namespaces,
+        "exemptNamespaces": sorted(inputs.exempt_namespaces),
+        "keepAnnotation": reclaim.keep_annotation,
+        "allowKeep": reclaim.allow_keep,
+        "maxEvictionsPerRun": reclaim.max_evictions_per_run,
+        "reportedAnnotation": REPORTED_ANNOTATION,
+        "controller": CONTROLLER,
+    }
+
+
+def reclaim_rules(inputs: GpuReclaimInputs) -> list[dict]:
+    """What a run does in an opted-in namespace, and no more: read its pods, write the report
+    annotation on them (patch; evict mode needs it too, to time the grace period), evict
+    (never delete: evictions are what PodDisruptionBudgets govern) only with `action: evict`,
+    and create events."""
+    rules = [manifests.rule([""], ["pods"], ["get", "list", "patch"]),
+             manifests.rule(["events.k8s.io"], ["events"], ["create"])]
+    if inputs.reclaim.action == "evict":
+        rules.append(manifests.rule([""], ["pods/eviction"], ["create"]))
+    return rules
+
+
+def rbac_objects(inputs: GpuReclaimInputs) -> list[dict]:
+    """The ServiceAccount, and a Role with its RoleBinding in each opted-in namespace: no
+    cluster-wide rights."""
+    reclaim = inputs.reclaim
+    meta_labels = manifests.labels(reclaim.name, COMPONENT)
+    account = {"kind": "ServiceAccount", "name": reclaim.name, "namespace": reclaim.namespace}
+    objects: list[dict] = [{"apiVersion": "v1", "kind": "ServiceAccount",
+                            "metadata": {"name": reclaim.name, "namespace": reclaim.namespace,
+                                         "labels": meta_labels}}]
+    for namespace in inputs.opted_in_namespaces:
+        objects += [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+             "metadata": {"name": reclaim.name, "namespace": namespace, "labels": meta_labels},
+             "rules": reclaim_rules(inputs)},
+            manifests.role_binding("RoleBinding", reclaim.name, "Role", reclaim.name, account,
+                                   meta_labels, namespace_=namespace),
+        ]
+    return objects
+
+
+def config_map(inputs: GpuReclaimInputs) -> dict:
+    reclaim = inputs.reclaim
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": reclaim.name, "namespace": reclaim.namespace,
+                         "labels": manifests.labels(reclaim.name, COMPONENT)},
+            "data": {CONFIG_FILE: json.dumps(actor_config(inputs), indent=1),
+                     SCRIPT: Path(gpu_reclaim.__file__).read_text()}}
+
+
+def cron_job(inputs: GpuReclaimInputs) -> dict:
+    reclaim = inputs.reclaim
+    mount, volume = manifests.config_map_mount("reclaim", CONFIG_DIR, reclaim.name)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": reclaim.name, "namespace": reclaim.namespace,
+                     "labels": manifests.labels(reclaim.name, COMPONENT)},
+        "spec": {
+            "schedule": reclaim.schedule,
+            # Never two runs at once: both would report, or evict, the same pods.
+            "concurrencyPolicy": "Forbid",
+            "startingDeadlineSeconds": RUN_DEADLINE_SECONDS,
+            "successfulJobsHistoryLimit": 3,
+            "failedJobsHistoryLimit": 3,
+            "jobTemplate": {"spec": {
+                "backoffLimit": 0,
+                "activeDeadlineSeconds": RUN_DEADLINE_SECONDS,
+                "template": {
+                    "metadata": {
+                        "labels": manifests.labels(reclaim.name, COMPONENT),
+                        "annotations": {CONFIG_HASH_ANNOTATION:
+                                        manifests.content_hash(config_map(inputs)["data"])},
+                    },
+                    "spec": {
+                        "serviceAccountName": reclaim.name,
+                        "restartPolicy": "Never",
+                        "securityContext": manifests.RESTRICTED_POD_SECURITY,
+                        "containers": [{
+                            "name": "reclaim",
+                            "image": inputs.image(reclaim.image),
+                            "command": ["python3", f"{CONFIG_DIR}/{SCRIPT}",
+                                        f"--config={CONFIG_DIR}/{CONFIG_FILE}"],
+                            "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
+                            "resources": manifests.container_resources(reclaim.resources),
+                            "securityContext": manifests.RESTRICTED_CONTAINER_SECURITY,
+                            "volumeMounts": [mount],
+                        }],
+                        "volumes": [volume],
+                    },
+                },
+            }},
+        },
+    }
+
+
+def reclaim_objects(inputs: GpuReclaimInputs) -> list[dict]:
+    """Everything reclaim needs, its namespace first."""
+    return [manifests.namespace(inputs.reclaim.namespace, "restricted", COMPONENT),
+            *rbac_objects(inputs), config_map(inputs), cron_job(inputs)]

@@ -1,0 +1,157 @@
+"""The `reclaim` section of the stack settings."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from ..base.model import ContainerResources, ImageSettings, Model
+from ..base.validation import (
+    CRON_FIELD,
+    DnsLabel,
+    Duration,
+    Invalid,
+    NamespaceNames,
+    OwnNamespace,
+    check_qualified_name,
+    duration_seconds,
+)
+
+# Idle is judged on the usage rules' per-minute series and the exporter's samples: a shorter
+# window would judge a pod on a handful of samples (as monitoring.usage.window).
+MIN_IDLE_FOR = "10m"
+
+
+class ReclaimSettings(Model):
+    """Idle GPU reclaim: pods whose GPUs did no work for a while are reported to their owners
+    and, where the stack says so, evicted so that others can use the GPUs. Opt-in per namespace
+    or team; report only unless `action` is `evict`."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Run the reclaim CronJob, which reads GPU activity from the monitoring "
+                    "stack's Prometheus and acts on idle GPU pods of the opted-in namespaces "
+                    "and teams. Off by default. See docs/operators/idle-reclaim.md.")
+    name: DnsLabel = Field(default="gpu-reclaim",
+                           description="Names the CronJob, its ServiceAccount, Roles and "
+                                       "ConfigMap.")
+    namespace: OwnNamespace = Field(default="gpu-reclaim",
+                                    description="Namespace of the CronJob.")
+    action: Literal["report", "evict"] = Field(
+        default="report",
+        description="`report`: an idle pod gets an event (on it and on its controller) and an "
+                    "alert, and nothing else happens. `evict`: the same, then, once "
+                    "`gracePeriod` has passed since the first report and the pod is still "
+                    "idle, it is evicted through the eviction API (PodDisruptionBudgets hold). "
+                    "Start with `report`.")
+    idle_below: float = Field(
+        default=0.05,
+        description="A GPU is idle while its engine activity (the fraction of time its "
+                    "graphics/compute engine is busy, 0..1, both exclusive; its utilization / "
+                    "100 where the GPU does not report activity) is at or below this, as "
+                    "`monitoring.usage.activeThreshold` defines activity.")
+    idle_for: Duration = Field(
+        default="2h",
+        description=f"A pod is idle when it held its GPUs for this whole trailing window (a "
+                    f"duration, {MIN_IDLE_FOR} or more, at most the monitoring stack's "
+                    f"retention) and none of them was above `idleBelow` at any sample within "
+                    f"it: a pod active at any time within the window is never idle.")
+    grace_period: Duration = Field(
+        default="4h",
+        description="With `action: evict`: how long after a pod was first reported idle it may "
+                    "be evicted if still idle (a duration): the owner's time to use it, keep "
+                    "it or let it go. A pod active again starts over.")
+    namespaces: NamespaceNames = Field(
+        default_factory=list,
+        description="Namespaces whose GPU pods reclaim applies to (opt-in: none by default).")
+    teams: list[str] = Field(
+        default_factory=list,
+        description="Teams (names in `teams.teams`) whose namespaces reclaim applies to, as "
+                    "well as `namespaces`; needs `teams.enabled`.")
+    keep_annotation: str = Field(
+        default="gpu-platform.io/keep-gpus",
+        description="The annotation by which a pod's owner asks to keep its GPUs although idle "
+                    "(any value but `false`); honoured only with `allowKeep`.")
+    allow_keep: bool = Field(
+        default=True,
+        description="Honour `keepAnnotation`: a pod that carries it is neither reported nor "
+                    "evicted. Off: the annotation is ignored, and the report says so.")
+    max_evictions_per_run: int = Field(
+        default=4, ge=1, le=100,
+        description="Pods evicted per run, at most (the longest reported first).")
+    schedule: str = Field(
+        default="*/10 * * * *",
+        description="When a reclaim run starts (cron, the cluster's time zone).")
+    prometheus_url: str | None = Field(
+        default=None,
+        description="The Prometheus HTTP API the runs query (`http://host:port[/path]`). "
+                    "Unset: the Prometheus Service of the kube-prometheus-stack the program "
+                    "installs; required with `monitoring.stack: existing`, where it is the "
+                    "existing stack's (e.g. `http://prometheus-operated.monitoring.svc:9090`, "
+                    "the Prometheus Operator's Service).")
+    image: ImageSettings = Field(
+        default_factory=lambda: ImageSettings(repository="docker.io/library/python",
+                                              tag="3.13.9-alpine3.22"),
+        description="Image that runs the reclaim script (pinned; standard library only).")
+    resources: ContainerResources = Field(
+        default_factory=lambda: ContainerResources(
+            requests={"cpu": "20m", "memory": "64Mi"}, limits={"memory": "256Mi"}),
+        description="The run's container requests and limits.")
+
+    @field_validator("idle_below")
+    @classmethod
+    def threshold_is_a_fraction(cls, value: float) -> float:
+        if not 0 < value < 1:
+            raise Invalid("not a fraction of time", "a number between 0 and 1, both exclusive "
+                          "(0.05 is 5%)")
+        return value
+
+    @field_validator("idle_for")
+    @classmethod
+    def window_holds_samples(cls, value: str) -> str:
+        if duration_seconds(value) < duration_seconds(MIN_IDLE_FOR):
+            raise Invalid("too short to judge a GPU idle on", f"{MIN_IDLE_FOR} or more (the "
+                          "usage rules sample once a minute)")
+        return value
+
+    @field_validator("keep_annotation")
+    @classmethod
+    def annotation_key(cls, value: str) -> str:
+        return check_qualified_name(value, "annotation key")
+
+    @field_validator("schedule")
+    @classmethod
+    def schedule_is_cron(cls, value: str) -> str:
+        fields = value.split()
+        if len(fields) != 5 or not all(CRON_FIELD.match(f) for f in fields):
+            raise Invalid("not a cron schedule",
+                          "five fields: minute hour day-of-month month day-of-week, e.g. "
+                          "\"*/10 * * * *\"")
+        return value
+
+    @field_validator("prometheus_url")
+    @classmethod
+    def url_of_prometheus(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^\s/]+(/\S*)?$", value):
+            raise Invalid("not a URL", "http(s)://host[:port][/path] of Prometheus' HTTP API, "
+                          "or unset for the installed stack's")
+        return value
+
+    @model_validator(mode="after")
+    def something_opted_in(self) -> ReclaimSettings:
+        if self.enabled and not (self.namespaces or self.teams):
+            raise Invalid("reclaim is on but no namespace or team opted in, so it would do "
+                          "nothing", "at least one namespace in reclaim.namespaces or team in "
+                          "reclaim.teams, or enabled: false", at=("enabled",), value=True,
+                          has_value=True)
+        return self
+
+    @property
+    def idle_for_seconds(self) -> float:
+        return duration_seconds(self.idle_for)
+
+    @property
+    def grace_period_seconds(self) -> float:
+        return duration_seconds(self.grace_period)
