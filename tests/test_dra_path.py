@@ -7,7 +7,14 @@ from test_settings import TEAMS
 
 import harness
 from components import gpu_operator, teams
-from harness import operator_of
+from components.base.facts import (
+    COMPUTE_DOMAIN_LABEL,
+    GFD_CLIQUE_LABEL,
+    TOPOGRAPH_ACCELERATOR_LABEL,
+)
+from components.opa_admission.compute_domains import compute_domain_policy
+from components.teams.settings import TopologySettings
+from harness import admission_of, operator_of
 
 DRA = settings_of(kubernetesVersion="1.37.2",
                   gpuOperator={"gpuPath": "dra", "mig": {"strategy": "mixed",
@@ -74,3 +81,28 @@ def test_on_the_dra_path_the_operator_s_quota_counts_the_dra_stack():
     # The kubelet plugin, the validator and the DCGM exporter on each GPU node.
     assert gpu_operator.critical_pods(operator_of(DRA)) < \
         gpu_operator.critical_pods(operator_of(DEFAULT))
+
+
+def test_pods_joining_a_compute_domain_are_decided_by_the_api_server_on_the_dra_path_only():
+    assert compute_domain_policy(admission_of(DEFAULT)) == []
+    policy, binding = compute_domain_policy(admission_of(DRA))
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    # The namespace's ComputeDomain claim templates are the parameters; other templates are not.
+    assert binding["spec"]["paramRef"]["selector"] == {"matchExpressions": [
+        {"key": COMPUTE_DOMAIN_LABEL, "operator": "Exists"}]}
+    exempt = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]
+    assert exempt["operator"] == "NotIn" and "kube-system" in exempt["values"]
+    audit = settings_of(kubernetesVersion="1.37.2", gpuOperator={"gpuPath": "dra"},
+                        admission={"mode": "audit", "failurePolicy": "Ignore"})
+    assert compute_domain_policy(admission_of(audit))[1]["spec"]["validationActions"] == [
+        "Warn", "Audit"]
+
+
+def test_kueue_keeps_a_team_s_pods_in_one_nvlink_domain_only_at_a_level_within_one():
+    def levels(topology: dict) -> list[str]:
+        return TopologySettings(**topology).nvlink_levels
+    assert levels({"preset": "nvlink-clique"}) == [GFD_CLIQUE_LABEL, "kubernetes.io/hostname"]
+    assert levels({"preset": "topograph"}) == [TOPOGRAPH_ACCELERATOR_LABEL,
+                                                "kubernetes.io/hostname"]
+    assert levels({"preset": "gke"}) == levels({}) == []

@@ -39,11 +39,13 @@ _KINDS = {
         k8s.admissionregistration.v1.ValidatingWebhookConfiguration,
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"):
         k8s.admissionregistration.v1.MutatingWebhookConfiguration,
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"):
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicy,
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"):
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding,
 }
-# Fields the API server refuses to change in an update: a change replaces the object, the old
-# one deleted first, as the new one has the same name.
-# Fields the API server refuses to change: a change replaces the object. (Kueue's Topology
-# keeps its levels for life.)
+# Fields the API server refuses to change: a change replaces the object, the old one deleted
+# first, as the new one has the same name. (Kueue's Topology keeps its levels for life.)
 _IMMUTABLE_FIELDS = {("scheduling.k8s.io/v1", "PriorityClass"): ["value", "preemptionPolicy"],
                      (KUEUE_API, "Topology"): ["spec"]}
 _FIELD_ARGS = {"roleRef": "role_ref", "stringData": "string_data",

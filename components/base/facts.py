@@ -56,6 +56,17 @@ MIN_KUBERNETES = (1, 30)
 # Namespaces the program must never create or delete.
 RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
+# Node labels whose value is one multi-node NVLink domain (an NVL72 rack): GPU Feature
+# Discovery's clique (<cluster UUID>.<clique ID>), and NVIDIA topograph's accelerator domain.
+GFD_CLIQUE_LABEL = "nvidia.com/gpu.clique"
+TOPOGRAPH_ACCELERATOR_LABEL = "network.topology.nvidia.com/accelerator"
+NVLINK_DOMAIN_LABELS = (GFD_CLIQUE_LABEL, TOPOGRAPH_ACCELERATOR_LABEL)
+# What NVIDIA's DRA driver's compute-domain controller puts on the claim templates it makes for a
+# ComputeDomain (kubernetes-sigs/dra-driver-nvidia-gpu cmd/compute-domain-controller): the
+# domain's UID, and whether a template is for the workload's pods or the IMEX daemons.
+COMPUTE_DOMAIN_LABEL = "resource.nvidia.com/computeDomain"
+COMPUTE_DOMAIN_TARGET_LABEL = "resource.nvidia.com/computeDomainTarget"
+
 # --- Kueue (sigs.k8s.io/kueue v0.19.2), as the teams' queues and the admission policy use it ----
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 # The LocalQueue Kueue gives every workload of a namespace that names no queue.

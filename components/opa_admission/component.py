@@ -17,6 +17,7 @@ import pulumi_tls as tls
 from ..base import manifests
 from ..base.component import Component, declare
 from ..base.facts import ADMISSION_COMPONENT, OPA_SERVICE
+from .compute_domains import compute_domain_policy
 from .generated_args import OpaAdmissionArgs
 from .inputs import OpaAdmissionInputs
 from .policy import loaded_files
@@ -116,6 +117,11 @@ class OpaAdmission(Component[OpaAdmissionInputs]):
         webhooks = [self.webhook]
         if mutating := mutating_webhook_configuration(inputs, ca_bundle):
             webhooks.append(declare(mutating, self, ready))
+        # The API server decides these itself (they read the claim templates), whether OPA
+        # answers or not: the policy before the binding that puts it in force.
+        if compute_domains := compute_domain_policy(inputs):
+            policy, binding = compute_domains
+            declare(binding, self, [declare(policy, self)])
         # Last: `pulumi up` fails here, naming the cause, if the API server cannot reach OPA.
         self.reachability_probe = declare(reachability_probe(inputs, ca_bundle.apply(
             lambda ca: reachability_fingerprint(inputs, ca))), self, webhooks)

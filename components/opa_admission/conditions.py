@@ -24,7 +24,7 @@ def _cel_matches(names: Sequence[str]) -> str:
     return " || ".join(tests)
 
 
-def _cel_list(values: Sequence[str]) -> str:
+def cel_list(values: Sequence[str]) -> str:
     return "[" + ", ".join(f"'{v}'" for v in values) + "]"
 
 
@@ -74,7 +74,7 @@ def _pod_create_condition(inputs: OpaAdmissionInputs, pod: str, daemonset_pod: s
     spec = f"{pod}.spec"
     visible_devices = f"has(c.env) && c.env.exists(e, e.name == '{VISIBLE_DEVICES_ENV}')"
     bound_by_name = (f"(has({spec}.nodeName) && {spec}.nodeName in "
-                     f"{_cel_list(inputs.gpu_nodes.names)})"
+                     f"{cel_list(inputs.gpu_nodes.names)})"
                      if inputs.gpu_nodes.names is not None else
                      f"(has({spec}.nodeName) && {spec}.nodeName != '')")
     annotations = (
@@ -107,7 +107,7 @@ def _pod_create_condition(inputs: OpaAdmissionInputs, pod: str, daemonset_pod: s
         f"{high_priority}))",
         f"({_cel_any_container(visible_devices, pod)})",
         f"(has({spec}.runtimeClassName) && {spec}.runtimeClassName in "
-        f"{_cel_list(adm.nvidia_runtime_classes)})",
+        f"{cel_list(adm.nvidia_runtime_classes)})",
         f"({annotations})",
     ])
 
@@ -126,7 +126,7 @@ def pod_condition(inputs: OpaAdmissionInputs) -> str:
     but Kueue. Every ephemeral container added (the node is not known to the condition)."""
     taint = inputs.gpu_nodes.taints[0]
     daemonset_pod = (
-        f"request.userInfo.username in {_cel_list(DAEMONSET_CONTROLLERS)} && "
+        f"request.userInfo.username in {cel_list(DAEMONSET_CONTROLLERS)} && "
         "has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
         "o.kind == 'DaemonSet' && has(o.controller) && o.controller)")
     annotations = (
@@ -199,10 +199,10 @@ def team_pod_update_condition(inputs: OpaAdmissionInputs) -> str:
     teams = inputs.teams
     assert teams is not None
     gate_lifted = (f"has(oldObject.spec.schedulingGates) && oldObject.spec.schedulingGates.exists("
-                   f"g, g.name in {_cel_list([ADMISSION_GATE, TOPOLOGY_GATE])} && "
+                   f"g, g.name in {cel_list([ADMISSION_GATE, TOPOLOGY_GATE])} && "
                    "!(has(object.spec.schedulingGates) && "
                    "object.spec.schedulingGates.exists(h, h.name == g.name)))")
-    return (f"request.namespace in {_cel_list(sorted(teams.namespaces))} && "
+    return (f"request.namespace in {cel_list(sorted(teams.namespaces))} && "
             f"({gpu_pod_condition(inputs)}) && (({gate_lifted}) || "
             f"(request.userInfo.username != '{teams.kueue_user}' && "
             f"({_cel_changed('labels', KUEUE_PREFIX)} || "
@@ -248,7 +248,7 @@ def team_workload_condition(inputs: OpaAdmissionInputs) -> str:
             f"(request.kind.group == '{kind.group}' && request.kind.kind == '{kind.kind}' && "
             f"({_cel_workload_gpus(inputs, kind)}) && {running} && "
             f"(request.operation == 'CREATE' || ({started}) || ({grown})))")
-    trusted = _cel_list([teams.kueue_user, *teams.workload_controllers])
+    trusted = cel_list([teams.kueue_user, *teams.workload_controllers])
     return f"!(request.userInfo.username in {trusted}) && ({' || '.join(by_kind)})"
 
 
@@ -260,7 +260,7 @@ def dra_condition(inputs: OpaAdmissionInputs) -> str:
     DeviceTaintRule written by anyone the stack does not list."""
     user = "request.userInfo.username"
     writers = inputs.dra_writers
-    writes_claims = _cel_list(claim_writers(inputs))
+    writes_claims = cel_list(claim_writers(inputs))
     def has(obj: str, field: str) -> str:
         return f"(has({obj}.status) && has({obj}.status.{field}))"
     allocation = " || ".join(
@@ -273,10 +273,10 @@ def dra_condition(inputs: OpaAdmissionInputs) -> str:
                 "object.spec.nodeName)")
     return (f"{resource} == 'resourceslices' ? (object.spec.driver.endsWith("
             f"'{NVIDIA_DEVICE_CLASS_SUFFIX}') && !({user} in "
-            f"{_cel_list(writers.resource_slices)}) && !{own_node}) : "
+            f"{cel_list(writers.resource_slices)}) && !{own_node}) : "
             f"{resource} == 'deviceclasses' ? "
-            f"!({user} in {_cel_list(writers.device_classes)}) : "
+            f"!({user} in {cel_list(writers.device_classes)}) : "
             f"{resource} == 'devicetaintrules' ? ({sub} == '' && !({user} in "
-            f"{_cel_list(inputs.admission.device_taint_writers)})) : "
+            f"{cel_list(inputs.admission.device_taint_writers)})) : "
             f"{sub} == 'status' ? (!({user} in {writes_claims}) && "
             f"({allocation})) : true")

@@ -116,7 +116,8 @@ def component_inputs(settings: StackSettings, secret_sections: Collection[str] =
                          gpu_pods_outside_teams=teams.gpu_pods_outside_teams,
                          kueue_user=teams.kueue.controller_user,
                          workload_controllers=list(teams.workload_controllers),
-                         frameworks=list(teams.frameworks))
+                         frameworks=list(teams.frameworks),
+                         nvlink_levels=teams.topology.nvlink_levels)
                    if teams.enabled else None),
             gpu_path=op.gpu_path,
             platform_device_classes=[valid(PlatformDeviceClass, **shape)

@@ -6,7 +6,14 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from ..base.facts import FRAMEWORK_INTEGRATIONS, NVIDIA_RESOURCES, kueue_controller_user
+from ..base.facts import (
+    FRAMEWORK_INTEGRATIONS,
+    GFD_CLIQUE_LABEL,
+    NVIDIA_RESOURCES,
+    NVLINK_DOMAIN_LABELS,
+    TOPOGRAPH_ACCELERATOR_LABEL,
+    kueue_controller_user,
+)
 from ..base.model import ImageSettings, Labels, Model, ReleaseProtection, to_snake
 from ..base.validation import (
     ChartPath,
@@ -74,12 +81,12 @@ MAX_TOPOLOGY_LEVELS = 16
 # itself is appended). Where each is documented: docs/concepts/topology.md#presets.
 TOPOLOGY_PRESETS: dict[str, tuple[str, ...]] = {
     "topograph": ("network.topology.nvidia.com/core", "network.topology.nvidia.com/spine",
-                  "network.topology.nvidia.com/leaf", "network.topology.nvidia.com/accelerator"),
+                  "network.topology.nvidia.com/leaf", TOPOGRAPH_ACCELERATOR_LABEL),
     "gke": ("cloud.google.com/gce-topology-block", "cloud.google.com/gce-topology-subblock",
             "cloud.google.com/gce-topology-host"),
     "eks": ("topology.k8s.aws/network-node-layer-1", "topology.k8s.aws/network-node-layer-2",
             "topology.k8s.aws/network-node-layer-3"),
-    "nvlink-clique": ("nvidia.com/gpu.clique",),
+    "nvlink-clique": (GFD_CLIQUE_LABEL,),
 }
 
 
@@ -129,6 +136,14 @@ class TopologySettings(Model):
         if not levels:
             return []
         return levels if levels[-1] == HOSTNAME_LABEL else [*levels, HOSTNAME_LABEL]
+
+    @property
+    def nvlink_levels(self) -> list[str]:
+        """The levels within one multi-node NVLink domain: the first level that is one, and the
+        levels below it. A job that requires one domain of these has all its pods in one."""
+        levels = self.node_levels
+        return next((levels[i:] for i, label in enumerate(levels)
+                     if label in NVLINK_DOMAIN_LABELS), [])
 
 
 Quota = dict[str, dict[str, int]]

@@ -1,0 +1,102 @@
+"""On the DRA path: pods that join a ComputeDomain are admitted only when their placement keeps
+them in one multi-node NVLink domain.
+
+A ComputeDomain (NVIDIA's DRA driver) shares GPU memory over NVLink between its pods through
+IMEX channels, which exist only within one NVLink domain (one NVL72 rack): a pod of the domain
+placed outside it gets a channel no peer can reach. A pod joins one through a claim made from
+the claim template the driver's compute-domain controller creates for it. The pod names only
+the template, so the decision needs the template too: a ValidatingAdmissionPolicy, which the
+API server evaluates with the namespace's ComputeDomain templates as parameters (those that
+carry the controller's label), where OPA sees the pod alone.
+
+A pod is placed in one NVLink domain when it selects one by node label (`nodeSelector` on a
+label of NVLINK_DOMAIN_LABELS), or, in a team namespace, when Kueue is asked to keep its pod
+set in one domain of a level within an NVLink domain (`teams.topology`, which then must have
+such a level). Anything else is refused, naming the ComputeDomain's template and both ways."""
+
+from __future__ import annotations
+
+from ..base import manifests
+from ..base.facts import (
+    ADMISSION_COMPONENT,
+    COMPUTE_DOMAIN_LABEL,
+    KUEUE_PREFIX,
+    NVLINK_DOMAIN_LABELS,
+)
+from .conditions import cel_list
+from .inputs import OpaAdmissionInputs
+
+POLICY_NAME = "gpu-platform-compute-domains"
+# Kueue's pod-set annotation for a required topology domain (on the pod template, copied to the
+# pods).
+REQUIRED_TOPOLOGY = KUEUE_PREFIX + "podset-required-topology"
+# What the policy does with a refusal in each admission mode: mutate mode cannot fix this, so it
+# refuses as enforce does; audit warns and records.
+ACTIONS = {"enforce": ["Deny"], "mutate": ["Deny"], "audit": ["Warn", "Audit"]}
+
+
+def compute_domain_policy(inputs: OpaAdmissionInputs) -> list[dict]:
+    """The ValidatingAdmissionPolicy and its binding; none on the device plugin path."""
+    if inputs.gpu_path != "dra":
+        return []
+    teams = inputs.teams
+    team_namespaces = sorted(teams.namespaces) if teams else []
+    kueue_levels = teams.nvlink_levels if teams else []
+    annotations = "(has(object.metadata.annotations) ? object.metadata.annotations : {})"
+    selectors = "(has(object.spec.nodeSelector) ? object.spec.nodeSelector : {})"
+    by_kueue = (f"object.metadata.namespace in {cel_list(team_namespaces)} && "
+                f"'{REQUIRED_TOPOLOGY}' in {annotations} && "
+                f"{annotations}['{REQUIRED_TOPOLOGY}'] in {cel_list(kueue_levels)}")
+    joins = ("object.spec.resourceClaims.exists(c, has(c.resourceClaimTemplateName) && "
+             "c.resourceClaimTemplateName == params.metadata.name)")
+    # CEL string literals in single quotes: the texts have none.
+    kueue_way = (f"in a team namespace, have Kueue keep the pod set in one NVLink domain (the "
+                 f"annotation {REQUIRED_TOPOLOGY}: {kueue_levels[0]} on the pod template)"
+                 if kueue_levels else
+                 "teams.topology has no level within an NVLink domain, so Kueue cannot keep "
+                 "the pods of a team in one (the nvlink-clique and topograph presets have one)")
+    message = (f"'pod ' + object.metadata.namespace + '/' + (has(object.metadata.name) && "
+               f"object.metadata.name != '' ? object.metadata.name : "
+               f"object.metadata.generateName + '*') + ' joins the ComputeDomain of claim "
+               f"template ' + params.metadata.name + ', whose IMEX channels reach only within "
+               f"one multi-node NVLink domain, but nothing keeps the pod in one: select one "
+               f"(nodeSelector on {' or '.join(NVLINK_DOMAIN_LABELS)}), or {kueue_way}'")
+    meta = {"labels": manifests.labels(POLICY_NAME, ADMISSION_COMPONENT)}
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": POLICY_NAME, **meta},
+        "spec": {
+            "failurePolicy": "Fail",
+            "paramKind": {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate"},
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                "resources": ["pods"]}]},
+            "matchConditions": [{
+                "name": "claims-from-templates",
+                "expression": "has(object.spec.resourceClaims) && object.spec.resourceClaims"
+                              ".exists(c, has(c.resourceClaimTemplateName))"}],
+            "validations": [{
+                "expression": (f"!({joins}) || {selectors}.exists(k, k in "
+                               f"{cel_list(NVLINK_DOMAIN_LABELS)}) || "
+                               f"({by_kueue})"),
+                "messageExpression": message,
+                "reason": "Forbidden"}],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": POLICY_NAME, **meta},
+        "spec": {
+            "policyName": POLICY_NAME,
+            "validationActions": ACTIONS[inputs.admission.mode],
+            # Each ComputeDomain's claim templates in the pod's namespace, as the parameters.
+            "paramRef": {"selector": {"matchExpressions": [
+                {"key": COMPUTE_DOMAIN_LABEL, "operator": "Exists"}]},
+                "parameterNotFoundAction": "Allow"},
+            "matchResources": {"namespaceSelector": {"matchExpressions": [{
+                "key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                "values": inputs.exempt_namespaces}]}},
+        },
+    }
+    return [policy, binding]
