@@ -14,6 +14,7 @@ from test_monitoring import CERT_NOT_AFTER, SETTINGS, WITH_COMPACTION, rule_grou
 from test_settings import raw, with_changes
 
 from components import monitoring
+from components.monitoring import dashboard
 from components.monitoring import rules as gpu_rules
 from components.platform.config import load_settings
 from harness import monitoring_of
@@ -520,3 +521,46 @@ def test_on_the_dra_path_the_exporters_series_keep_their_job():
     assert monitor["spec"]["selector"]["matchLabels"] == {"app": "nvidia-dcgm-exporter-dra"}
     assert {"targetLabel": "job", "replacement": gpu_rules.DCGM_JOB, "action": "replace"} in \
         monitor["spec"]["endpoints"][0]["relabelings"]
+
+
+# --- free capacity per network domain -----------------------------------------------------------
+
+RACK = "example.com/rack"
+WITH_RACKS = load_settings(raw(with_changes(teams={
+    "enabled": True, "topology": {"levels": [RACK]},
+    "teams": [{"name": "research", "namespaces": ["research"],
+               "quota": {"gpu": {"nvidia.com/gpu": 8}}}]})))
+
+
+def test_free_gpus_and_whole_free_nodes_are_shown_per_rack(promtool_bin, tmp_path):
+    """Racks a (n1 with a 3-GPU pod, n2 free) and b (n3 with a 1-GPU pod); a CPU node without
+    a rack. The dashboard's own expressions, on series shaped as kube-state-metrics exports
+    the racks' labels once the platform allow-lists them."""
+    inputs = monitoring_of(WITH_RACKS)
+    assert f"nodes=[nvidia.com/gpu.present,{RACK}]" in monitoring.chart_values(inputs)[
+        "kube-state-metrics"]["metricLabelsAllowlist"]
+    label = gpu_rules.ksm_label(RACK)
+    by_title = {p["title"]: p["targets"][0]["expr"]
+                for p in dashboard.dashboard(inputs)["panels"] if p.get("targets")}
+    free, whole = by_title[f"Free GPUs per {RACK}"], by_title[f"Whole free GPU nodes per {RACK}"]
+
+    def node_labels(node: str, rack: str | None) -> dict:
+        racked = f', {label}="{rack}"' if rack else ""
+        return {"series": f'kube_node_labels{{node="{node}"{racked}}}', "values": "1x180"}
+    run_promtool_tests(promtool_bin, tmp_path, [{
+        "interval": "1m",
+        "input_series": [ksm_node("n1", 8), ksm_node("n2", 8), ksm_node("n3", 8),
+                         ksm_node("cpu-1", 0), *ksm_pod("p1", "n1", 3), *ksm_pod("p3", "n3", 1),
+                         node_labels("n1", "a"), node_labels("n2", "a"),
+                         node_labels("n3", "b"), node_labels("cpu-1", None)],
+        "promql_expr_test": [
+            {"expr": free, "eval_time": "5m",
+             "exp_samples": [{"labels": f'{{{label}="a"}}', "value": 13},
+                             {"labels": f'{{{label}="b"}}', "value": 7}]},
+            {"expr": whole, "eval_time": "5m",
+             "exp_samples": [{"labels": f'{{{label}="a"}}', "value": 1}]}]}], WITH_RACKS)
+
+
+def test_without_a_topology_there_are_no_domain_panels():
+    titles = {p["title"] for p in dashboard.dashboard(monitoring_of(SETTINGS))["panels"]}
+    assert not [t for t in titles if " per " in t and "rack" in t]

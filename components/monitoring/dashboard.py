@@ -29,6 +29,8 @@ from .rules import (
     STRANDED,
     WHOLE_FREE_NODES,
     admission_webhooks,
+    domain_free_gpus,
+    domain_whole_free_nodes,
     extra_device_plugins,
     ksm_label,
     kueue_series,
@@ -128,6 +130,7 @@ def _rows(inputs: MonitoringInputs) -> list[tuple[str, list]]:
                   [_query(STRANDED, "stranded", "A", True)], width=4),
             _bars("Free GPUs per node", "Allocatable minus allocated, per node.",
                   _query(f"{NODE_FREE}{{{node}}}", "{{node}}", "A", True)),
+            *domain_panels(inputs),
             _timeseries("GPUs allocated and allocatable per node", "",
                         [_query(f"{NODE_ALLOCATED}{{{node}}}", "{{node}} allocated", "A"),
                          _query(f"{NODE_ALLOCATABLE}{{{node}}}", "{{node}} allocatable", "B")]),
@@ -234,6 +237,25 @@ def _rows(inputs: MonitoringInputs) -> list[tuple[str, list]]:
                    [_query(extra_device_plugins(inputs), "", "A", True)], width=8),
         ]),
     ]
+
+
+def domain_panels(inputs: MonitoringInputs) -> list:
+    """With a network topology (teams.topology): per domain of each level, its free GPUs and
+    its whole free GPU nodes, which decide where a gang that must stay in one domain fits."""
+    levels = inputs.teams.topology_levels if inputs.teams else []
+    panels = []
+    for level in levels:
+        legend = "{{" + ksm_label(level) + "}}"
+        panels += [
+            _bars(f"Free GPUs per {level}", f"Free GPUs summed over the GPU nodes of each "
+                  f"domain of the level {level}.", _query(domain_free_gpus(level), legend,
+                                                          "A", True)),
+            _bars(f"Whole free GPU nodes per {level}", "GPU nodes with every GPU free in each "
+                  "domain: how many pods of a whole-node gang that requires one domain of this "
+                  "level it can take now.", _query(domain_whole_free_nodes(level), legend, "A",
+                                                   True)),
+        ]
+    return panels
 
 
 def _columns(title: str, description: str, columns: list[tuple[str, str, str]], width: int):

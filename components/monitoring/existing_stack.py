@@ -13,7 +13,7 @@ import re
 from ..base.model import ClusterReads
 from .inputs import MonitoringInputs
 from .monitors import prometheus_objects
-from .values import KSM_LABELS
+from .values import ksm_labels
 
 PROMETHEUS_API = "/apis/monitoring.coreos.com/v1"
 # Which of a Prometheus' selectors pick each kind the platform declares, and which namespaces
@@ -108,7 +108,7 @@ def allowlisted(arguments: list[str]) -> dict[str, set[str]]:
     return found
 
 
-def kube_state_metrics_warnings(deployments: list[dict]) -> list[str]:
+def kube_state_metrics_warnings(deployments: list[dict], inputs: MonitoringInputs) -> list[str]:
     """What the platform's rules and dashboard will miss, from the kube-state-metrics
     Deployments the cluster runs."""
     if not deployments:
@@ -123,16 +123,16 @@ def kube_state_metrics_warnings(deployments: list[dict]) -> list[str]:
         exported = allowlisted(arguments)
         missing = {kind: [label for label in labels if label not in exported.get(kind, set())
                           and "*" not in exported.get(kind, set())]
-                   for kind, labels in KSM_LABELS.items()}
+                   for kind, labels in ksm_labels(inputs).items()}
         wanted = ",".join(f"{kind}=[{','.join(labels)}]" for kind, labels in missing.items()
                           if labels)
         if wanted:
             meta = deployment["metadata"]
             warnings.append(
                 f"kube-state-metrics {meta['namespace']}/{meta['name']} does not export the "
-                f"labels {wanted}: the audit mode's panel and the alert on GPU nodes without "
-                f"the taint read them; add them to its --metric-labels-allowlist (the chart's "
-                f"metricLabelsAllowlist)")
+                f"labels {wanted}: the audit mode's panel, the alert on GPU nodes without "
+                f"the taint and the free GPUs per network domain read them; add them to its "
+                f"--metric-labels-allowlist (the chart's metricLabelsAllowlist)")
     return warnings
 
 
@@ -151,5 +151,5 @@ def survey(reader: ClusterReads, inputs: MonitoringInputs) -> tuple[list[str], l
     labels = (namespace.get("metadata") or {}).get("labels") or {}
     problems = unselected(prometheus, labels, prometheus_objects(inputs))
     warnings = kube_state_metrics_warnings(
-        reader.items("/apis/apps/v1/deployments", labelSelector=KSM_NAME_LABEL))
+        reader.items("/apis/apps/v1/deployments", labelSelector=KSM_NAME_LABEL), inputs)
     return problems, warnings

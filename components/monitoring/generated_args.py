@@ -262,6 +262,9 @@ class MonitoredTeams(TypedDict):
     ("Each team namespace, with its team (the Teams component's `teamNamespaces` output): "
      "GPU use is summed per team from it. Empty: use is shown per pod and namespace only. "
      "Default: `{}`.")
+    topology_levels: NotRequired[list[str]]
+    ("The network levels above the node, each a node label (from `teams.topology`): the "
+     "dashboard shows free GPUs per domain of each. Default: `[]`.")
 
 
 class MonitoredReclaim(TypedDict):

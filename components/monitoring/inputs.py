@@ -93,6 +93,10 @@ class MonitoredTeams(Model):
         description="Each team namespace, with its team (the Teams component's "
                     "`teamNamespaces` output): GPU use is summed per team from it. Empty: "
                     "use is shown per pod and namespace only.")
+    topology_levels: list[str] = Field(
+        default_factory=list,
+        description="The network levels above the node, each a node label (from "
+                    "`teams.topology`): the dashboard shows free GPUs per domain of each.")
 
 
 class MonitoringInputs(PulledImages):

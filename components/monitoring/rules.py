@@ -99,6 +99,22 @@ DEVICE_PLUGIN_CONTAINERS = "nvidia(-gpu)?-device-plugin.*"
 DEVICE_PLUGINS_ALLOWED = {"devicePlugin": 1, "dra": 0}
 
 
+def domain_free_gpus(level: str) -> str:
+    """Free GPUs in each domain of a network level (a node label), summed over its nodes."""
+    label = ksm_label(level)
+    return (f"sum by ({label}) ({NODE_FREE} * on (node) group_left ({label}) "
+            f'max by (node, {label}) (kube_node_labels{{{label}!=""}}))')
+
+
+def domain_whole_free_nodes(level: str) -> str:
+    """GPU nodes with every GPU free in each domain of a network level: the nodes a gang that
+    must stay in one domain can still get there."""
+    label = ksm_label(level)
+    return (f"count by ({label}) ((({NODE_FREE} == on (node) {NODE_ALLOCATABLE}) and on (node) "
+            f"({NODE_ALLOCATABLE} > 0)) * on (node) group_left ({label}) "
+            f'max by (node, {label}) (kube_node_labels{{{label}!=""}}))')
+
+
 def recording_rules(inputs: MonitoringInputs) -> list[dict]:
     largest = inputs.monitoring.largest_common_request
     requested = (f'sum by (namespace, pod, node) ('

@@ -14,10 +14,14 @@ GRAFANA_PASSWORD_KEY = "admin-password"
 GRAFANA_PORT = 80
 # The chart's Grafana sidecar loads ConfigMaps with this label as dashboards.
 DASHBOARD_LABEL = ("grafana_dashboard", "1")
-# The labels kube-state-metrics must export (kube_pod_labels and kube_node_labels carry only
-# allow-listed ones), by kind: the audit mode's, for the dashboard; the one that marks GPU
-# nodes, for the rules.
-KSM_LABELS = {"pods": [AUDIT_LABEL], "nodes": [GPU_PRESENT_LABEL[0]]}
+
+
+def ksm_labels(inputs: MonitoringInputs) -> dict[str, list[str]]:
+    """The labels kube-state-metrics must export (kube_pod_labels and kube_node_labels carry
+    only allow-listed ones), by kind: the audit mode's, for the dashboard; the one that marks GPU
+    nodes, for the rules; the teams' network levels, for the free GPUs per domain."""
+    levels = inputs.teams.topology_levels if inputs.teams else []
+    return {"pods": [AUDIT_LABEL], "nodes": [GPU_PRESENT_LABEL[0], *levels]}
 # Facts of the pinned chart (kube-prometheus-stack 88.5.3, appVersion v0.93.1, with the
 # subcharts it pins: grafana 12.11.1, kube-state-metrics 8.4.0, prometheus-node-exporter
 # 4.56.1), read from their values.yaml and templates: the images the values below deploy, as
@@ -106,7 +110,7 @@ def stack_values(inputs: MonitoringInputs) -> dict:
         "alertmanager": {"alertmanagerSpec": alertmanager_spec,
                          "config": alertmanager_config(inputs)},
         "kube-state-metrics": {"metricLabelsAllowlist": [
-            f"{kind}=[{','.join(labels)}]" for kind, labels in KSM_LABELS.items()]},
+            f"{kind}=[{','.join(labels)}]" for kind, labels in ksm_labels(inputs).items()]},
         "grafana": {
             "admin": {"existingSecret": GRAFANA_ADMIN_SECRET, "userKey": GRAFANA_USER_KEY,
                       "passwordKey": GRAFANA_PASSWORD_KEY},

@@ -94,7 +94,8 @@ def component_inputs(settings: StackSettings, secret_sections: Collection[str] =
                     if compaction.enabled else None),
         teams=(valid(MonitoredTeams, namespace=teams.kueue.namespace,
                      release_name=teams.kueue.release_name,
-                     namespaces=teams.team_namespaces)
+                     namespaces=teams.team_namespaces,
+                     topology_levels=teams.topology.node_levels[:-1])
                if teams.enabled else None),
         reclaim=(valid(MonitoredReclaim, name=settings.reclaim.name,
                        namespace=settings.reclaim.namespace)
