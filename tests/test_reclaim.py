@@ -192,10 +192,14 @@ def test_rights_are_roles_in_the_opted_in_namespaces_only():
     assert not any(kind.startswith("Cluster") for kind, _ in kinds)
     assert sorted(ns for kind, ns in kinds if kind == "Role") == ["research", "serving"]
     assert sorted(ns for kind, ns in kinds if kind == "RoleBinding") == ["research", "serving"]
-    role = next(o for o in objects if o["kind"] == "Role")
-    verbs = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
-    assert verbs == {("pods", "get"), ("pods", "list"), ("pods", "patch"),
-                     ("events", "create"), ("pods/eviction", "create")}
+    roles = {o["metadata"]["namespace"]: {(r, v) for rule in o["rules"]
+                                          for r in rule["resources"] for v in rule["verbs"]}
+             for o in objects if o["kind"] == "Role"}
+    assert roles["serving"] == {("pods", "get"), ("pods", "list"), ("pods", "patch"),
+                                ("events", "create"), ("pods/eviction", "create")}
+    # In a team namespace, Kueue's Workloads too: taken off their queue and put back.
+    assert roles["research"] == roles["serving"] | {
+        ("workloads", "get"), ("workloads", "list"), ("workloads", "patch")}
 
 
 def test_report_mode_has_no_right_to_evict():
@@ -435,3 +439,95 @@ def test_declared_alone_a_reclaim_of_nothing_is_refused_and_declares_nothing():
         'reclaim.namespaces = ["kube-system"]: reclaim applies to no namespace that is not '
         "exempt; allowed: at least one namespace in reclaim.namespaces, or a team in "
         "reclaim.teams with teamNamespaces, outside exemptNamespaces"]
+
+
+# --- a team's pod goes back to its queue with its Kueue Workload --------------------------------
+
+class FakeApi(actor.Api):
+    """The API server as a run sees it: a team namespace's Workloads, whose quota Kueue frees
+    once one is deactivated; every call recorded."""
+
+    def __init__(self, workloads: list[dict] | None, budget_refuses: bool = False):
+        """`workloads`: None where no Kueue serves them."""
+        self.serves_workloads = workloads is not None
+        self.workloads = {w["metadata"]["name"]: w for w in workloads or []}
+        self.budget_refuses = budget_refuses
+        self.calls: list[tuple[str, str, dict | None]] = []
+
+    def call(self, method: str, path: str, body: dict | None = None,
+             content_type: str = "application/json") -> tuple[int, dict]:
+        self.calls.append((method, path, body))
+        name = path.rpartition("/")[2]
+        if path.endswith("/eviction?dryRun=All") or path.endswith("/eviction"):
+            return (429, {"message": "Cannot evict pod as it would violate the pod's "
+                                     "disruption budget."}) if self.budget_refuses else (201, {})
+        if path.endswith("/workloads"):
+            return ((200, {"items": list(self.workloads.values())}) if self.serves_workloads
+                    else (404, {"message": "404 page not found"}))
+        if method == "PATCH" and name in self.workloads:
+            assert body is not None
+            workload = self.workloads[name]
+            workload["spec"].update(body["spec"])
+            if body["spec"].get("active") is False:     # Kueue evicts it
+                workload["status"]["conditions"] = [{"type": "QuotaReserved",
+                                                     "status": "False"}]
+            return 200, workload
+        if method == "GET" and name in self.workloads:
+            return 200, self.workloads[name]
+        return 201, {}
+
+
+
+def admitted_workload(owner_uid: str = "train-uid") -> dict:
+    return {"metadata": {"name": "job-train-1a2b", "namespace": "research", "uid": "wl-uid",
+                         "ownerReferences": [{"kind": "Job", "name": "train",
+                                              "uid": owner_uid}]},
+            "spec": {"active": True},
+            "status": {"conditions": [{"type": "QuotaReserved", "status": "True"}]}}
+
+
+def evict(api, pods: list[dict]) -> list[str]:
+    config, requeued = config_of(), set()
+    return [actor.act(api, config, actor.Decision(
+        p["metadata"]["namespace"], p["metadata"]["name"], "evict",
+        "idle after its grace period", 1, NOW - 5 * HOUR), p, NOW, requeued) for p in pods]
+
+
+def test_a_team_pod_kueue_admitted_goes_back_to_the_queue_with_its_workload_once():
+    api = FakeApi([admitted_workload()])
+    outcomes = evict(api, [pod("train-0"), pod("train-1")])
+    assert outcomes == ["requeued with its workload"] * 2
+    writes = [(m, p.rpartition("/")[2], b) for m, p, b in api.calls if m in ("POST", "PATCH")
+              and "events" not in p]
+    # A dry-run eviction first (the budgets), then off the queue and back, once for both pods.
+    assert writes == [
+        ("POST", "eviction?dryRun=All", writes[0][2]),
+        ("PATCH", "job-train-1a2b", {"metadata": {"annotations": {
+            gpu_reclaim.REQUEUED_ANNOTATION: stamp(NOW)}}, "spec": {"active": False}}),
+        ("PATCH", "job-train-1a2b", {"metadata": {"annotations": {
+            gpu_reclaim.REQUEUED_ANNOTATION: None}}, "spec": {"active": True}})]
+
+
+def test_a_disruption_budget_keeps_a_team_pod_and_its_workload():
+    api = FakeApi([admitted_workload()], budget_refuses=True)
+    assert evict(api, [pod("train-0")]) == ["eviction refused by a disruption budget"]
+    assert not [c for c in api.calls if c[0] == "PATCH"]
+
+
+@pytest.mark.parametrize("workloads", [[admitted_workload(owner_uid="another-job")], None],
+                         ids=["another job's", "no Kueue"])
+def test_a_pod_no_workload_of_its_namespace_holds_is_evicted(workloads):
+    api = FakeApi(workloads)
+    assert evict(api, [pod("train-0")]) == ["evicted"]
+    assert [p for m, p, _ in api.calls if m == "POST" and "eviction" in p] == [
+        "/api/v1/namespaces/research/pods/train-0/eviction"]
+
+
+def test_a_workload_a_run_left_off_its_queue_is_put_back_by_the_next():
+    left = admitted_workload()
+    left["metadata"]["annotations"] = {gpu_reclaim.REQUEUED_ANNOTATION: stamp(NOW - 600)}
+    left["spec"]["active"] = False
+    left["status"]["conditions"] = [{"type": "QuotaReserved", "status": "False"}]
+    api = FakeApi([left])
+    assert actor.put_back_left(api, config_of()) == ["research/job-train-1a2b"]
+    assert left["spec"]["active"] is True

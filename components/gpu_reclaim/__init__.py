@@ -1,5 +1,6 @@
 """Idle GPU reclaim: a CronJob that reports idle GPU pods of opted-in namespaces to their
-owners and, where the stack says so, evicts them after a grace period."""
+owners and, where the stack says so, evicts them after a grace period (a team's pod Kueue
+admitted goes back to its queue with its workload)."""
 
 from .component import GpuReclaim
 from .inputs import GpuReclaimInputs
@@ -7,6 +8,7 @@ from .manifests import (
     CONFIG_DIR,
     CONFIG_FILE,
     REPORTED_ANNOTATION,
+    REQUEUED_ANNOTATION,
     actor_config,
     cron_job,
     reclaim_objects,
@@ -14,4 +16,4 @@ from .manifests import (
 )
 
 __all__ = ["CONFIG_DIR", "CONFIG_FILE", "GpuReclaim", "GpuReclaimInputs", "REPORTED_ANNOTATION",
-           "actor_config", "cron_job", "reclaim_objects", "reclaim_rules"]
+           "REQUEUED_ANNOTATION", "actor_config", "cron_job", "reclaim_objects", "reclaim_rules"]

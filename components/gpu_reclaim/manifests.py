@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from ..base import manifests
+from ..base.facts import KUEUE_API
 from .actor import gpu_reclaim
 from .inputs import GpuReclaimInputs
 
@@ -14,6 +15,12 @@ CONFIG_FILE = "config.json"
 SCRIPT = Path(gpu_reclaim.__file__).name
 # When a pod was first reported idle (RFC 3339), written by the run on the pod.
 REPORTED_ANNOTATION = "gpu-platform.io/idle-reported-at"
+# On a team's Kueue Workload the run took off its queue to hand its GPUs back, until it puts
+# it back: when (RFC 3339).
+REQUEUED_ANNOTATION = "gpu-platform.io/idle-requeued-at"
+# How long a run waits for Kueue to release a deactivated Workload's quota before it puts the
+# Workload back in the queue (the next run does it otherwise).
+REQUEUE_WAIT_SECONDS = 60
 # The events' reportingController.
 CONTROLLER = "gpu-platform.io/reclaim"
 # A run that has not ended by then is stopped (the Job fails); the next one starts over.
@@ -40,6 +47,11 @@ def actor_config(inputs: GpuReclaimInputs) -> dict:
         "maxEvictionsPerRun": reclaim.max_evictions_per_run,
         "reportedAnnotation": REPORTED_ANNOTATION,
         "controller": CONTROLLER,
+        # In a team namespace a pod Kueue admitted goes back to its queue with its workload.
+        "teamNamespaces": sorted(set(inputs.team_namespaces) & set(inputs.opted_in_namespaces)),
+        "workloadsApi": f"/apis/{KUEUE_API}",
+        "requeuedAnnotation": REQUEUED_ANNOTATION,
+        "requeueWaitSeconds": REQUEUE_WAIT_SECONDS,
     }
 
 
@@ -55,6 +67,16 @@ def reclaim_rules(inputs: GpuReclaimInputs) -> list[dict]:
     return rules
 
 
+def team_rules(inputs: GpuReclaimInputs) -> list[dict]:
+    """With `action: evict`, in an opted-in team namespace, also: take a Kueue Workload off its
+    queue and put it back (`spec.active`), which is how Kueue frees a workload's quota and queues
+    it again."""
+    if inputs.reclaim.action != "evict":
+        return []
+    return [manifests.rule([KUEUE_API.partition("/")[0]], ["workloads"], ["get", "list",
+                                                                        "patch"])]
+
+
 def rbac_objects(inputs: GpuReclaimInputs) -> list[dict]:
     """The ServiceAccount, and a Role with its RoleBinding in each opted-in namespace: no
     cluster-wide rights."""
@@ -68,7 +90,8 @@ def rbac_objects(inputs: GpuReclaimInputs) -> list[dict]:
         objects += [
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
              "metadata": {"name": reclaim.name, "namespace": namespace, "labels": meta_labels},
-             "rules": reclaim_rules(inputs)},
+             "rules": reclaim_rules(inputs) + (team_rules(inputs)
+                                                if namespace in inputs.team_namespaces else [])},
             manifests.role_binding("RoleBinding", reclaim.name, "Role", reclaim.name, account,
                                    meta_labels, namespace_=namespace),
         ]

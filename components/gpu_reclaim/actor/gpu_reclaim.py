@@ -14,6 +14,13 @@ PodDisruptionBudgets hold: a refusal (429) is reported and tried again next run.
 `maxEvictionsPerRun` pods are evicted per run, the longest reported first. A reported pod that
 is no longer idle loses the annotation, so its grace period starts over.
 
+In a team namespace, a pod that a Kueue Workload holds (the pod's own, or its Job's) goes back
+to the queue with its workload instead: once a dry-run eviction shows its disruption budgets
+allow it, the Workload is deactivated (`spec.active: false`), so that Kueue stops it and frees
+its quota, then activated again once Kueue has, so that it is queued again. A Workload the run
+could not put back (Kueue had not freed it yet) carries an annotation, and the next run puts it
+back.
+
 Standard library only: it runs from a ConfigMap in a stock Python image, as the CronJob's
 container (`main`); the tests call `decide` directly.
 """
@@ -244,8 +251,83 @@ def query_idle(url: str, query: str) -> dict[tuple[str, str], int]:
     return idle_set(answer["data"]["result"])
 
 
-def act(api: Api, config: dict, decision: Decision, pod: dict, now: float) -> str:
-    """Carry out one decision; what happened, for the log."""
+def condition_true(obj: dict, kind: str) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def kueue_workload(api: Api, config: dict, pod: dict) -> dict | None:
+    """The Kueue Workload that holds a team pod's GPUs: the one the pod or its controller (a
+    Job) owns. None for a pod no such Workload holds (one of a workload made of Jobs, such as a
+    JobSet's, is evicted as any pod)."""
+    meta = pod["metadata"]
+    if meta["namespace"] not in config["teamNamespaces"]:
+        return None
+    owners = {meta.get("uid")} | {ref.get("uid") for ref in meta.get("ownerReferences") or []
+                                  if ref.get("controller")}
+    return next((w for w in workloads(api, config, meta["namespace"])
+                 if any(ref.get("uid") in owners
+                        for ref in w["metadata"].get("ownerReferences") or [])), None)
+
+
+def workloads(api: Api, config: dict, namespace: str) -> list[dict]:
+    """The namespace's Kueue Workloads; none where the API server serves none (no Kueue)."""
+    status, listed = api.call("GET", f"{config['workloadsApi']}/namespaces/{namespace}/workloads")
+    if status == 404:
+        return []
+    if status >= 300:
+        raise RuntimeError(f"listing Workloads in {namespace}: {status} "
+                           f"{listed.get('message', listed)}")
+    return listed["items"]
+
+
+def workload_path(config: dict, workload: dict) -> str:
+    meta = workload["metadata"]
+    return f"{config['workloadsApi']}/namespaces/{meta['namespace']}/workloads/{meta['name']}"
+
+
+def put_back(api: Api, config: dict, workload: dict) -> None:
+    """Back in its queue: Kueue admits it again when the quota has room."""
+    api.ok("PATCH", workload_path(config, workload), {
+        "metadata": {"annotations": {config["requeuedAnnotation"]: None}},
+        "spec": {"active": True}}, "application/merge-patch+json")
+
+
+def requeue(api: Api, config: dict, workload: dict, now: float) -> bool:
+    """Takes the Workload off its queue (Kueue then stops it and frees its quota) and, once
+    Kueue has, puts it back; False if Kueue had not within the run's wait, when the next run
+    puts it back (put_back_left)."""
+    path = workload_path(config, workload)
+    api.ok("PATCH", path, {"metadata": {"annotations": {
+        config["requeuedAnnotation"]: format_time(now)}}, "spec": {"active": False}},
+        "application/merge-patch+json")
+    deadline = time.monotonic() + config["requeueWaitSeconds"]
+    while condition_true(api.ok("GET", path), "QuotaReserved"):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(1)
+    put_back(api, config, workload)
+    return True
+
+
+def put_back_left(api: Api, config: dict) -> list[str]:
+    """The Workloads an earlier run took off their queue and did not put back, once Kueue has
+    freed their quota."""
+    done = []
+    for namespace in config["teamNamespaces"]:
+        for workload in workloads(api, config, namespace):
+            meta = workload["metadata"]
+            if (config["requeuedAnnotation"] in (meta.get("annotations") or {})
+                    and not condition_true(workload, "QuotaReserved")):
+                put_back(api, config, workload)
+                done.append(f"{namespace}/{meta['name']}")
+    return done
+
+
+def act(api: Api, config: dict, decision: Decision, pod: dict, now: float,
+        requeued: set[str]) -> str:
+    """Carry out one decision; what happened, for the log. `requeued`: the Workloads this run
+    put back in their queue already (with every pod of theirs)."""
     namespace, name = decision.namespace, decision.pod
     path = f"/api/v1/namespaces/{namespace}/pods/{name}"
     events = f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
@@ -264,9 +346,15 @@ def act(api: Api, config: dict, decision: Decision, pod: dict, now: float) -> st
             config["reportedAnnotation"]: format_time(now)}}}, merge)
         return "reported"
     if decision.action == "evict":
-        status, answer = api.call("POST", f"{path}/eviction", {
-            "apiVersion": "policy/v1", "kind": "Eviction",
-            "metadata": {"name": name, "namespace": namespace}})
+        # A team's pod that Kueue admitted goes back to the queue with its workload, once its
+        # disruption budgets allow the eviction (asked as a dry run).
+        workload = kueue_workload(api, config, pod)
+        if workload and workload["metadata"]["uid"] in requeued:
+            return "requeued with its workload"
+        status, answer = api.call(
+            "POST", f"{path}/eviction" + ("?dryRun=All" if workload else ""), {
+                "apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": name, "namespace": namespace}})
         since = format_duration(now - (decision.reported_at or now))
         if status == 429:
             note = (f"Pod {namespace}/{name} holds {decision.gpus} idle GPU(s), reported {since} "
@@ -281,14 +369,24 @@ def act(api: Api, config: dict, decision: Decision, pod: dict, now: float) -> st
         if status >= 300:
             raise RuntimeError(f"evicting {namespace}/{name}: {status} "
                                f"{answer.get('message', answer)}")
-        note = (f"Pod {namespace}/{name} was evicted: its {decision.gpus} GPU(s) stayed at or "
-                f"below {config['idleBelow']:.0%} activity for at least {config['idleFor']}, and "
-                f"{since} after the first report (grace period {config['gracePeriod']}) it was "
-                f"still idle.")
+        idle = (f"its {decision.gpus} GPU(s) stayed at or below {config['idleBelow']:.0%} "
+                f"activity for at least {config['idleFor']}, and {since} after the first report "
+                f"(grace period {config['gracePeriod']}) it was still idle")
+        if workload:
+            requeued.add(workload["metadata"]["uid"])
+            back = requeue(api, config, workload, now)
+            note = (f"Pod {namespace}/{name} was stopped with its Kueue workload "
+                    f"{workload['metadata']['name']}: {idle}. The workload's quota is free, and "
+                    f"it {'is' if back else 'will be'} back in its queue: it runs again when "
+                    f"the quota admits it.")
+            outcome = "requeued with its workload"
+        else:
+            note = f"Pod {namespace}/{name} was evicted: {idle}."
+            outcome = "evicted"
         for ref in regarding(pod):
             api.ok("POST", events, event(config, ref, namespace, EVICTED, "Normal", "Evict",
                                          note, now))
-        return "evicted"
+        return outcome
     return decision.why
 
 
@@ -308,6 +406,9 @@ def main(argv: list[str]) -> int:
     with open(args.token_file) as f:
         token = f.read().strip()
     api = Api(args.server, token, ssl.create_default_context(cafile=args.ca_file))
+    if config["action"] == "evict":
+        for workload in put_back_left(api, config):
+            print(f"{workload}: put back in its queue", flush=True)
     idle = query_idle(args.prometheus_url or config["prometheusUrl"], config["query"])
     pods = [pod for namespace in sorted(set(config["namespaces"]) -
                                         set(config["exemptNamespaces"]))
@@ -315,8 +416,10 @@ def main(argv: list[str]) -> int:
     now = time.time()
     by_name = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
     counts: dict[str, int] = {}
+    requeued: set[str] = set()
     for decision in decide(config, idle, pods, now):
-        outcome = act(api, config, decision, by_name[(decision.namespace, decision.pod)], now)
+        outcome = act(api, config, decision, by_name[(decision.namespace, decision.pod)], now,
+                      requeued)
         kind = decision.action if decision.action != "evict" else outcome
         counts[kind] = counts.get(kind, 0) + 1
         print(f"{decision.namespace}/{decision.pod}: {outcome}", flush=True)
