@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import copy
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,15 +98,29 @@ def apply_declared(kube: Kube, objects: list[dict]) -> tuple[list[dict], dict[st
             skipped[name] = (f"custom resource; its CRD comes with the "
                              f"{CHART_CRD_GROUPS[group]} chart")
             continue
+        probe = (obj["kind"] == "ConfigMap"
+                 and obj["metadata"]["name"] == opa_admission.REACHABILITY_PROBE)
         try:
-            applied.append(kube.apply(obj, TEST_MANAGER))
+            if probe:
+                applied.append(apply_probe(kube, obj))
+            else:
+                applied.append(kube.apply(obj, TEST_MANAGER))
         except ApiError as error:
-            if not (obj["kind"] == "ConfigMap"
-                    and obj["metadata"]["name"] == opa_admission.REACHABILITY_PROBE
-                    and error.status == 500 and "failed calling webhook" in error.message):
+            if not (probe and error.status == 500 and "failed calling webhook" in error.message):
                 raise
             skipped[name] = f"refused: {error.message}"
     return applied, skipped
+
+
+def apply_probe(kube: Kube, probe: dict, within: float = 15.0) -> dict:
+    """The reachability probe, applied as a dry run until its webhook refuses it or `within`
+    seconds pass, then for real: the API server calls a webhook only once it has loaded the
+    configuration just applied, which a busy one does a moment later."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        kube.apply(probe, TEST_MANAGER, dry_run=True)
+        time.sleep(0.5)
+    return kube.apply(probe, TEST_MANAGER)
 
 
 def stored_differences(declared: dict, stored: Any, path: str = "") -> list[str]:
