@@ -61,7 +61,8 @@ class GoTool:
         return TOOLS_DIR / f"{self.name}-{self.label or self.version}" / self.name
 
 
-def _go() -> str:
+def go() -> str:
+    """The Go toolchain: builds the tools, and reads the profiles the benchmark takes."""
     go = shutil.which("go")
     if go is None:
         raise RuntimeError("building the test tools needs the Go toolchain (`go`) on PATH")
@@ -78,7 +79,7 @@ class _Build:
         self.env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod", "GOWORK": "off"}
 
     def run(self, *args: str) -> str:
-        result = subprocess.run([_go(), *args], cwd=self.cwd, env=self.env, capture_output=True,
+        result = subprocess.run([go(), *args], cwd=self.cwd, env=self.env, capture_output=True,
                                 text=True)
         if result.returncode != 0:
             # `go mod download -json` reports its error in the JSON on stdout.
@@ -89,7 +90,7 @@ class _Build:
 
     def compile(self, *args: str, started: float) -> None:
         """`go build -v`, reporting how many packages have been compiled as it goes."""
-        process = subprocess.Popen([_go(), *args], cwd=self.cwd, env=self.env, text=True,
+        process = subprocess.Popen([go(), *args], cwd=self.cwd, env=self.env, text=True,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         lines: list[str] = []
         reported = time.monotonic()

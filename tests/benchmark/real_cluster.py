@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -36,6 +37,7 @@ import descheduler
 import fake_kubelet
 import kube_components
 import nodes_and_pods
+import tools
 from components.binpack_scheduler import preemptible_priority_class
 from components.platform.settings import StackSettings
 from controlplane import ApiError, ControlPlane, wait_until
@@ -439,11 +441,41 @@ def on_control_plane(label: str, trace: Trace, nodes: dict[str, NodeShape],
         cp.stop()
 
 
+class CpuProfile:
+    """A CPU profile of a running kube-scheduler over `seconds`, from its profiling endpoint
+    (on by default), taken in the background from when it is made."""
+
+    def __init__(self, scheduler: kube_components.Scheduler, cp: ControlPlane, seconds: int):
+        self.path = cp.dir / f"scheduler-{scheduler.port}.pprof"
+        cert, key = cp.admin_cert
+        url = f"https://127.0.0.1:{scheduler.port}/debug/pprof/profile?seconds={seconds}"
+
+        def fetch() -> None:
+            self.path.write_bytes(requests.get(url, cert=(str(cert), str(key)),
+                                               verify=str(cp.ca_file),
+                                               timeout=seconds + 60).content)
+        self.thread = threading.Thread(target=fetch, daemon=True)
+        self.thread.start()
+
+    def top(self, binary: Path, functions: int = 15) -> list[str]:
+        """The functions with the most CPU, themselves and below them (cumulative)."""
+        self.thread.join()
+        result = subprocess.run([tools.go(), "tool", "pprof", "-top", "-cum",
+                                 f"-nodecount={functions}", str(binary), str(self.path)],
+                                capture_output=True, text=True)
+        if result.returncode:
+            raise RuntimeError(f"pprof could not read the profile: {result.stderr.strip()}; "
+                               f"the scheduler answered {self.path.read_bytes()[:200]!r}")
+        return result.stdout.splitlines()
+
+
 def latency_probe(config: dict, node_count: int, pods: int, settings: StackSettings,
-                  gpu_path: GpuPath = DEVICE_PLUGIN) -> dict:
+                  gpu_path: GpuPath = DEVICE_PLUGIN, pprof_seconds: int = 0) -> dict:
     """What one profile's scheduling attempts cost on `node_count` 8-GPU nodes (handing out
-    GPUs by `gpu_path`): a Deployment of `pods` 1-GPU replicas is placed, then the scheduler's
-    own figures are read."""
+    GPUs by `gpu_path`): a Deployment's `pods` 1-GPU replicas, all pending, are placed by a
+    scheduler started then (`wall_seconds`: from its start until the last is bound), then the
+    scheduler's own figures are read; with `pprof_seconds`, its CPU profile over the start of
+    the burst, as `go tool pprof -top` summarises it (`pprof_top`)."""
     nodes = workload.CLUSTERS["homogeneous"](node_count)
     cp = gpu_path.control_plane().start()
     try:
@@ -451,21 +483,31 @@ def latency_probe(config: dict, node_count: int, pods: int, settings: StackSetti
         gpu_path.create_nodes(cp, settings, nodes)
         nodes_and_pods.ensure_namespace(kube, NAMESPACE)
         controllers = gpu_path.controllers(cp)
-        scheduler = kube_components.Scheduler(cp, "scheduler", config,
-                                      kubeconfig=cp.kubeconfig("scheduler"))
         labels = {"app": "probe"}
-        started = time.monotonic()
+        # The pods first, pending, so that the scheduler meets them as one burst and their
+        # creation's pace is not measured.
         kube.create({"apiVersion": "apps/v1", "kind": "Deployment",
                      "metadata": {"name": "probe", "namespace": NAMESPACE},
                      "spec": {"replicas": pods, "selector": {"matchLabels": labels},
                               "template": pod_template(labels, Task(1, 4000, 32768),
                                                        scheduler_name(config), settings)}})
 
-        def bound() -> bool:
-            listed = kube.list("v1", "Pod", NAMESPACE)
-            return len([p for p in listed if p["spec"].get("nodeName")]) == pods
-        wait_until(bound, f"{pods} probe pods to be bound", timeout=600, interval=1.0)
+        def placed() -> int:
+            return len([p for p in kube.list("v1", "Pod", NAMESPACE) if p["spec"].get("nodeName")])
+        wait_until(lambda: len(kube.list("v1", "Pod", NAMESPACE)) == pods,
+                   f"{pods} probe pods to be created", timeout=600, interval=1.0)
+        # Its client CA from the start, not once it has read it from the cluster: the profile
+        # is asked for at once.
+        scheduler = kube_components.Scheduler(cp, "scheduler", config,
+                                              kubeconfig=cp.kubeconfig("scheduler"),
+                                              extra_args=(f"--client-ca-file={cp.ca_file}",))
+        profiling = (CpuProfile(scheduler, cp, pprof_seconds) if pprof_seconds else None)
+        started = time.monotonic()
+        wait_until(lambda: placed() == pods, f"{pods} probe pods to be bound", timeout=900,
+                   interval=0.5)
         figures = scrape(scheduler, cp) | {"wall_seconds": time.monotonic() - started}
+        if profiling:
+            figures["pprof_top"] = profiling.top(cp.binary("kube-scheduler"))
         controllers.stop()
         return figures
     finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -110,34 +111,36 @@ produced these rows, the conditions of the measurement and what the figures show
 """
 
 
-def latency_page(table_lines: list[str], dra: bool = False) -> str:
+def latency_page(table_lines: list[str], dra: bool = False,
+                 profiles: Sequence[tuple[str, list[str]]] = ()) -> str:
     """docs/benchmarks/latency.md: what scoring every node costs (`--latency`); with `dra`,
-    docs/benchmarks/dra-latency.md: what the DRA path costs against the device plugin's."""
+    docs/benchmarks/dra-latency.md: the same on both GPU paths of the DRA path's release. With
+    `profiles`, where each probe's scheduler spent its CPU (`--pprof`)."""
     table_text = "\n".join(table_lines)
-    if dra:
-        return f"""# Binpack benchmark: the cost of the DRA path
+    where = "".join(f"\n### {probe}\n\n```\n" + "\n".join(top) + "\n```\n"
+                    for probe, top in profiles)
+    if where:
+        where = ("\n## Where the time goes\n\nThe scheduler's CPU profile over the start of "
+                 "each burst (`go tool pprof -top -cum`: the functions with the most CPU in "
+                 "them and below them).\n" + where)
+    command = "--latency NODES --dra" if dra else "--latency NODES"
+    title = "the cost of the DRA path" if dra else "the cost of scoring every node"
+    paths = ("on the DRA path's Kubernetes release, on each GPU path: nodes whose GPUs are in "
+             "the node's status (device plugin) or in ResourceSlices served through the "
+             "platform's DeviceClass (DRA)" if dra else "on the example stack's release")
+    anchor = "the-dra-path" if dra else "the-cost-of-scoring-every-node"
+    return f"""# Binpack benchmark: {title}
 
-<!-- Written by `bash tests/run benchmark --latency NODES --dra`; do not edit. -->
+<!-- Written by `bash tests/run benchmark {command}`; do not edit. -->
 
-Per cluster size, on the DRA path's Kubernetes release: the shipped profile (every feasible
-node scored) placing a Deployment of 1-GPU replicas that ask for nvidia.com/gpu on empty 8-GPU
-nodes, whose GPUs are in the node's status (device plugin) or in ResourceSlices served through
-the platform's DeviceClass (DRA). What the figures mean:
-[the benchmark's page](README.md#the-dra-path).
+Per cluster size, {paths}: a Deployment of 1-GPU replicas that ask for nvidia.com/gpu placed
+on empty 8-GPU nodes by the shipped profile (every feasible node scored), the same profile with
+kube-scheduler's adaptive share of nodes scored, and upstream's default profile, each on a
+fresh control plane. Pods per second: the replicas over the time from the Deployment's creation
+until every one is bound. What the figures mean: [the benchmark's page](README.md#{anchor}).
 
 {table_text}
-"""
-    return f"""# Binpack benchmark: the cost of scoring every node
-
-<!-- Written by `bash tests/run benchmark --latency NODES`; do not edit. -->
-
-Per cluster size: the shipped profile (every feasible node scored) against the same profile
-with kube-scheduler's adaptive share of nodes scored, placing a Deployment of 1-GPU replicas on
-empty 8-GPU nodes. What the figures mean:
-[the benchmark's page](README.md#the-cost-of-scoring-every-node).
-
-{table_text}
-"""
+{where}"""
 
 
 def scheduling_page(rows: list[dict]) -> str:

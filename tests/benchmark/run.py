@@ -244,33 +244,45 @@ def report(out: Path, docs: Path) -> None:
     print(f"\nwrote {docs / RESULTS_PAGE} and {docs / PICTURE}", file=sys.stderr)
 
 
-def latency(args, settings) -> None:
-    """Scheduling attempt cost of the shipped profile (every node scored) against the same
-    profile with kube-scheduler's adaptive share, at each size."""
-    shipped = replay_setup.profiles(settings)[settings.scheduler.name]
+def latency_probes(args, settings) -> list[tuple[str, dict, replay_setup.GpuPath]]:
+    """(label, configuration, GPU path) of each probe at one size: the shipped profile (every
+    feasible node scored), the same with kube-scheduler's adaptive share of nodes scored, and
+    upstream's default profile; with --dra, each on both paths of the DRA path's release."""
+    profiles = replay_setup.profiles(settings)
+    shipped = profiles[settings.scheduler.name]
     adaptive = json.loads(json.dumps(shipped))
     adaptive["percentageOfNodesToScore"] = 0
+    chosen = [("all (shipped)", shipped), ("adaptive", adaptive),
+              (replay_setup.DEFAULT_PROFILE, profiles[replay_setup.DEFAULT_PROFILE])]
+    return [(f"{label}{path.label}", config, path)
+            for path in gpu_paths(args) for label, config in chosen]
+
+
+def latency(args, settings) -> None:
+    """Scheduling attempt cost and burst throughput of each latency probe, at each size; with
+    --pprof, a CPU profile of the scheduler over each burst, summarised."""
     lines = ["| nodes | nodes scored | pods | attempt p50 / p95, ms | filter and score p50 / "
-             "p95, ms | scheduler CPU s | peak memory, MiB | wall s |",
-             "| ---: | --- |" + " ---: |" * 6]
-    # With --dra: every node scored, on each GPU path of the DRA path's release.
-    probes = ([(f"all{path.label}", shipped, path) for path in gpu_paths(args)] if args.dra
-              else [("all (shipped)", shipped, replay_setup.DEVICE_PLUGIN),
-                    ("adaptive", adaptive, replay_setup.DEVICE_PLUGIN)])
+             "p95, ms | pods per second | scheduler CPU s | peak memory, MiB | wall s |",
+             "| ---: | --- |" + " ---: |" * 7]
+    profiles_seen = []
     for size in args.latency:
-        for label, config, path in probes:
+        for label, config, path in latency_probes(args, settings):
             print(f"latency probe: {size} nodes, {label}", file=sys.stderr, flush=True)
-            m = real_cluster.latency_probe(config, size, args.probe_pods, settings, path)
+            m = real_cluster.latency_probe(config, size, args.probe_pods, settings, path,
+                                           pprof_seconds=args.pprof)
             lines.append(f"| {size} | {label} | {args.probe_pods} | "
                          f"{m['attempt_p50'] * 1000:.1f} / {m['attempt_p95'] * 1000:.1f} | "
                          f"{m['algorithm_p50'] * 1000:.1f} / {m['algorithm_p95'] * 1000:.1f} | "
+                         f"{args.probe_pods / m['wall_seconds']:.1f} | "
                          f"{m['cpu_seconds']:.1f} | {m['peak_rss_mib']:.0f} | "
                          f"{m['wall_seconds']:.0f} |")
             print(lines[-1], file=sys.stderr, flush=True)
+            if args.pprof:
+                profiles_seen.append((f"{size} nodes, {label}", m["pprof_top"]))
     print("\n".join(lines))
     args.docs.mkdir(parents=True, exist_ok=True)
     page = DRA_LATENCY_PAGE if args.dra else LATENCY_PAGE
-    (args.docs / page).write_text(latency_page(lines, dra=args.dra))
+    (args.docs / page).write_text(latency_page(lines, dra=args.dra, profiles=profiles_seen))
     print(f"\nwrote {args.docs / page}", file=sys.stderr)
 
 
@@ -333,6 +345,9 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--report", action="store_true",
                         help="rewrite the table and plot from runs.jsonl without replaying")
     parser.add_argument("--fresh", action="store_true", help="start a new runs.jsonl")
+    parser.add_argument("--pprof", type=int, default=0, metavar="SECONDS",
+                        help="with --latency: record a CPU profile of the scheduler over the "
+                             "first SECONDS of each burst and summarise where the time goes")
     parser.add_argument("--latency", type=lambda s: [int(n) for n in s.split(",")],
                         help="instead: measure scheduling latency at these node counts")
     parser.add_argument("--probe-pods", type=int, default=500,
