@@ -470,12 +470,14 @@ class CpuProfile:
 
 
 def latency_probe(config: dict, node_count: int, pods: int, settings: StackSettings,
-                  gpu_path: GpuPath = DEVICE_PLUGIN, pprof_seconds: int = 0) -> dict:
+                  gpu_path: GpuPath = DEVICE_PLUGIN, pprof_seconds: int = 0,
+                  feature_gates: str = "") -> dict:
     """What one profile's scheduling attempts cost on `node_count` 8-GPU nodes (handing out
     GPUs by `gpu_path`): a Deployment's `pods` 1-GPU replicas, all pending, are placed by a
     scheduler started then (`wall_seconds`: from its start until the last is bound), then the
     scheduler's own figures are read; with `pprof_seconds`, its CPU profile over the start of
-    the burst, as `go tool pprof -top` summarises it (`pprof_top`)."""
+    the burst, as `go tool pprof -top` summarises it (`pprof_top`); with `feature_gates`, the
+    scheduler runs with them (`--feature-gates`)."""
     nodes = workload.CLUSTERS["homogeneous"](node_count)
     cp = gpu_path.control_plane().start()
     try:
@@ -500,7 +502,9 @@ def latency_probe(config: dict, node_count: int, pods: int, settings: StackSetti
         # is asked for at once.
         scheduler = kube_components.Scheduler(cp, "scheduler", config,
                                               kubeconfig=cp.kubeconfig("scheduler"),
-                                              extra_args=(f"--client-ca-file={cp.ca_file}",))
+                                              extra_args=(f"--client-ca-file={cp.ca_file}",
+                                                          *([f"--feature-gates={feature_gates}"]
+                                                            if feature_gates else [])))
         profiling = (CpuProfile(scheduler, cp, pprof_seconds) if pprof_seconds else None)
         started = time.monotonic()
         wait_until(lambda: placed() == pods, f"{pods} probe pods to be bound", timeout=900,

@@ -125,19 +125,20 @@ def latency_page(table_lines: list[str], dra: bool = False,
                  "them and below them).\n" + where)
     command = "--latency NODES --dra" if dra else "--latency NODES"
     title = "the cost of the DRA path" if dra else "the cost of scoring every node"
-    paths = ("on the DRA path's Kubernetes release, on each GPU path: nodes whose GPUs are in "
-             "the node's status (device plugin) or in ResourceSlices served through the "
+    paths = ("on the DRA path's Kubernetes release, on each GPU path: nodes whose GPUs are\n"
+             "in the node's status (device plugin) or in ResourceSlices served through the\n"
              "platform's DeviceClass (DRA)" if dra else "on the example stack's release")
     anchor = "the-dra-path" if dra else "the-cost-of-scoring-every-node"
     return f"""# Binpack benchmark: {title}
 
 <!-- Written by `bash tests/run benchmark {command}`; do not edit. -->
 
-Per cluster size, {paths}: a Deployment of 1-GPU replicas that ask for nvidia.com/gpu placed
-on empty 8-GPU nodes by the shipped profile (every feasible node scored), the same profile with
-kube-scheduler's adaptive share of nodes scored, and upstream's default profile, each on a
-fresh control plane. Pods per second: the replicas over the time from the Deployment's creation
-until every one is bound. What the figures mean: [the benchmark's page](README.md#{anchor}).
+Per cluster size, {paths}: a Deployment's 1-GPU replicas, created first and left
+pending, placed on empty 8-GPU nodes by a scheduler started then: the shipped profile (every
+feasible node scored), the same with kube-scheduler's adaptive share of nodes scored, and
+upstream's default profile, each on a fresh control plane. Pods per second: the replicas over
+the time from the scheduler's start until the last is bound. What the figures mean:
+[the benchmark's page](README.md#{anchor}).
 
 {table_text}
 {where}"""

@@ -269,8 +269,10 @@ def latency(args, settings) -> None:
         for label, config, path in latency_probes(args, settings):
             print(f"latency probe: {size} nodes, {label}", file=sys.stderr, flush=True)
             m = real_cluster.latency_probe(config, size, args.probe_pods, settings, path,
-                                           pprof_seconds=args.pprof)
-            lines.append(f"| {size} | {label} | {args.probe_pods} | "
+                                           pprof_seconds=args.pprof,
+                                           feature_gates=args.feature_gates)
+            gated = f", {args.feature_gates}" if args.feature_gates else ""
+            lines.append(f"| {size} | {label}{gated} | {args.probe_pods} | "
                          f"{m['attempt_p50'] * 1000:.1f} / {m['attempt_p95'] * 1000:.1f} | "
                          f"{m['algorithm_p50'] * 1000:.1f} / {m['algorithm_p95'] * 1000:.1f} | "
                          f"{args.probe_pods / m['wall_seconds']:.1f} | "
@@ -345,6 +347,9 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--report", action="store_true",
                         help="rewrite the table and plot from runs.jsonl without replaying")
     parser.add_argument("--fresh", action="store_true", help="start a new runs.jsonl")
+    parser.add_argument("--feature-gates", default="", metavar="GATES",
+                        help="with --latency: run the probed schedulers with these feature gates "
+                             "(as kube-scheduler's --feature-gates)")
     parser.add_argument("--pprof", type=int, default=0, metavar="SECONDS",
                         help="with --latency: record a CPU profile of the scheduler over the "
                              "first SECONDS of each burst and summarise where the time goes")
