@@ -1,6 +1,6 @@
 """Validation of settings and component inputs: the rules values must follow (names, durations,
-image tags), the error that names a setting, its value and what is allowed, and the formatting of
-pydantic's errors into such messages."""
+cron schedules, image tags), the error that names a setting, its value and what is allowed, and
+the formatting of pydantic's errors into such messages."""
 
 from __future__ import annotations
 
@@ -156,6 +156,17 @@ def go_duration_seconds(duration: str) -> float:
     """A Go duration (as check_go_duration accepts it) in seconds."""
     units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
     return sum(int(n) * units[unit] for n, unit in re.findall(r"([0-9]+)(ms|s|m|h)", duration))
+
+
+def check_cron_schedule(value: str, example: str) -> str:
+    """A CronJob's schedule: five numeric cron fields (no macros such as @hourly, no names of
+    months or days); `example` is a schedule the error shows as allowed."""
+    fields = value.split()
+    if len(fields) != 5 or not all(CRON_FIELD.match(f) for f in fields):
+        raise Invalid("not a cron schedule",
+                      "five fields: minute hour day-of-month month day-of-week, e.g. "
+                      f"\"{example}\"")
+    return value
 
 
 def check_duration(value: str) -> str:

@@ -7,11 +7,11 @@ from pydantic import Field, field_validator
 from ..base.facts import GPU_PRESENT_LABEL
 from ..base.model import ContainerResources, ImageSettings, LabelKey, Model
 from ..base.validation import (
-    CRON_FIELD,
     DnsLabel,
     GoDuration,
     Invalid,
     OwnNamespace,
+    check_cron_schedule,
     go_duration_seconds,
     is_label_value,
     is_qualified_name,
@@ -89,12 +89,7 @@ class CompactionSettings(Model):
     @field_validator("schedule")
     @classmethod
     def schedule_is_cron(cls, value: str) -> str:
-        fields = value.split()
-        if len(fields) != 5 or not all(CRON_FIELD.match(f) for f in fields):
-            raise Invalid("not a cron schedule",
-                          "five fields: minute hour day-of-month month day-of-week, e.g. "
-                          "\"*/15 * * * *\"")
-        return value
+        return check_cron_schedule(value, example="*/15 * * * *")
 
 
     @field_validator("node_selector")

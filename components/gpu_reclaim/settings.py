@@ -9,12 +9,12 @@ from pydantic import Field, field_validator, model_validator
 
 from ..base.model import ContainerResources, ImageSettings, Model
 from ..base.validation import (
-    CRON_FIELD,
     DnsLabel,
     Duration,
     Invalid,
     NamespaceNames,
     OwnNamespace,
+    check_cron_schedule,
     check_qualified_name,
     duration_seconds,
 )
@@ -124,12 +124,7 @@ class ReclaimSettings(Model):
     @field_validator("schedule")
     @classmethod
     def schedule_is_cron(cls, value: str) -> str:
-        fields = value.split()
-        if len(fields) != 5 or not all(CRON_FIELD.match(f) for f in fields):
-            raise Invalid("not a cron schedule",
-                          "five fields: minute hour day-of-month month day-of-week, e.g. "
-                          "\"*/10 * * * *\"")
-        return value
+        return check_cron_schedule(value, example="*/10 * * * *")
 
     @field_validator("prometheus_url")
     @classmethod
