@@ -447,8 +447,11 @@ class FakeApi(actor.Api):
     """The API server as a run sees it: a team namespace's Workloads, whose quota Kueue frees
     once one is deactivated; every call recorded."""
 
-    def __init__(self, workloads: list[dict] | None, budget_refuses: bool = False):
-        """`workloads`: None where no Kueue serves them."""
+    def __init__(self, workloads: list[dict] | None, budget_refuses: bool = False,
+                 gone: frozenset[str] = frozenset()):
+        """`workloads`: None where no Kueue serves them; `gone`: pods deleted since the run
+        listed them."""
+        self.gone = gone
         self.serves_workloads = workloads is not None
         self.workloads = {w["metadata"]["name"]: w for w in workloads or []}
         self.budget_refuses = budget_refuses
@@ -458,6 +461,8 @@ class FakeApi(actor.Api):
              content_type: str = "application/json") -> tuple[int, dict]:
         self.calls.append((method, path, body))
         name = path.rpartition("/")[2]
+        if method == "PATCH" and name in self.gone:
+            return 404, {"message": f'pods "{name}" not found'}
         if path.endswith("/eviction?dryRun=All") or path.endswith("/eviction"):
             return (429, {"message": "Cannot evict pod as it would violate the pod's "
                                      "disruption budget."}) if self.budget_refuses else (201, {})
@@ -531,3 +536,11 @@ def test_a_workload_a_run_left_off_its_queue_is_put_back_by_the_next():
     api = FakeApi([left])
     assert actor.put_back_left(api, config_of()) == ["research/job-train-1a2b"]
     assert left["spec"]["active"] is True
+
+
+@pytest.mark.parametrize("action", ["report", "clear"])
+def test_a_pod_deleted_after_the_run_listed_it_does_not_stop_the_run(action):
+    api = FakeApi(None, gone=frozenset({"notebook"}))
+    decision = actor.Decision("research", "notebook", action, "idle", 1, NOW)
+    outcome = actor.act(api, config_of(), decision, pod("notebook"), NOW, set())
+    assert outcome.startswith("gone before")

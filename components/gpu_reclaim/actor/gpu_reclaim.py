@@ -22,7 +22,8 @@ could not put back (Kueue had not freed it yet) carries an annotation, and the n
 back.
 
 Standard library only: it runs from a ConfigMap in a stock Python image, as the CronJob's
-container (`main`); the tests call `decide` directly.
+container (`main`); the tests call `decide`, and the benchmark calls `run` on its simulated
+clock.
 """
 
 from __future__ import annotations
@@ -324,6 +325,18 @@ def put_back_left(api: Api, config: dict) -> list[str]:
     return done
 
 
+def annotate(api: Api, path: str, annotations: dict) -> bool:
+    """Sets (None: removes) annotations of the pod at `path`; False if the pod is gone (deleted
+    since the run listed it)."""
+    status, answer = api.call("PATCH", path, {"metadata": {"annotations": annotations}},
+                              "application/merge-patch+json")
+    if status == 404:
+        return False
+    if status >= 300:
+        raise RuntimeError(f"PATCH {path}: {status} {answer.get('message', answer)}")
+    return True
+
+
 def act(api: Api, config: dict, decision: Decision, pod: dict, now: float,
         requeued: set[str]) -> str:
     """Carry out one decision; what happened, for the log. `requeued`: the Workloads this run
@@ -331,10 +344,9 @@ def act(api: Api, config: dict, decision: Decision, pod: dict, now: float,
     namespace, name = decision.namespace, decision.pod
     path = f"/api/v1/namespaces/{namespace}/pods/{name}"
     events = f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
-    merge = "application/merge-patch+json"
     if decision.action == "clear":
-        api.ok("PATCH", path, {"metadata": {"annotations": {
-            config["reportedAnnotation"]: None}}}, merge)
+        if not annotate(api, path, {config["reportedAnnotation"]: None}):
+            return "gone before its report was cleared"
         return "active again: report cleared"
     if decision.action == "report":
         # The events first: should the annotation fail, the next run reports again.
@@ -342,8 +354,8 @@ def act(api: Api, config: dict, decision: Decision, pod: dict, now: float,
         for ref in regarding(pod):
             api.ok("POST", events, event(config, ref, namespace, IDLE, "Normal", "Report",
                                          note, now))
-        api.ok("PATCH", path, {"metadata": {"annotations": {
-            config["reportedAnnotation"]: format_time(now)}}}, merge)
+        if not annotate(api, path, {config["reportedAnnotation"]: format_time(now)}):
+            return "gone before its report was recorded"
         return "reported"
     if decision.action == "evict":
         # A team's pod that Kueue admitted goes back to the queue with its workload, once its
@@ -390,6 +402,24 @@ def act(api: Api, config: dict, decision: Decision, pod: dict, now: float,
     return decision.why
 
 
+def run(api: Api, config: dict, idle: dict[tuple[str, str], int], now: float) -> dict[str, int]:
+    """One run's decisions on the opted-in namespaces' pods, given the idle set Prometheus
+    answered, carried out at `now` (seconds since the epoch); how many pods had each outcome."""
+    pods = [pod for namespace in sorted(set(config["namespaces"]) -
+                                        set(config["exemptNamespaces"]))
+            for pod in api.ok("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]]
+    by_name = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
+    counts: dict[str, int] = {}
+    requeued: set[str] = set()
+    for decision in decide(config, idle, pods, now):
+        outcome = act(api, config, decision, by_name[(decision.namespace, decision.pod)], now,
+                      requeued)
+        kind = decision.action if decision.action != "evict" else outcome
+        counts[kind] = counts.get(kind, 0) + 1
+        print(f"{decision.namespace}/{decision.pod}: {outcome}", flush=True)
+    return counts
+
+
 def main(argv: list[str]) -> int:
     # `python -OO` strips the docstring: the help then goes without a description.
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
@@ -410,19 +440,7 @@ def main(argv: list[str]) -> int:
         for workload in put_back_left(api, config):
             print(f"{workload}: put back in its queue", flush=True)
     idle = query_idle(args.prometheus_url or config["prometheusUrl"], config["query"])
-    pods = [pod for namespace in sorted(set(config["namespaces"]) -
-                                        set(config["exemptNamespaces"]))
-            for pod in api.ok("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]]
-    now = time.time()
-    by_name = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
-    counts: dict[str, int] = {}
-    requeued: set[str] = set()
-    for decision in decide(config, idle, pods, now):
-        outcome = act(api, config, decision, by_name[(decision.namespace, decision.pod)], now,
-                      requeued)
-        kind = decision.action if decision.action != "evict" else outcome
-        counts[kind] = counts.get(kind, 0) + 1
-        print(f"{decision.namespace}/{decision.pod}: {outcome}", flush=True)
+    counts = run(api, config, idle, time.time())
     print(f"gpu reclaim ({config['action']}): {len(idle)} idle GPU pods in Prometheus' answer; "
           + ", ".join(f"{kind}: {count}" for kind, count in sorted(counts.items())), flush=True)
     return 0
