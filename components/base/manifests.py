@@ -1,6 +1,7 @@
 """Manifest pieces the components share: the platform's labels, namespaces, the quota of
-critical pods, disruption budgets, RBAC rules, ConfigMaps and the restricted security
-contexts. Pure functions: settings in, dicts out."""
+critical pods, disruption budgets, RBAC rules, ConfigMaps, the restricted security contexts, and
+the CronJob of scheduled runs with the container that runs a Python script from a ConfigMap.
+Pure functions: settings in, dicts out."""
 
 from __future__ import annotations
 
@@ -131,13 +132,20 @@ def container_resources(resources) -> dict:
     return {key: value for key, value in resources.model_dump().items() if value}
 
 
-def yaml_config_map(name: str, namespace_: str, component: str, owner: str, file: str,
-                    content: dict) -> dict:
-    """A ConfigMap holding one YAML file, labelled as `owner`'s."""
+def config_map(name: str, namespace_: str, component: str, owner: str,
+               files: dict[str, str]) -> dict:
+    """A ConfigMap holding `files` (name: text), labelled as `owner`'s."""
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": name, "namespace": namespace_,
                          "labels": labels(owner, component)},
-            "data": {file: yaml.safe_dump(content, sort_keys=False)}}
+            "data": files}
+
+
+def yaml_config_map(name: str, namespace_: str, component: str, owner: str, file: str,
+                    content: dict) -> dict:
+    """A ConfigMap holding one YAML file, labelled as `owner`'s."""
+    return config_map(name, namespace_, component, owner,
+                      {file: yaml.safe_dump(content, sort_keys=False)})
 
 
 def config_map_mount(volume: str, mount_path: str, config_map: str) -> tuple[dict, dict]:
@@ -157,6 +165,61 @@ RESTRICTED_CONTAINER_SECURITY = {
     "readOnlyRootFilesystem": True,
     "capabilities": {"drop": ["ALL"]},
 }
+
+
+def python_script_container(name: str, image: str, script: str, args: list[str], resources,
+                            volume_mounts: list[dict]) -> dict:
+    """A restricted container that runs `script`, a standard-library Python script at a path
+    of `volume_mounts` (a ConfigMap's), in a stock Python `image`; `resources` are its
+    ContainerResources settings."""
+    return {
+        "name": name,
+        "image": image,
+        "command": ["python3", script, *args],
+        # The script's directory and the root filesystem are read-only: no bytecode to write.
+        "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
+        "resources": container_resources(resources),
+        "securityContext": RESTRICTED_CONTAINER_SECURITY,
+        "volumeMounts": volume_mounts,
+    }
+
+
+def cron_job(name: str, namespace_: str, component: str, schedule: str, deadline_seconds: int,
+             pod_annotations: dict[str, str], pod: dict,
+             scheduler_name: str | None = None) -> dict:
+    """A CronJob `name` whose runs are one restricted pod each, of the ServiceAccount `name`,
+    never two at once and never retried: a run not started, or not ended, within
+    `deadline_seconds` fails and the next scheduled one starts over. `pod` holds the pod's
+    (init) containers and volumes; `scheduler_name`, when given, is the scheduler that places it."""
+    scheduler = {"schedulerName": scheduler_name} if scheduler_name else {}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": name, "namespace": namespace_,
+                     "labels": labels(name, component)},
+        "spec": {
+            "schedule": schedule,
+            "concurrencyPolicy": "Forbid",
+            "startingDeadlineSeconds": deadline_seconds,
+            "successfulJobsHistoryLimit": 3,
+            "failedJobsHistoryLimit": 3,
+            "jobTemplate": {"spec": {
+                "backoffLimit": 0,
+                "activeDeadlineSeconds": deadline_seconds,
+                "template": {
+                    "metadata": {"labels": labels(name, component),
+                                 "annotations": pod_annotations},
+                    "spec": {
+                        **scheduler,
+                        "serviceAccountName": name,
+                        "restartPolicy": "Never",
+                        "securityContext": RESTRICTED_POD_SECURITY,
+                        **pod,
+                    },
+                },
+            }},
+        },
+    }
 
 
 def content_hash(*parts: Any) -> str:

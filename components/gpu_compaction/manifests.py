@@ -104,28 +104,19 @@ def config_map(inputs: GpuCompactionInputs) -> dict:
         files |= {SCORING_FILE: json.dumps(scoring_strategy(inputs.scoring_strategy,
                                                             inputs.scored_resources), indent=1),
                   PLAN_SCRIPT: Path(compaction_plan.__file__).read_text()}
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": f"{compaction.name}-policy", "namespace": compaction.namespace,
-                         "labels": manifests.labels(compaction.name, COMPONENT)},
-            "data": files}
+    return manifests.config_map(f"{compaction.name}-policy", compaction.namespace, COMPONENT,
+                                compaction.name, files)
 
 
 def plan_container(inputs: GpuCompactionInputs, policy_mount: dict, run_mount: dict) -> dict:
     """The init container that writes this run's policy: the nodes to empty now, as thresholds
     and a node selector (see compaction_plan.py). It reads nodes and pods, which the
     ClusterRole allows."""
-    return {
-        "name": "plan",
-        "image": inputs.image(inputs.compaction.plan_image),
-        "command": ["python3", f"{POLICY_DIR}/{PLAN_SCRIPT}",
-                    f"--policy={POLICY_DIR}/{POLICY_FILE}",
-                    f"--scoring={POLICY_DIR}/{SCORING_FILE}",
-                    f"--out={RUN_POLICY_DIR}/{POLICY_FILE}"],
-        "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
-        "resources": manifests.container_resources(inputs.compaction.resources),
-        "securityContext": manifests.RESTRICTED_CONTAINER_SECURITY,
-        "volumeMounts": [policy_mount, run_mount],
-    }
+    return manifests.python_script_container(
+        "plan", inputs.image(inputs.compaction.plan_image), f"{POLICY_DIR}/{PLAN_SCRIPT}",
+        [f"--policy={POLICY_DIR}/{POLICY_FILE}", f"--scoring={POLICY_DIR}/{SCORING_FILE}",
+         f"--out={RUN_POLICY_DIR}/{POLICY_FILE}"],
+        inputs.compaction.resources, [policy_mount, run_mount])
 
 
 def cron_job(inputs: GpuCompactionInputs) -> dict:
@@ -137,52 +128,26 @@ def cron_job(inputs: GpuCompactionInputs) -> dict:
     init = {"initContainers": [plan_container(inputs, mount, run_mount)]} if planned else {}
     volumes = [volume, {"name": RUN_POLICY_VOLUME, "emptyDir": {"sizeLimit": "1Mi"}}] \
         if planned else [volume]
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "CronJob",
-        "metadata": {"name": compaction.name, "namespace": compaction.namespace,
-                     "labels": manifests.labels(compaction.name, COMPONENT)},
-        "spec": {
-            "schedule": compaction.schedule,
-            # Never two runs at once: each decides on a snapshot the other is changing.
-            "concurrencyPolicy": "Forbid",
-            "startingDeadlineSeconds": RUN_DEADLINE_SECONDS,
-            "successfulJobsHistoryLimit": 3,
-            "failedJobsHistoryLimit": 3,
-            "jobTemplate": {"spec": {
-                "backoffLimit": 0,
-                "activeDeadlineSeconds": RUN_DEADLINE_SECONDS,
-                "template": {
-                    "metadata": {
-                        "labels": manifests.labels(compaction.name, COMPONENT),
-                        "annotations": {POLICY_HASH_ANNOTATION:
-                                        manifests.content_hash(config_map(inputs)["data"])},
-                    },
-                    "spec": {
-                        # The gate: the binpack scheduler places the run, so a run never starts
-                        # while it is unavailable, and evicted pods always have it to return to.
-                        "schedulerName": inputs.scheduler_name,
-                        "serviceAccountName": compaction.name,
-                        "restartPolicy": "Never",
-                        "securityContext": manifests.RESTRICTED_POD_SECURITY,
-                        **init,
-                        "containers": [{
-                            "name": "descheduler",
-                            "image": inputs.image(compaction.image),
-                            "command": ["/bin/descheduler"],
-                            "args": [f"--policy-config-file={policy_file}",
-                                     # One run per pod; nothing stays up to be scraped.
-                                     "--disable-metrics", "--v=3"],
-                            "resources": manifests.container_resources(compaction.resources),
-                            "securityContext": manifests.RESTRICTED_CONTAINER_SECURITY,
-                            "volumeMounts": [mount, run_mount] if planned else [mount],
-                        }],
-                        "volumes": volumes,
-                    },
-                },
-            }},
-        },
+    descheduler = {
+        "name": "descheduler",
+        "image": inputs.image(compaction.image),
+        "command": ["/bin/descheduler"],
+        "args": [f"--policy-config-file={policy_file}",
+                 # One run per pod; nothing stays up to be scraped.
+                 "--disable-metrics", "--v=3"],
+        "resources": manifests.container_resources(compaction.resources),
+        "securityContext": manifests.RESTRICTED_CONTAINER_SECURITY,
+        "volumeMounts": [mount, run_mount] if planned else [mount],
     }
+    # Its runs never overlap: each decides on a snapshot the other would be changing.
+    return manifests.cron_job(
+        compaction.name, compaction.namespace, COMPONENT, compaction.schedule,
+        RUN_DEADLINE_SECONDS,
+        {POLICY_HASH_ANNOTATION: manifests.content_hash(config_map(inputs)["data"])},
+        {**init, "containers": [descheduler], "volumes": volumes},
+        # The gate: the binpack scheduler places the run, so a run never starts while it is
+        # unavailable, and evicted pods always have it to return to.
+        scheduler_name=inputs.scheduler_name)
 
 
 def compaction_objects(inputs: GpuCompactionInputs) -> list[dict]:

@@ -100,57 +100,22 @@ def rbac_objects(inputs: GpuReclaimInputs) -> list[dict]:
 
 def config_map(inputs: GpuReclaimInputs) -> dict:
     reclaim = inputs.reclaim
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": reclaim.name, "namespace": reclaim.namespace,
-                         "labels": manifests.labels(reclaim.name, COMPONENT)},
-            "data": {CONFIG_FILE: json.dumps(actor_config(inputs), indent=1),
-                     SCRIPT: Path(gpu_reclaim.__file__).read_text()}}
+    return manifests.config_map(reclaim.name, reclaim.namespace, COMPONENT, reclaim.name,
+                                {CONFIG_FILE: json.dumps(actor_config(inputs), indent=1),
+                                 SCRIPT: Path(gpu_reclaim.__file__).read_text()})
 
 
 def cron_job(inputs: GpuReclaimInputs) -> dict:
     reclaim = inputs.reclaim
     mount, volume = manifests.config_map_mount("reclaim", CONFIG_DIR, reclaim.name)
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "CronJob",
-        "metadata": {"name": reclaim.name, "namespace": reclaim.namespace,
-                     "labels": manifests.labels(reclaim.name, COMPONENT)},
-        "spec": {
-            "schedule": reclaim.schedule,
-            # Never two runs at once: both would report, or evict, the same pods.
-            "concurrencyPolicy": "Forbid",
-            "startingDeadlineSeconds": RUN_DEADLINE_SECONDS,
-            "successfulJobsHistoryLimit": 3,
-            "failedJobsHistoryLimit": 3,
-            "jobTemplate": {"spec": {
-                "backoffLimit": 0,
-                "activeDeadlineSeconds": RUN_DEADLINE_SECONDS,
-                "template": {
-                    "metadata": {
-                        "labels": manifests.labels(reclaim.name, COMPONENT),
-                        "annotations": {CONFIG_HASH_ANNOTATION:
-                                        manifests.content_hash(config_map(inputs)["data"])},
-                    },
-                    "spec": {
-                        "serviceAccountName": reclaim.name,
-                        "restartPolicy": "Never",
-                        "securityContext": manifests.RESTRICTED_POD_SECURITY,
-                        "containers": [{
-                            "name": "reclaim",
-                            "image": inputs.image(reclaim.image),
-                            "command": ["python3", f"{CONFIG_DIR}/{SCRIPT}",
-                                        f"--config={CONFIG_DIR}/{CONFIG_FILE}"],
-                            "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
-                            "resources": manifests.container_resources(reclaim.resources),
-                            "securityContext": manifests.RESTRICTED_CONTAINER_SECURITY,
-                            "volumeMounts": [mount],
-                        }],
-                        "volumes": [volume],
-                    },
-                },
-            }},
-        },
-    }
+    container = manifests.python_script_container(
+        "reclaim", inputs.image(reclaim.image), f"{CONFIG_DIR}/{SCRIPT}",
+        [f"--config={CONFIG_DIR}/{CONFIG_FILE}"], reclaim.resources, [mount])
+    # Its runs never overlap: two would report, or evict, the same pods.
+    return manifests.cron_job(
+        reclaim.name, reclaim.namespace, COMPONENT, reclaim.schedule, RUN_DEADLINE_SECONDS,
+        {CONFIG_HASH_ANNOTATION: manifests.content_hash(config_map(inputs)["data"])},
+        {"containers": [container], "volumes": [volume]})
 
 
 def reclaim_objects(inputs: GpuReclaimInputs) -> list[dict]:
