@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "benchmark"))
 import binpack  # noqa: E402
 import real_cluster  # noqa: E402
+import reclaim  # noqa: E402
 import replay_setup  # noqa: E402
 import workload  # noqa: E402
 from test_compaction_plan import cpu_separated_state  # noqa: E402
@@ -21,7 +22,7 @@ from workload import BatchJob, NodeShape, Task, Trace  # noqa: E402
 
 from components import gpu_compaction  # noqa: E402
 from components.gpu_compaction.planner import compaction_plan  # noqa: E402
-from harness import compaction_of, scheduler_scoring  # noqa: E402
+from harness import compaction_of, example_settings, scheduler_scoring  # noqa: E402
 
 
 def test_the_same_seed_gives_the_same_trace_and_another_seed_another():
@@ -313,3 +314,54 @@ def test_few_uneven_items_are_still_split_by_the_teams_shares():
         given[team] += sizes[i]
     for team, share in teams.SHARES.items():      # off by less than one item
         assert abs(given[team] - share * sum(sizes)) <= max(sizes)
+
+
+# --- idle GPUs (--reclaim) --------------------------------------------------------------------
+
+def test_idle_jobs_are_the_seeds_jobs_held_longer_by_their_idle_hours():
+    trace = workload.generate("synthetic", 3, 20000, 128, 0.8)
+    idle = reclaim.with_idleness(trace, 3)
+    assert idle == reclaim.with_idleness(trace, 3)
+    for plain, held in zip(trace.jobs, idle.trace.jobs, strict=True):
+        assert (plain.id, plain.task, plain.arrival) == (held.id, held.task, held.arrival)
+        gap = idle.idleness.get(plain.id)
+        assert held.duration == pytest.approx(plain.duration + (gap.end - gap.start if gap else 0))
+    hung = sum(1 for gap in idle.idleness.values() if not gap.resumes)
+    stalled = len(idle.idleness) - hung
+    assert hung / len(trace.jobs) == pytest.approx(reclaim.HUNG_SHARE, abs=0.01)
+    assert stalled / len(trace.jobs) == pytest.approx(reclaim.STALLED_SHARE, abs=0.01)
+    # A hung job idles from the end of its work to the end of its pod; a stalled one works after.
+    for job in idle.trace.jobs:
+        gap = idle.idleness.get(job.id)
+        if gap and not gap.resumes:
+            assert gap.end == pytest.approx(job.duration)
+        elif gap:
+            assert 0 < gap.start < gap.end < job.duration
+
+
+def pod_record(job_id: int, started: float, gpus: int = 2) -> binpack.PodRecord:
+    job = BatchJob(job_id, Task(gpus, 1000, 1024), 0.0, 10.0)
+    return binpack.PodRecord(f"job-{job_id}-pod", job.task, 0.0, job=job, started=started)
+
+
+def test_a_pod_active_at_any_time_within_the_window_is_never_in_the_idle_set():
+    # Job 1 stalls 2h to 5h after its start, job 2 never idles; both started at hour 1.
+    records = [pod_record(1, 1.0), pod_record(2, 1.0)]
+    gaps = {1: reclaim.Idleness(2.0, 5.0, resumes=True)}
+
+    def idle(now: float) -> set[str]:
+        return {name for _, name in reclaim.idle_set(records, gaps, 2.0, now)}
+
+    assert idle(4.9) == set()            # active 1.9h before: within the window
+    assert idle(5.0) == {"job-1-pod"}    # idle for exactly the window
+    assert idle(6.0) == {"job-1-pod"}
+    assert idle(6.01) == set()           # working again
+    assert reclaim.idle_set(records, gaps, 2.0, 5.0) == {(binpack.NAMESPACE, "job-1-pod"): 2}
+    records[0].ended = 5.5
+    assert idle(6.0) == set()            # gone
+
+
+def test_the_replay_runs_reclaim_on_the_shipped_schedule():
+    assert reclaim.run_every_hours(example_settings().reclaim.schedule) == pytest.approx(1 / 6)
+    with pytest.raises(ValueError, match="'0 \\* \\* \\* \\*'"):
+        reclaim.run_every_hours("0 * * * *")

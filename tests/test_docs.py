@@ -81,6 +81,12 @@ def test_teams_tables_are_current():
         "docs/benchmarks/teams.md is stale: run bash tests/run benchmark --teams --report"
 
 
+def test_reclaim_table_is_current():
+    rendered = report.reclaim_page(report.kept(report.RESULTS, report.RECLAIM_RESULTS))
+    assert (report.DOCS / report.RECLAIM_PAGE).read_text() == rendered, \
+        "docs/benchmarks/reclaim.md is stale: run bash tests/run benchmark --reclaim --report"
+
+
 def test_benchmark_report_needs_no_plotting_library():
     assert "matplotlib" not in (ROOT / "tests" / "benchmark" / "report.py").read_text()
 

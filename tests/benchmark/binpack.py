@@ -33,7 +33,7 @@ from workload import BatchJob, NodeShape, Scale, Task, Trace  # noqa: E402
 
 NAMESPACE = "bench"
 SAMPLES = 200          # points of the over-time figures
-COMPACT = "compaction run"
+PERIODIC = "periodic run"    # compaction or reclaim, every periodic_interval
 
 
 # --- what happened to each pod --------------------------------------------------------------
@@ -164,7 +164,7 @@ def percentile(values: list[float], quantile: float) -> float | None:
 class Backend:
     """A cluster the trace is played on. Records pods as they are created, started and ended."""
     records: list[PodRecord]
-    compaction_interval: float | None = None   # simulated hours between compaction runs
+    periodic_interval: float | None = None   # simulated hours between periodic runs
     evictions = 0
     lost_gpu_hours = 0.0
 
@@ -176,7 +176,9 @@ class Backend:
         `started` set to `now`)."""
         ...
     def sample(self, now: float) -> Sample: ...
-    def compact(self, now: float) -> None: ...
+    def periodic(self, now: float) -> None:
+        """A run of what the platform runs on a schedule (compaction, reclaim)."""
+        ...
 
 
 def play(label: str, trace: Trace, backend: Backend, total_gpus: int,
@@ -188,10 +190,10 @@ def play(label: str, trace: Trace, backend: Backend, total_gpus: int,
     for when, _kind, item in trace.arrivals():
         heapq.heappush(events, (when, 1, order, item))
         order += 1
-    interval = backend.compaction_interval
+    interval = backend.periodic_interval
     if interval:
         for tick in range(1, int(trace.horizon / interval) + 1):
-            heapq.heappush(events, (tick * interval, 2, order, COMPACT))
+            heapq.heappush(events, (tick * interval, 2, order, PERIODIC))
             order += 1
     sample_times = [trace.horizon * (i + 1) / SAMPLES for i in range(SAMPLES)]
     samples: list[Sample] = []
@@ -206,8 +208,8 @@ def play(label: str, trace: Trace, backend: Backend, total_gpus: int,
         elif isinstance(item, Scale):
             backend.scale(item.service, item.replicas, now)
             done += 1
-        elif item is COMPACT:
-            backend.compact(now)
+        elif item is PERIODIC:
+            backend.periodic(now)
         elif item.ended is None:        # not evicted meanwhile
             backend.finish(item, now)
         for record in backend.settle(now):

@@ -78,7 +78,7 @@ class RealCluster(Backend):
         self.preemptible_jobs = preemptible_jobs
         self.checkpoint_every = checkpoint_every
         if compaction:
-            self.compaction_interval = compaction.interval
+            self.periodic_interval = compaction.interval
         self.descheduler_kubeconfig = cp.kubeconfig("descheduler") if compaction else None
         self.scheduler_name = scheduler_name(config)
         self.ledger = Ledger(nodes)
@@ -161,7 +161,7 @@ class RealCluster(Backend):
         self.kube.patch_status(pod, {"phase": "Succeeded", "conditions": [
             {"type": "Ready", "status": "False", "reason": "PodCompleted"}]})
 
-    def compact(self, now: float) -> None:
+    def periodic(self, now: float) -> None:
         """One run of the real descheduler with the platform's compaction policy; the pods it
         evicts go, and their replacements wait for the scheduler, as any new pod does.
 
@@ -169,7 +169,7 @@ class RealCluster(Backend):
         that long, so the descheduler sees it only then."""
         self.now = now
         compaction = self.compaction
-        if compaction is None:      # play() calls this only at a compaction_interval: with one
+        if compaction is None:      # play() calls this only at a periodic_interval: with one
             raise RuntimeError("a compaction run in a replay without compaction")
         of_age = now - self.settings.compaction.min_pod_age_hours
         for record in self.records:
@@ -229,11 +229,14 @@ class RealCluster(Backend):
             del self.waiting[name]
             started.append(record)
             try:
-                self.kube.patch_status(pod, fake_kubelet.pod_status("Running", ready=True,
-                                                               reason="Replay"))
+                self.kube.patch_status(pod, self.running_status())
             except ApiError as error:
                 if error.status != 404:     # evicted or scaled away meanwhile: its event follows
                     raise
+
+    def running_status(self) -> dict:
+        """The status a bound pod gets, as its kubelet would report it once running."""
+        return fake_kubelet.pod_status("Running", ready=True, reason="Replay")
 
     def _evicted(self, record: PodRecord) -> None:
         """A job's pod ended before its time: its Job starts a replacement, which resumes

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import binpack
 import real_cluster
+import reclaim
 import replay_setup
 import scheduling
 import teams
@@ -27,6 +28,8 @@ from report import (
     DRA_LATENCY_PAGE,
     LATENCY_PAGE,
     PICTURE,
+    RECLAIM_PAGE,
+    RECLAIM_RESULTS,
     RESULTS,
     RESULTS_PAGE,
     SCHEDULING_PAGE,
@@ -35,6 +38,7 @@ from report import (
     TEAMS_RESULTS,
     kept,
     latency_page,
+    reclaim_page,
     results_page,
     scheduling_page,
     table,
@@ -370,6 +374,9 @@ def main(argv: list[str]) -> None:
                         help="instead: replay each trace split over three teams with bursty "
                              "demand, with the real Kueue in the loop, against the same trace "
                              "without teams and the reference")
+    parser.add_argument("--reclaim", action="store_true",
+                        help="instead: replay each trace with a share of batch jobs idle for "
+                             "hours, with idle reclaim off, reporting and evicting")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help="where runs.jsonl is kept")
     parser.add_argument("--docs", type=Path,
@@ -404,6 +411,16 @@ def main(argv: list[str]) -> None:
         page = teams_page(kept(args.out, TEAMS_RESULTS))
         args.docs.mkdir(parents=True, exist_ok=True)
         (args.docs / TEAMS_PAGE).write_text(page)
+        print(page)
+        return
+    if args.reclaim:
+        if not args.report:
+            reclaim.measure(args.out, harness.example_settings(), args.mixes, args.nodes,
+                            args.seeds, args.jobs_per_gpu, args.load, args.inference_share,
+                            progress_printer)
+        page = reclaim_page(kept(args.out, RECLAIM_RESULTS))
+        args.docs.mkdir(parents=True, exist_ok=True)
+        (args.docs / RECLAIM_PAGE).write_text(page)
         print(page)
         return
     if not args.report:
