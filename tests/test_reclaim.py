@@ -197,9 +197,13 @@ def test_rights_are_roles_in_the_opted_in_namespaces_only():
              for o in objects if o["kind"] == "Role"}
     assert roles["serving"] == {("pods", "get"), ("pods", "list"), ("pods", "patch"),
                                 ("events", "create"), ("pods/eviction", "create")}
-    # In a team namespace, Kueue's Workloads too: taken off their queue and put back.
+    # In a team namespace, Kueue's Workloads too, taken off their queue and put back, and
+    # reading the kinds Kueue admits there, to follow a pod's controllers to its Workload.
     assert roles["research"] == roles["serving"] | {
-        ("workloads", "get"), ("workloads", "list"), ("workloads", "patch")}
+        ("workloads", "get"), ("workloads", "list"), ("workloads", "patch"),
+        *{(kind, "get") for kind in ("jobs", "deployments", "statefulsets", "jobsets",
+                                     "leaderworkersets", "trainjobs", "pytorchjobs", "rayjobs",
+                                     "rayclusters")}}
 
 
 def test_report_mode_has_no_right_to_evict():
@@ -448,10 +452,12 @@ class FakeApi(actor.Api):
     once one is deactivated; every call recorded."""
 
     def __init__(self, workloads: list[dict] | None, budget_refuses: bool = False,
-                 gone: frozenset[str] = frozenset()):
+                 gone: frozenset[str] = frozenset(), owners: tuple[dict, ...] = ()):
         """`workloads`: None where no Kueue serves them; `gone`: pods deleted since the run
-        listed them."""
+        listed them; `owners`: the objects above the pods (Jobs, JobSets...), by their API
+        paths."""
         self.gone = gone
+        self.owners = {owner_path(o): o for o in owners}
         self.serves_workloads = workloads is not None
         self.workloads = {w["metadata"]["name"]: w for w in workloads or []}
         self.budget_refuses = budget_refuses
@@ -479,12 +485,33 @@ class FakeApi(actor.Api):
             return 200, workload
         if method == "GET" and name in self.workloads:
             return 200, self.workloads[name]
+        if method == "GET":
+            return (200, self.owners[path]) if path in self.owners else \
+                (404, {"message": f"{path} not found"})
         return 201, {}
 
 
+def owner_path(obj: dict) -> str:
+    resource = {"Job": "jobs", "JobSet": "jobsets", "TrainJob": "trainjobs",
+                "LeaderWorkerSet": "leaderworkersets", "StatefulSet": "statefulsets"}
+    meta = obj["metadata"]
+    return (f"/apis/{obj['apiVersion']}/namespaces/{meta['namespace']}/"
+            f"{resource[obj['kind']]}/{meta['name']}")
 
-def admitted_workload(owner_uid: str = "train-uid") -> dict:
-    return {"metadata": {"name": "job-train-1a2b", "namespace": "research", "uid": "wl-uid",
+
+def owned(api_version: str, kind: str, name: str, owner: dict | None = None) -> dict:
+    """An object of the team namespace, controlled by `owner`."""
+    meta: dict = {"name": name, "namespace": "research", "uid": f"{kind}-{name}-uid"}
+    if owner:
+        meta["ownerReferences"] = [{"apiVersion": owner["apiVersion"], "kind": owner["kind"],
+                                    "name": owner["metadata"]["name"],
+                                    "uid": owner["metadata"]["uid"], "controller": True}]
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta}
+
+
+
+def admitted_workload(owner_uid: str = "train-uid", name: str = "job-train-1a2b") -> dict:
+    return {"metadata": {"name": name, "namespace": "research", "uid": f"{name}-uid",
                          "ownerReferences": [{"kind": "Job", "name": "train",
                                               "uid": owner_uid}]},
             "spec": {"active": True},
@@ -544,3 +571,39 @@ def test_a_pod_deleted_after_the_run_listed_it_does_not_stop_the_run(action):
     decision = actor.Decision("research", "notebook", action, "idle", 1, NOW)
     outcome = actor.act(api, config_of(), decision, pod("notebook"), NOW, set())
     assert outcome.startswith("gone before")
+
+
+def test_a_pod_of_a_framework_goes_back_to_the_queue_with_the_workload_up_its_controllers():
+    # A TrainJob's pod: its Job's controller is a JobSet, whose controller is the TrainJob,
+    # which Kueue's Workload belongs to.
+    trainjob = owned("trainer.kubeflow.org/v1alpha1", "TrainJob", "finetune")
+    jobset = owned("jobset.x-k8s.io/v1alpha2", "JobSet", "finetune", trainjob)
+    job = owned("batch/v1", "Job", "train", jobset)
+    api = FakeApi([admitted_workload(owner_uid="TrainJob-finetune-uid",
+                                     name="trainjob-finetune")], owners=(job, jobset))
+    assert evict(api, [pod("train-0")]) == ["requeued with its workload"]
+    assert [p.rpartition("/")[2] for m, p, _ in api.calls if m == "PATCH"] == [
+        "trainjob-finetune", "trainjob-finetune"]
+
+
+def test_a_pod_whose_owner_has_several_workloads_is_evicted_alone():
+    # A LeaderWorkerSet's group: its owner holds one Workload per group.
+    lws = owned("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "serve")
+    statefulset = owned("apps/v1", "StatefulSet", "serve-0", lws)
+    pod_ = pod("serve-0-1")
+    pod_["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                                            "name": "serve-0", "uid": "StatefulSet-serve-0-uid",
+                                            "controller": True}]
+    api = FakeApi([admitted_workload(owner_uid="LeaderWorkerSet-serve-uid",
+                                     name=f"lws-serve-{group}")
+                   for group in (0, 1)], owners=(statefulset,))
+    assert evict(api, [pod_]) == ["evicted"]
+    assert not [c for c in api.calls if c[0] == "PATCH"]
+
+
+def test_owners_of_kinds_kueue_does_not_admit_are_not_followed():
+    api = FakeApi([admitted_workload(owner_uid="elsewhere")])
+    pod_ = pod("train-0")
+    pod_["metadata"]["ownerReferences"][0] |= {"apiVersion": "example.com/v1", "kind": "Custom"}
+    assert evict(api, [pod_]) == ["evicted"]
+    assert not [c for c in api.calls if c[0] == "GET" and "example.com" in c[1]]

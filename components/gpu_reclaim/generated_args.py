@@ -94,6 +94,10 @@ class GpuReclaimArgs(TypedDict):
     team_namespaces: NotRequired[dict[str, str]]
     ("Each team namespace, with its team (the Teams component's `teamNamespaces` output): "
      "`reclaim.teams` applies to these. Default: `{}`.")
+    workload_owners: NotRequired[dict[str, str]]
+    ("The kinds Kueue admits in team namespaces (`group/Kind`, the core group empty), with "
+     "their API resources: a run follows a team pod's controllers through these to the "
+     "Workload that holds it, and may get them there. Default: `{}`.")
     exempt_namespaces: NotRequired[list[str]]
     ("Namespaces reclaim never touches: admission's exempt namespaces and the platform's "
      "own. Default: `[]`.")

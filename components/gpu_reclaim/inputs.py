@@ -29,6 +29,11 @@ class GpuReclaimInputs(PulledImages):
         default_factory=dict,
         description="Each team namespace, with its team (the Teams component's "
                     "`teamNamespaces` output): `reclaim.teams` applies to these.")
+    workload_owners: dict[str, str] = Field(
+        default_factory=dict,
+        description="The kinds Kueue admits in team namespaces (`group/Kind`, the core group "
+                    "empty), with their API resources: a run follows a team pod's controllers "
+                    "through these to the Workload that holds it, and may get them there.")
     exempt_namespaces: NamespaceNames = Field(
         default_factory=list,
         description="Namespaces reclaim never touches: admission's exempt namespaces and the "

@@ -50,6 +50,7 @@ def actor_config(inputs: GpuReclaimInputs) -> dict:
         # In a team namespace a pod Kueue admitted goes back to its queue with its workload.
         "teamNamespaces": sorted(set(inputs.team_namespaces) & set(inputs.opted_in_namespaces)),
         "workloadsApi": f"/apis/{KUEUE_API}",
+        "ownerResources": inputs.workload_owners,
         "requeuedAnnotation": REQUEUED_ANNOTATION,
         "requeueWaitSeconds": REQUEUE_WAIT_SECONDS,
     }
@@ -70,11 +71,16 @@ def reclaim_rules(inputs: GpuReclaimInputs) -> list[dict]:
 def team_rules(inputs: GpuReclaimInputs) -> list[dict]:
     """With `action: evict`, in an opted-in team namespace, also: take a Kueue Workload off its
     queue and put it back (`spec.active`), which is how Kueue frees a workload's quota and queues
-    it again."""
+    it again, and read the kinds Kueue admits, to follow a pod's controllers to its Workload."""
     if inputs.reclaim.action != "evict":
         return []
-    return [manifests.rule([KUEUE_API.partition("/")[0]], ["workloads"], ["get", "list",
-                                                                        "patch"])]
+    rules = [manifests.rule([KUEUE_API.partition("/")[0]], ["workloads"],
+                            ["get", "list", "patch"])]
+    by_group: dict[str, list[str]] = {}
+    for owner, resource in sorted(inputs.workload_owners.items()):
+        by_group.setdefault(owner.partition("/")[0], []).append(resource)
+    return rules + [manifests.rule([group], resources, ["get"])
+                    for group, resources in by_group.items()]
 
 
 def rbac_objects(inputs: GpuReclaimInputs) -> list[dict]:

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from ..base import charts
-from ..base.facts import KUEUE_CHART
+from ..base.facts import KUEUE_CHART, kueue_integrations
 from ..base.model import GpuNodeFacts
 from ..base.validation import SettingsError, Subject, describe_invalid
 from ..binpack_scheduler.inputs import BinpackSchedulerInputs
@@ -146,6 +146,9 @@ def reclaim_inputs(settings: StackSettings, monitoring: MonitoringInputs) -> Gpu
     return valid(GpuReclaimInputs, reclaim=reclaim, prometheus_url=url,
                  idle_query=usage.idle_pods(reclaim.idle_for, reclaim.idle_below),
                  team_namespaces=teams.team_namespaces if teams.enabled else {},
+                 workload_owners={f"{i.group}/{i.kind}": i.resource
+                                  for i in kueue_integrations(teams.frameworks)
+                                  if i.kind != "Pod"} if teams.enabled else {},
                  exempt_namespaces=sorted(settings.reclaim_exempt_namespaces),
                  image_registry_mirror=settings.image_registry_mirror)
 

@@ -14,10 +14,11 @@ PodDisruptionBudgets hold: a refusal (429) is reported and tried again next run.
 `maxEvictionsPerRun` pods are evicted per run, the longest reported first. A reported pod that
 is no longer idle loses the annotation, so its grace period starts over.
 
-In a team namespace, a pod that a Kueue Workload holds (the pod's own, or its Job's) goes back
-to the queue with its workload instead: once a dry-run eviction shows its disruption budgets
-allow it, the Workload is deactivated (`spec.active: false`), so that Kueue stops it and frees
-its quota, then activated again once Kueue has, so that it is queued again. A Workload the run
+In a team namespace, a pod that a Kueue Workload holds (the pod's own, its Job's, or that of
+the framework's object above the Job) goes back to the queue with its workload instead: once a
+dry-run eviction shows its disruption budgets allow it, the Workload is deactivated
+(`spec.active: false`), so that Kueue stops it and frees its quota, then activated again once
+Kueue has, so that it is queued again. A Workload the run
 could not put back (Kueue had not freed it yet) carries an annotation, and the next run puts it
 back.
 
@@ -45,6 +46,9 @@ IN_CLUSTER = "/var/run/secrets/kubernetes.io/serviceaccount"
 IDLE, EVICTED, REFUSED = "GpuIdle", "GpuIdleEvicted", "GpuIdleEvictionRefused"
 # An event's note is at most 1 kB.
 NOTE_BYTES = 1024
+# Owners followed up from a pod's controller to find its Workload: a TrainJob's pod is its
+# JobSet's Job's, two hops above the Job.
+MAX_OWNER_HOPS = 2
 
 
 @dataclass(frozen=True)
@@ -258,17 +262,48 @@ def condition_true(obj: dict, kind: str) -> bool:
 
 
 def kueue_workload(api: Api, config: dict, pod: dict) -> dict | None:
-    """The Kueue Workload that holds a team pod's GPUs: the one the pod or its controller (a
-    Job) owns. None for a pod no such Workload holds (one of a workload made of Jobs, such as a
-    JobSet's, is evicted as any pod)."""
+    """The Kueue Workload that holds a team pod's GPUs: the one owned by the pod or by an object
+    up its chain of controllers (its Job; a JobSet's Job and the JobSet; a TrainJob's JobSet; a
+    RayJob's RayCluster...), followed through the kinds of `ownerResources` only. None for a
+    pod no Workload holds, or one whose owner has several Workloads (a LeaderWorkerSet's
+    groups): such a pod is evicted as any pod."""
     meta = pod["metadata"]
     if meta["namespace"] not in config["teamNamespaces"]:
         return None
-    owners = {meta.get("uid")} | {ref.get("uid") for ref in meta.get("ownerReferences") or []
-                                  if ref.get("controller")}
-    return next((w for w in workloads(api, config, meta["namespace"])
-                 if any(ref.get("uid") in owners
-                        for ref in w["metadata"].get("ownerReferences") or [])), None)
+    owned: dict[str, list[dict]] = {}
+    for workload in workloads(api, config, meta["namespace"]):
+        for ref in workload["metadata"].get("ownerReferences") or []:
+            owned.setdefault(ref.get("uid"), []).append(workload)
+    if not owned:
+        return None
+    uid, owner = meta.get("uid"), controller(pod)
+    # The pod, its controller, then up to MAX_OWNER_HOPS owners above that.
+    for hop in range(MAX_OWNER_HOPS + 2):
+        if uid in owned:
+            return owned[uid][0] if len(owned[uid]) == 1 else None
+        if owner is None:
+            return None
+        uid = owner.get("uid")
+        owner = controller_of(api, config, meta["namespace"], owner) \
+            if hop < MAX_OWNER_HOPS else None
+    return None
+
+
+def controller_of(api: Api, config: dict, namespace: str, ref: dict) -> dict | None:
+    """The controller of the object an owner reference names, where it is of a kind in
+    `ownerResources` and still there."""
+    group = ref.get("apiVersion", "").rpartition("/")[0]
+    resource = config["ownerResources"].get(f"{group}/{ref.get('kind')}")
+    if resource is None:
+        return None
+    root = "/apis" if group else "/api"
+    path = f"{root}/{ref['apiVersion']}/namespaces/{namespace}/{resource}/{ref['name']}"
+    status, obj = api.call("GET", path)
+    if status == 404:
+        return None
+    if status >= 300:
+        raise RuntimeError(f"GET {path}: {status} {obj.get('message', obj)}")
+    return controller(obj)
 
 
 def workloads(api: Api, config: dict, namespace: str) -> list[dict]:
