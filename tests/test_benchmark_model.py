@@ -2,6 +2,7 @@
 has the documented shape, the Alibaba mixes are what the public trace says, and the offline
 reference really is a bound on packing."""
 
+import argparse
 import itertools
 import random
 import sys
@@ -16,6 +17,7 @@ import binpack  # noqa: E402
 import real_cluster  # noqa: E402
 import reclaim  # noqa: E402
 import replay_setup  # noqa: E402
+import run  # noqa: E402
 import workload  # noqa: E402
 from test_compaction_plan import cpu_separated_state  # noqa: E402
 from workload import BatchJob, NodeShape, Task, Trace  # noqa: E402
@@ -365,3 +367,17 @@ def test_the_replay_runs_reclaim_on_the_shipped_schedule():
     assert reclaim.run_every_hours(example_settings().reclaim.schedule) == pytest.approx(1 / 6)
     with pytest.raises(ValueError, match="'0 \\* \\* \\* \\*'"):
         reclaim.run_every_hours("0 * * * *")
+
+
+def test_contended_seeds_are_the_first_whose_reference_cannot_start_the_batch_on_arrival():
+    args = argparse.Namespace(contended=3, jobs_per_gpu=2.0, load=0.9, inference_share=0.25)
+    nodes = workload.CLUSTERS["homogeneous"](16)
+    seeds = run.contended_seeds(args, "synthetic", nodes)
+
+    def started_on_arrival(seed: int) -> float:
+        trace = workload.generate("synthetic", seed, 256, 128, 0.9, 0.25,
+                                  fits=workload.fits_on(nodes["gpu-0000"]))
+        return binpack.reference(trace, nodes).started_on_arrival()
+    assert len(seeds) == 3 and seeds[0] >= run.CONTENDED_FROM
+    for seed in range(run.CONTENDED_FROM, seeds[-1] + 1):
+        assert (seed in seeds) == (started_on_arrival(seed) < run.CONTENDED_BELOW), seed

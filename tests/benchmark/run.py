@@ -24,6 +24,8 @@ import scheduling
 import teams
 import workload
 from report import (
+    CONTENDED_PAGE,
+    CONTENDED_RESULTS,
     DOCS,
     DRA_LATENCY_PAGE,
     LATENCY_PAGE,
@@ -36,6 +38,7 @@ from report import (
     SCHEDULING_RESULTS,
     TEAMS_PAGE,
     TEAMS_RESULTS,
+    contended_page,
     kept,
     latency_page,
     reclaim_page,
@@ -51,6 +54,10 @@ import tools  # noqa: E402
 DEFAULT_OUT = RESULTS
 SIZES = (1, 2, 4, 8)
 DEFAULT_COMPACTION_INTERVAL = 0.25     # simulated hours: the shipped schedule, every 15 minutes
+# Contended traces (--contended): seeds after the benchmark's own (1-5) on which even the
+# repacking reference starts less than this share of the batch GPU-time on arrival.
+CONTENDED_FROM = 6
+CONTENDED_BELOW = 0.8
 
 
 def progress_printer(label: str):
@@ -105,7 +112,9 @@ def run(args, settings) -> None:
         for size in args.nodes:
             nodes = workload.CLUSTERS[kind](size)
             total = sum(s.gpus for s in nodes.values())
-            for seed in args.seeds:
+            for seed in contended_seeds(args, mix, nodes) if args.contended else args.seeds:
+                if args.contended and args.only_seeds and seed not in args.only_seeds:
+                    continue
                 biggest = max(nodes.values(), key=lambda shape: shape.gpus)
                 trace = workload.generate(mix, seed, int(args.jobs_per_gpu * total), total,
                                           args.load, args.inference_share,
@@ -113,14 +122,14 @@ def run(args, settings) -> None:
                 key = {"mix": mix, "cluster": kind, "nodes": size, "gpus": total, "seed": seed,
                        "jobs": len(trace.jobs), "load": args.load,
                        "inference_share": args.inference_share}
-                done = {r["scheduler"] for r in kept(args.out)
+                done = {r["scheduler"] for r in kept(args.out, args.results)
                         if all(r.get(k) == v for k, v in key.items())}
                 print(f"{mix} on {size} {kind} nodes ({total} GPUs), seed {seed}: "
                       f"{len(trace.jobs)} jobs, {len(trace.services)} inference services, "
                       f"{trace.horizon:.0f} simulated hours", file=sys.stderr, flush=True)
                 best = binpack.reference(trace, nodes)
                 if best.scheduler not in done:
-                    keep(args.out, key | figures(best, best))
+                    keep(args.out, args.results, key | figures(best, best))
                 for (name, config), path in itertools.product(configs.items(), paths):
                     label = name + path.label
                     if label in done:
@@ -130,7 +139,7 @@ def run(args, settings) -> None:
                                                   progress_printer(label), gpu_path=path)
                     print(f"  {label}: {time.monotonic() - started:.0f}s", file=sys.stderr,
                           flush=True)
-                    keep(args.out, key | figures(outcome, best))
+                    keep(args.out, args.results, key | figures(outcome, best))
                 if args.dra:
                     continue
                 label = moving_label(args, settings, biggest.gpus)
@@ -148,7 +157,23 @@ def run(args, settings) -> None:
                     print(f"  {label}: {time.monotonic() - started:.0f}s, "
                           f"{outcome.evictions} evictions and preemptions", file=sys.stderr,
                           flush=True)
-                    keep(args.out, key | figures(outcome, best))
+                    keep(args.out, args.results, key | figures(outcome, best))
+
+
+def contended_seeds(args, mix: str, nodes: dict) -> list[int]:
+    """The first `args.contended` seeds from CONTENDED_FROM on whose trace is contended: the
+    repacking reference starts less than CONTENDED_BELOW of its batch GPU-time on arrival."""
+    total = sum(s.gpus for s in nodes.values())
+    biggest = max(nodes.values(), key=lambda shape: shape.gpus)
+    found: list[int] = []
+    for seed in itertools.count(CONTENDED_FROM):
+        trace = workload.generate(mix, seed, int(args.jobs_per_gpu * total), total, args.load,
+                                  args.inference_share, fits=workload.fits_on(biggest))
+        if binpack.reference(trace, nodes).started_on_arrival() < CONTENDED_BELOW:
+            found.append(seed)
+            if len(found) == args.contended:
+                return found
+    raise AssertionError("unreachable: itertools.count does not end")
 
 
 def gpu_paths(args) -> list[replay_setup.GpuPath]:
@@ -193,8 +218,8 @@ def with_compaction_settings(settings, changes: list[tuple[str, str]]):
         "compaction": type(settings.compaction).model_validate(compaction)})
 
 
-def keep(out: Path, row: dict) -> None:
-    with open(out / "runs.jsonl", "a") as runs:
+def keep(out: Path, name: str, row: dict) -> None:
+    with open(out / name, "a") as runs:
         runs.write(json.dumps(row) + "\n")
 
 
@@ -300,8 +325,12 @@ def setting(text: str) -> tuple[str, str]:
 
 
 def seeds(text: str) -> list[int]:
-    first, _, last = text.partition("-")
-    return list(range(int(first), int(last or first) + 1))
+    """Seeds as ranges and single seeds, comma separated: `1-5`, `3`, `9,14,20-25`."""
+    chosen = []
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        chosen += range(int(first), int(last or first) + 1)
+    return chosen
 
 
 def main(argv: list[str]) -> None:
@@ -370,6 +399,14 @@ def main(argv: list[str]) -> None:
                         help="with --scheduling: pending 1-GPU pods of the throughput burst")
     parser.add_argument("--crashes", type=int, default=5,
                         help="with --scheduling: leader crashes per set of lease timings")
+    parser.add_argument("--contended", type=int, metavar="SEEDS",
+                        help="instead of --seeds: the first SEEDS seeds from "
+                             f"{CONTENDED_FROM} on whose reference starts less than "
+                             f"{CONTENDED_BELOW:.0%} of the batch GPU-time on arrival, kept in "
+                             f"{CONTENDED_RESULTS} and {CONTENDED_PAGE}")
+    parser.add_argument("--only", type=seeds, dest="only_seeds", metavar="SEEDS",
+                        help="with --contended: replay only those of its seeds (e.g. to split "
+                             "a run over several processes)")
     parser.add_argument("--teams", action="store_true",
                         help="instead: replay each trace split over three teams with bursty "
                              "demand, with the real Kueue in the loop, against the same trace "
@@ -384,6 +421,7 @@ def main(argv: list[str]) -> None:
                              f"{DOCS.relative_to(binpack.ROOT)} with the default --out, else "
                              f"--out itself, so a trial run leaves the docs alone)")
     args = parser.parse_args(argv)
+    args.results = CONTENDED_RESULTS if args.contended else "runs.jsonl"
     if args.docs is None:
         args.docs = DOCS if args.out.resolve() == DEFAULT_OUT else args.out
     args.mixes = args.mixes.split(",")
@@ -425,7 +463,7 @@ def main(argv: list[str]) -> None:
         return
     if not args.report:
         if args.fresh:
-            (args.out / "runs.jsonl").unlink(missing_ok=True)
+            (args.out / args.results).unlink(missing_ok=True)
         started = time.monotonic()
         try:
             settings = with_compaction_settings(harness.example_settings(), args.compaction_set)
@@ -433,6 +471,12 @@ def main(argv: list[str]) -> None:
             parser.error(f"--compaction-set: {error}")
         run(args, settings)
         print(f"replayed in {time.monotonic() - started:.0f}s", file=sys.stderr)
+    if args.contended:
+        page = contended_page(kept(args.out, CONTENDED_RESULTS))
+        args.docs.mkdir(parents=True, exist_ok=True)
+        (args.docs / CONTENDED_PAGE).write_text(page)
+        print(page)
+        return
     report(args.out, args.docs)
 
 
