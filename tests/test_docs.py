@@ -87,6 +87,12 @@ def test_reclaim_table_is_current():
         "docs/benchmarks/reclaim.md is stale: run bash tests/run benchmark --reclaim --report"
 
 
+def test_contended_table_is_current():
+    rendered = report.contended_page(report.kept(report.RESULTS, report.CONTENDED_RESULTS))
+    assert (report.DOCS / report.CONTENDED_PAGE).read_text() == rendered, \
+        "docs/benchmarks/contended.md is stale: run bash tests/run benchmark --contended 5"
+
+
 def test_benchmark_report_needs_no_plotting_library():
     assert "matplotlib" not in (ROOT / "tests" / "benchmark" / "report.py").read_text()
 
