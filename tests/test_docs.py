@@ -69,28 +69,17 @@ def test_benchmark_table_is_current():
         "docs/benchmarks/results.md is stale: run bash tests/run benchmark --report"
 
 
-def test_scheduling_tables_are_current():
-    rendered = report.scheduling_page(report.kept(report.RESULTS, report.SCHEDULING_RESULTS))
-    assert (report.DOCS / report.SCHEDULING_PAGE).read_text() == rendered, \
-        "docs/benchmarks/scheduling.md is stale: run bash tests/run benchmark --scheduling"
-
-
-def test_teams_tables_are_current():
-    rendered = report.teams_page(report.kept(report.RESULTS, report.TEAMS_RESULTS))
-    assert (report.DOCS / report.TEAMS_PAGE).read_text() == rendered, \
-        "docs/benchmarks/teams.md is stale: run bash tests/run benchmark --teams --report"
-
-
-def test_reclaim_table_is_current():
-    rendered = report.reclaim_page(report.kept(report.RESULTS, report.RECLAIM_RESULTS))
-    assert (report.DOCS / report.RECLAIM_PAGE).read_text() == rendered, \
-        "docs/benchmarks/reclaim.md is stale: run bash tests/run benchmark --reclaim --report"
-
-
-def test_contended_table_is_current():
-    rendered = report.contended_page(report.kept(report.RESULTS, report.CONTENDED_RESULTS))
-    assert (report.DOCS / report.CONTENDED_PAGE).read_text() == rendered, \
-        "docs/benchmarks/contended.md is stale: run bash tests/run benchmark --contended 5"
+@pytest.mark.parametrize("render, results, page, command", [
+    (report.scheduling_page, report.SCHEDULING_RESULTS, report.SCHEDULING_PAGE, "--scheduling"),
+    (report.teams_page, report.TEAMS_RESULTS, report.TEAMS_PAGE, "--teams --report"),
+    (report.reclaim_page, report.RECLAIM_RESULTS, report.RECLAIM_PAGE, "--reclaim --report"),
+    (report.contended_page, report.CONTENDED_RESULTS, report.CONTENDED_PAGE,
+     "--contended 5 --report"),
+], ids=lambda value: value if isinstance(value, str) and value.endswith(".md") else "")
+def test_benchmark_pages_are_current(render, results, page, command):
+    rendered = render(report.kept(report.RESULTS, results))
+    assert (report.DOCS / page).read_text() == rendered, \
+        f"docs/benchmarks/{page} is stale: run bash tests/run benchmark {command}"
 
 
 def test_benchmark_report_needs_no_plotting_library():

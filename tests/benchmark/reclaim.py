@@ -283,37 +283,29 @@ def measure(out: Path, settings: StackSettings, mixes: list[str], sizes: list[in
     figures appended to reclaim.jsonl as each replay ends (one kept there already is
     skipped)."""
     config = profiles(settings)[settings.scheduler.name]
-    for mix in mixes:
-        kind = workload.DEFAULT_CLUSTER[mix]
-        for size in sizes:
-            nodes = workload.CLUSTERS[kind](size)
-            total = sum(s.gpus for s in nodes.values())
-            biggest = max(nodes.values(), key=lambda shape: shape.gpus)
-            for seed in seeds:
-                trace = workload.generate(mix, seed, int(jobs_per_gpu * total), total, load,
-                                          inference_share, fits=workload.fits_on(biggest))
-                idle = with_idleness(trace, seed)
-                key = {"mix": mix, "cluster": kind, "nodes": size, "gpus": total, "seed": seed,
-                       "jobs": len(trace.jobs), "load": load, "inference_share": inference_share,
-                       "hung": [HUNG_SHARE, HUNG_MEDIAN_HOURS],
-                       "stalled": [STALLED_SHARE, STALLED_MEDIAN_HOURS], "sigma": IDLE_SIGMA}
-                done = {r["mode"] for r in report.kept(out, report.RECLAIM_RESULTS)
-                        if all(r.get(k) == v for k, v in key.items())}
-                print(f"reclaim: {mix} on {size} {kind} nodes ({total} GPUs), seed {seed}: "
-                      f"{len(trace.jobs)} jobs, {len(idle.idleness)} of them idle for a while, "
-                      f"{trace.horizon:.0f} simulated hours", file=sys.stderr, flush=True)
-                for mode in MODES:
-                    if mode.label in done:
-                        continue
-                    stack = reclaim_settings(settings, mode) if mode.changes is not None \
-                        else settings
-                    started = time.monotonic()
-                    outcome, cluster = replay(config, idle, nodes, stack, mode,
-                                              progress(mode.label))
-                    row = key | {"mode": mode.label} | figures(outcome, cluster)
-                    print(f"  {mode.label}: {time.monotonic() - started:.0f}s, "
-                          f"{row['evicted']} evicted ({row['evicted_busy']} busy), "
-                          f"{row['handed_back_gpu_hours']:.0f} GPU-hours handed back",
-                          file=sys.stderr, flush=True)
-                    with open(out / report.RECLAIM_RESULTS, "a") as kept:
-                        kept.write(json.dumps(row) + "\n")
+    for case in workload.cases(mixes, sizes, seeds):
+        trace = workload.generate(case.mix, case.seed, int(jobs_per_gpu * case.gpus), case.gpus,
+                                  load, inference_share, fits=workload.fits_on(case.biggest))
+        idle = with_idleness(trace, case.seed)
+        key = case.key | {"jobs": len(trace.jobs), "load": load,
+                          "inference_share": inference_share,
+                          "hung": [HUNG_SHARE, HUNG_MEDIAN_HOURS],
+                          "stalled": [STALLED_SHARE, STALLED_MEDIAN_HOURS], "sigma": IDLE_SIGMA}
+        done = {r["mode"] for r in report.kept(out, report.RECLAIM_RESULTS)
+                if all(r.get(k) == v for k, v in key.items())}
+        print(f"reclaim: {case.describe()}: {len(trace.jobs)} jobs, {len(idle.idleness)} of "
+              f"them idle for a while, {trace.horizon:.0f} simulated hours", file=sys.stderr,
+              flush=True)
+        for mode in MODES:
+            if mode.label in done:
+                continue
+            stack = reclaim_settings(settings, mode) if mode.changes is not None else settings
+            started = time.monotonic()
+            outcome, cluster = replay(config, idle, case.nodes, stack, mode, progress(mode.label))
+            row = key | {"mode": mode.label} | figures(outcome, cluster)
+            print(f"  {mode.label}: {time.monotonic() - started:.0f}s, "
+                  f"{row['evicted']} evicted ({row['evicted_busy']} busy), "
+                  f"{row['handed_back_gpu_hours']:.0f} GPU-hours handed back",
+                  file=sys.stderr, flush=True)
+            with open(out / report.RECLAIM_RESULTS, "a") as kept:
+                kept.write(json.dumps(row) + "\n")

@@ -263,6 +263,13 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=90)
 
 
+def write_page(docs: Path, name: str, page: str) -> None:
+    """A measurement's page, written into `docs` and shown."""
+    docs.mkdir(parents=True, exist_ok=True)
+    (docs / name).write_text(page)
+    print(page)
+
+
 def report(out: Path, docs: Path) -> None:
     """The table page and the picture, from the replays kept in `out`."""
     rows = kept(out)
@@ -436,30 +443,22 @@ def main(argv: list[str]) -> None:
     if args.scheduling:
         scheduling.measure(args.out, harness.example_settings(), args.scheduling_nodes,
                            args.scheduling_pods, args.crashes)
-        page = scheduling_page(kept(args.out, SCHEDULING_RESULTS))
-        args.docs.mkdir(parents=True, exist_ok=True)
-        (args.docs / SCHEDULING_PAGE).write_text(page)
-        print(page)
+        write_page(args.docs, SCHEDULING_PAGE,
+                   scheduling_page(kept(args.out, SCHEDULING_RESULTS)))
         return
     if args.teams:
         if not args.report:
             teams.measure(args.out, harness.example_settings(), args.mixes, args.nodes,
                           args.seeds, args.jobs_per_gpu, args.load, args.inference_share,
                           progress_printer)
-        page = teams_page(kept(args.out, TEAMS_RESULTS))
-        args.docs.mkdir(parents=True, exist_ok=True)
-        (args.docs / TEAMS_PAGE).write_text(page)
-        print(page)
+        write_page(args.docs, TEAMS_PAGE, teams_page(kept(args.out, TEAMS_RESULTS)))
         return
     if args.reclaim:
         if not args.report:
             reclaim.measure(args.out, harness.example_settings(), args.mixes, args.nodes,
                             args.seeds, args.jobs_per_gpu, args.load, args.inference_share,
                             progress_printer)
-        page = reclaim_page(kept(args.out, RECLAIM_RESULTS))
-        args.docs.mkdir(parents=True, exist_ok=True)
-        (args.docs / RECLAIM_PAGE).write_text(page)
-        print(page)
+        write_page(args.docs, RECLAIM_PAGE, reclaim_page(kept(args.out, RECLAIM_RESULTS)))
         return
     if not args.report:
         if args.fresh:
@@ -472,10 +471,8 @@ def main(argv: list[str]) -> None:
         run(args, settings)
         print(f"replayed in {time.monotonic() - started:.0f}s", file=sys.stderr)
     if args.contended:
-        page = contended_page(kept(args.out, CONTENDED_RESULTS))
-        args.docs.mkdir(parents=True, exist_ok=True)
-        (args.docs / CONTENDED_PAGE).write_text(page)
-        print(page)
+        write_page(args.docs, CONTENDED_PAGE,
+                   contended_page(kept(args.out, CONTENDED_RESULTS)))
         return
     report(args.out, args.docs)
 

@@ -502,29 +502,21 @@ def measure(out: Path, settings: StackSettings, mixes: list[str], sizes: list[in
     shipped profile alone), with teams, and by the repacking reference; the figures appended to
     teams.jsonl as soon as a seed is done (a seed already kept there is skipped)."""
     config = replay_setup.profiles(settings)[settings.scheduler.name]
-    for mix in mixes:
-        kind = workload.DEFAULT_CLUSTER[mix]
-        for size in sizes:
-            nodes = workload.CLUSTERS[kind](size)
-            total = sum(s.gpus for s in nodes.values())
-            biggest = max(nodes.values(), key=lambda shape: shape.gpus)
-            for seed in seeds:
-                trace = generate(mix, seed, int(jobs_per_gpu * total), total, load,
-                                 inference_share, fits=workload.fits_on(biggest))
-                key = {"mix": mix, "cluster": kind, "nodes": size, "gpus": total, "seed": seed,
-                       "jobs": len(trace.trace.jobs), "load": load,
-                       "inference_share": inference_share, "shares": SHARES, "busy": BUSY,
-                       "phase_hours": PHASE_HOURS}
-                if any(all(r.get(k) == v for k, v in key.items())
-                       for r in report.kept(out, report.TEAMS_RESULTS)):
-                    continue
-                print(f"teams: {mix} on {size} {kind} nodes ({total} GPUs), seed {seed}: "
-                      f"{len(trace.trace.jobs)} jobs, quotas {trace.quotas}, "
-                      f"{trace.trace.horizon:.0f} simulated hours", file=sys.stderr, flush=True)
-                reference = binpack.reference(trace.trace, nodes)
-                without = real_cluster.replay("without teams", config, trace.trace, nodes,
-                                              settings, progress("without teams"))
-                outcome, backend = replay(config, trace, nodes, progress("with teams"))
-                row = key | figures(trace, outcome, backend, without, reference)
-                with open(out / report.TEAMS_RESULTS, "a") as kept:
-                    kept.write(json.dumps(row) + "\n")
+    for case in workload.cases(mixes, sizes, seeds):
+        trace = generate(case.mix, case.seed, int(jobs_per_gpu * case.gpus), case.gpus, load,
+                         inference_share, fits=workload.fits_on(case.biggest))
+        key = case.key | {"jobs": len(trace.trace.jobs), "load": load,
+                          "inference_share": inference_share, "shares": SHARES, "busy": BUSY,
+                          "phase_hours": PHASE_HOURS}
+        if any(all(r.get(k) == v for k, v in key.items())
+               for r in report.kept(out, report.TEAMS_RESULTS)):
+            continue
+        print(f"teams: {case.describe()}: {len(trace.trace.jobs)} jobs, quotas {trace.quotas}, "
+              f"{trace.trace.horizon:.0f} simulated hours", file=sys.stderr, flush=True)
+        reference = binpack.reference(trace.trace, case.nodes)
+        without = real_cluster.replay("without teams", config, trace.trace, case.nodes,
+                                      settings, progress("without teams"))
+        outcome, backend = replay(config, trace, case.nodes, progress("with teams"))
+        row = key | figures(trace, outcome, backend, without, reference)
+        with open(out / report.TEAMS_RESULTS, "a") as kept:
+            kept.write(json.dumps(row) + "\n")

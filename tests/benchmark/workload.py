@@ -22,7 +22,7 @@ import csv
 import math
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -220,3 +220,41 @@ def generate(mix: str, seed: int, jobs: int, total_gpus: int, load: float,
                 scales.append(Scale(when, s, rng.randint(1, top)))
                 when += rng.expovariate(1 / scale_every_hours)
     return Trace(batch, inference, scales, horizon)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One replay's setting: a mix on its default cluster of `size` nodes, and a seed."""
+    mix: str
+    cluster: str
+    size: int
+    nodes: dict[str, NodeShape]
+    seed: int
+
+    @property
+    def gpus(self) -> int:
+        return sum(s.gpus for s in self.nodes.values())
+
+    @property
+    def biggest(self) -> NodeShape:
+        return max(self.nodes.values(), key=lambda shape: shape.gpus)
+
+    @property
+    def key(self) -> dict:
+        """How results files name it."""
+        return {"mix": self.mix, "cluster": self.cluster, "nodes": self.size, "gpus": self.gpus,
+                "seed": self.seed}
+
+    def describe(self) -> str:
+        return (f"{self.mix} on {self.size} {self.cluster} nodes ({self.gpus} GPUs), "
+                f"seed {self.seed}")
+
+
+def cases(mixes: list[str], sizes: list[int], seeds: list[int]) -> Iterator[Case]:
+    """Every mix on its default cluster at every size, with every seed."""
+    for mix in mixes:
+        cluster = DEFAULT_CLUSTER[mix]
+        for size in sizes:
+            nodes = CLUSTERS[cluster](size)
+            for seed in seeds:
+                yield Case(mix, cluster, size, nodes, seed)
