@@ -381,3 +381,10 @@ def test_contended_seeds_are_the_first_whose_reference_cannot_start_the_batch_on
     assert len(seeds) == 3 and seeds[0] >= run.CONTENDED_FROM
     for seed in range(run.CONTENDED_FROM, seeds[-1] + 1):
         assert (seed in seeds) == (started_on_arrival(seed) < run.CONTENDED_BELOW), seed
+
+
+def test_the_benchmark_explains_its_options(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        run.main(["--help"])
+    assert stopped.value.code == 0
+    assert "--contended SEEDS" in capsys.readouterr().out

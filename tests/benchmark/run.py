@@ -409,7 +409,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--contended", type=int, metavar="SEEDS",
                         help="instead of --seeds: the first SEEDS seeds from "
                              f"{CONTENDED_FROM} on whose reference starts less than "
-                             f"{CONTENDED_BELOW:.0%} of the batch GPU-time on arrival, kept in "
+                             f"{CONTENDED_BELOW * 100:.0f}%% of the batch GPU-time on arrival, kept in "
                              f"{CONTENDED_RESULTS} and {CONTENDED_PAGE}")
     parser.add_argument("--only", type=seeds, dest="only_seeds", metavar="SEEDS",
                         help="with --contended: replay only those of its seeds (e.g. to split "
