@@ -478,7 +478,8 @@ def latency_probe(config: dict, node_count: int, pods: int, settings: StackSetti
     """What one profile's scheduling attempts cost on `node_count` 8-GPU nodes (handing out
     GPUs by `gpu_path`): a Deployment's `pods` 1-GPU replicas, all pending, are placed by a
     scheduler started then (`wall_seconds`: from its start until the last is bound), then the
-    scheduler's own figures are read; with `pprof_seconds`, its CPU profile over the start of
+    scheduler's own figures are read, and how many nodes the burst took (`nodes_used`: a
+    packing figure, pods/8 at best); with `pprof_seconds`, its CPU profile over the start of
     the burst, as `go tool pprof -top` summarises it (`pprof_top`); with `feature_gates`, the
     scheduler runs with them (`--feature-gates`)."""
     nodes = workload.CLUSTERS["homogeneous"](node_count)
@@ -512,7 +513,9 @@ def latency_probe(config: dict, node_count: int, pods: int, settings: StackSetti
         started = time.monotonic()
         wait_until(lambda: placed() == pods, f"{pods} probe pods to be bound", timeout=900,
                    interval=0.5)
-        figures = scrape(scheduler, cp) | {"wall_seconds": time.monotonic() - started}
+        figures = scrape(scheduler, cp) | {
+            "wall_seconds": time.monotonic() - started,
+            "nodes_used": len({p["spec"]["nodeName"] for p in kube.list("v1", "Pod", NAMESPACE)})}
         if profiling:
             figures["pprof_top"] = profiling.top(cp.binary("kube-scheduler"))
         controllers.stop()

@@ -33,10 +33,12 @@ GPU = "nvidia.com/gpu"
 DEFAULT_PROFILE = "default (LeastAllocated)"
 
 
-def profiles(settings: StackSettings, variants: bool = False) -> dict[str, dict]:
+def profiles(settings: StackSettings, variants: bool = False,
+             shares: tuple[int, ...] = ()) -> dict[str, dict]:
     """The KubeSchedulerConfigurations compared: the project's rendered one (leader election
     off: one replica here), the default profile and MostAllocated; with `variants`, the rendered
-    one with other resource weights and with kube-scheduler's adaptive share of nodes scored."""
+    one with other resource weights and with kube-scheduler's adaptive share of nodes scored;
+    with `shares`, the rendered one scoring each of those percentages of the nodes."""
     shipped = replay_configuration(scheduler_configuration(scheduler_of(settings)))
     chosen = {settings.scheduler.name: shipped,
               DEFAULT_PROFILE: kube_components.scheduler_with_strategy("default-scheduler"),
@@ -53,11 +55,23 @@ def profiles(settings: StackSettings, variants: bool = False) -> dict[str, dict]
                                      for r in strategy["resources"]
                                      if r["name"] not in ("cpu", "memory") or weights]
             chosen[f"{settings.scheduler.name}, {label}"] = config
-        adaptive = json.loads(json.dumps(shipped))
-        adaptive["percentageOfNodesToScore"] = 0
-        chosen[f"{settings.scheduler.name}, adaptive nodes scored"] = adaptive
+        chosen[f"{settings.scheduler.name}, adaptive nodes scored"] = with_share(shipped, 0)
+    for share in shares:
+        chosen[share_label(settings.scheduler.name, share)] = with_share(shipped, share)
     # Each profile's scheduler name is its own, so the pods name the scheduler under test.
     return {label: replay_configuration(config) for label, config in chosen.items()}
+
+
+def with_share(config: dict, share: int) -> dict:
+    """`config` scoring `share` percent of the feasible nodes (0: kube-scheduler's adaptive
+    share), as `scheduler.percentageOfNodesToScore` sets it."""
+    config = json.loads(json.dumps(config))
+    config["percentageOfNodesToScore"] = share
+    return config
+
+
+def share_label(name: str, share: int) -> str:
+    return f"{name}, {share}% of nodes scored"
 
 
 def replay_configuration(config: dict) -> dict:

@@ -155,9 +155,11 @@ def latency_page(table_lines: list[str], dra: bool = False,
 
 Per cluster size, {paths}: a Deployment's 1-GPU replicas, created first and left
 pending, placed on empty 8-GPU nodes by a scheduler started then: the shipped profile (every
-feasible node scored), the same with kube-scheduler's adaptive share of nodes scored, and
-upstream's default profile, each on a fresh control plane. Pods per second: the replicas over
-the time from the scheduler's start until the last is bound. What the figures mean:
+feasible node scored), the same with kube-scheduler's adaptive share of nodes scored and with
+other shares (`--shares`), and upstream's default profile, each on a fresh control plane. Pods
+per second: the replicas over the time from the scheduler's start until the last is bound.
+Nodes taken: how many nodes the burst's pods ended on (an eighth of the pods at best). What
+the figures mean:
 [the benchmark's page](README.md#{anchor}).
 
 {table_text}

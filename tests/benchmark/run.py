@@ -97,11 +97,14 @@ def figures(outcome: binpack.Outcome, reference: binpack.Outcome) -> dict:
 def run(args, settings) -> None:
     """Replay every configuration asked for, keeping each replay's figures in runs.jsonl as
     soon as it ends; a replay already kept there (same trace and scheduler) is skipped."""
-    configs = replay_setup.profiles(settings, args.variants)
+    configs = replay_setup.profiles(settings, args.variants, args.shares)
     shipped = configs[settings.scheduler.name]
     paths = gpu_paths(args)
     if args.dra:
-        configs = {settings.scheduler.name: shipped}
+        configs = {settings.scheduler.name: shipped} | {
+            label: config for label, config in configs.items()
+            if any(label == replay_setup.share_label(settings.scheduler.name, share)
+                   for share in args.shares)}
     if args.profiles:
         unknown = set(args.profiles) - set(configs)
         if unknown:
@@ -282,13 +285,13 @@ def report(out: Path, docs: Path) -> None:
 
 def latency_probes(args, settings) -> list[tuple[str, dict, replay_setup.GpuPath]]:
     """(label, configuration, GPU path) of each probe at one size: the shipped profile (every
-    feasible node scored), the same with kube-scheduler's adaptive share of nodes scored, and
-    upstream's default profile; with --dra, each on both paths of the DRA path's release."""
+    feasible node scored), the same with kube-scheduler's adaptive share of nodes scored and
+    with each share of --shares, and upstream's default profile; with --dra, each on both paths
+    of the DRA path's release."""
     profiles = replay_setup.profiles(settings)
     shipped = profiles[settings.scheduler.name]
-    adaptive = json.loads(json.dumps(shipped))
-    adaptive["percentageOfNodesToScore"] = 0
-    chosen = [("all (shipped)", shipped), ("adaptive", adaptive),
+    chosen = [("all (shipped)", shipped), ("adaptive", replay_setup.with_share(shipped, 0)),
+              *[(f"{share}%", replay_setup.with_share(shipped, share)) for share in args.shares],
               (replay_setup.DEFAULT_PROFILE, profiles[replay_setup.DEFAULT_PROFILE])]
     return [(f"{label}{path.label}", config, path)
             for path in gpu_paths(args) for label, config in chosen]
@@ -298,8 +301,9 @@ def latency(args, settings) -> None:
     """Scheduling attempt cost and burst throughput of each latency probe, at each size; with
     --pprof, a CPU profile of the scheduler over each burst, summarised."""
     lines = ["| nodes | nodes scored | pods | attempt p50 / p95, ms | filter and score p50 / "
-             "p95, ms | pods per second | scheduler CPU s | peak memory, MiB | wall s |",
-             "| ---: | --- |" + " ---: |" * 7]
+             "p95, ms | pods per second | scheduler CPU s | peak memory, MiB | wall s | "
+             "nodes taken |",
+             "| ---: | --- |" + " ---: |" * 8]
     profiles_seen = []
     for size in args.latency:
         for label, config, path in latency_probes(args, settings):
@@ -313,7 +317,7 @@ def latency(args, settings) -> None:
                          f"{m['algorithm_p50'] * 1000:.1f} / {m['algorithm_p95'] * 1000:.1f} | "
                          f"{args.probe_pods / m['wall_seconds']:.1f} | "
                          f"{m['cpu_seconds']:.1f} | {m['peak_rss_mib']:.0f} | "
-                         f"{m['wall_seconds']:.0f} |")
+                         f"{m['wall_seconds']:.0f} | {m['nodes_used']} |")
             print(lines[-1], file=sys.stderr, flush=True)
             if args.pprof:
                 profiles_seen.append((f"{size} nodes, {label}", m["pprof_top"]))
@@ -393,6 +397,11 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--pprof", type=int, default=0, metavar="SECONDS",
                         help="with --latency: record a CPU profile of the scheduler over the "
                              "first SECONDS of each burst and summarise where the time goes")
+    parser.add_argument("--shares", type=lambda s: tuple(int(n) for n in s.split(",")),
+                        default=(), metavar="PERCENTS",
+                        help="also the shipped profile scoring these percentages of the nodes "
+                             "(scheduler.percentageOfNodesToScore), comma separated: replayed, "
+                             "or probed with --latency")
     parser.add_argument("--latency", type=lambda s: [int(n) for n in s.split(",")],
                         help="instead: measure scheduling latency at these node counts")
     parser.add_argument("--probe-pods", type=int, default=500,
@@ -409,8 +418,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--contended", type=int, metavar="SEEDS",
                         help="instead of --seeds: the first SEEDS seeds from "
                              f"{CONTENDED_FROM} on whose reference starts less than "
-                             f"{CONTENDED_BELOW * 100:.0f}%% of the batch GPU-time on arrival, kept in "
-                             f"{CONTENDED_RESULTS} and {CONTENDED_PAGE}")
+                             f"{CONTENDED_BELOW * 100:.0f}%% of the batch GPU-time on arrival, "
+                             f"kept in {CONTENDED_RESULTS} and {CONTENDED_PAGE}")
     parser.add_argument("--only", type=seeds, dest="only_seeds", metavar="SEEDS",
                         help="with --contended: replay only those of its seeds (e.g. to split "
                              "a run over several processes)")
