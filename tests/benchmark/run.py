@@ -290,8 +290,13 @@ def latency_probes(args, settings) -> list[tuple[str, dict, replay_setup.GpuPath
     of the DRA path's release."""
     profiles = replay_setup.profiles(settings)
     shipped = profiles[settings.scheduler.name]
+    rate, rated = {}, ""
+    if args.client_rate:
+        qps, burst = args.client_rate
+        rate, rated = {"clientConnection": {"qps": qps, "burst": burst}}, f", qps {qps} / {burst}"
     chosen = [("all (shipped)", shipped), ("adaptive", replay_setup.with_share(shipped, 0)),
-              *[(f"{share}%", replay_setup.with_share(shipped, share)) for share in args.shares],
+              *[(f"{share}%{rated}", replay_setup.with_share(shipped, share) | rate)
+                for share in args.shares],
               (replay_setup.DEFAULT_PROFILE, profiles[replay_setup.DEFAULT_PROFILE])]
     return [(f"{label}{path.label}", config, path)
             for path in gpu_paths(args) for label, config in chosen]
@@ -326,6 +331,13 @@ def latency(args, settings) -> None:
     page = DRA_LATENCY_PAGE if args.dra else LATENCY_PAGE
     (args.docs / page).write_text(latency_page(lines, dra=args.dra, profiles=profiles_seen))
     print(f"\nwrote {args.docs / page}", file=sys.stderr)
+
+
+def client_rate(text: str) -> tuple[int, int]:
+    qps, slash, burst = text.partition("/")
+    if not slash or not (qps.isdigit() and burst.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected QPS/BURST, e.g. 400/800")
+    return int(qps), int(burst)
 
 
 def setting(text: str) -> tuple[str, str]:
@@ -402,6 +414,9 @@ def main(argv: list[str]) -> None:
                         help="also the shipped profile scoring these percentages of the nodes "
                              "(scheduler.percentageOfNodesToScore), comma separated: replayed, "
                              "or probed with --latency")
+    parser.add_argument("--client-rate", type=client_rate, metavar="QPS/BURST",
+                        help="with --latency and --shares: those probes' client rate "
+                             "(scheduler.clientConnection) instead of the shipped one")
     parser.add_argument("--latency", type=lambda s: [int(n) for n in s.split(",")],
                         help="instead: measure scheduling latency at these node counts")
     parser.add_argument("--probe-pods", type=int, default=500,
