@@ -181,10 +181,12 @@ def contended_seeds(args, mix: str, nodes: dict) -> list[int]:
 
 def gpu_paths(args) -> list[replay_setup.GpuPath]:
     """The GPU paths to replay: the device plugin on the example stack's release, or with
-    --dra both paths on the release of the DRA path, so that they differ in nothing else."""
+    --dra both paths (or the one --path names) on the release of the DRA path, so that they
+    differ in nothing else."""
     if not args.dra:
         return [replay_setup.DEVICE_PLUGIN]
-    return [replay_setup.GpuPath(dra, tools.DRA_KUBERNETES_VERSION) for dra in (False, True)]
+    return [replay_setup.GpuPath(dra, tools.DRA_KUBERNETES_VERSION) for dra in (False, True)
+            if args.path in (None, "DRA" if dra else "device plugin")]
 
 
 def moving_label(args, settings, whole_node_gpus: int) -> str:
@@ -400,6 +402,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--dra", action="store_true",
                         help="replay (or probe, with --latency) the shipped profile on the DRA "
                              "path's Kubernetes release, with the device plugin and with DRA")
+    parser.add_argument("--path", choices=["device plugin", "DRA"],
+                        help="with --dra: only this GPU path")
     parser.add_argument("--report", action="store_true",
                         help="rewrite the table and plot from runs.jsonl without replaying")
     parser.add_argument("--fresh", action="store_true", help="start a new runs.jsonl")
