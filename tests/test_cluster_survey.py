@@ -378,3 +378,35 @@ def test_the_preview_identity_may_make_every_read_of_the_survey():
 def rule_grants(rule: dict, read: Read) -> bool:
     return (read.group in rule["apiGroups"] and read.resource in rule["resources"]
             and read.verb in rule["verbs"])
+
+
+DRA_FLEET = {"kubernetesVersion": "1.37.2",
+             "gpuOperator": {"gpuPath": "dra", "maxClusterNodes": 5000}}
+
+
+def fleet(gpu_nodes: int, other_nodes: int = 0) -> FakeCluster:
+    return FakeCluster({NODES: [node(f"gpu-{i}", GPU) for i in range(gpu_nodes)]
+                        + [node(f"cpu-{i}", tainted=False) for i in range(other_nodes)]})
+
+
+def test_a_dra_fleet_is_told_what_to_set_to_place_bursts_fast(monkeypatch, logged):
+    on(monkeypatch, fleet(1024))
+    check_conflicts(stack(**DRA_FLEET))
+    [advice] = logged["warn"]
+    assert advice.startswith("gpu-platform: 1024 GPU nodes on the DRA path")
+    assert "scheduler.percentageOfNodesToScore: 10 (now 100)" in advice
+    assert "scheduler.clientConnection qps: 500, burst: 1000 (now 200 and 400)" in advice
+    assert "docs/operators/sizing.md#large-fleets" in advice
+
+
+@pytest.mark.parametrize("sections, gpu_nodes", [
+    (DRA_FLEET, 999),
+    ({**DRA_FLEET, "scheduler": {"percentageOfNodesToScore": 10,
+                                 "clientConnection": {"qps": 500, "burst": 1000}}}, 1024),
+    ({"gpuOperator": {"maxClusterNodes": 5000}}, 1024),
+], ids=["fewer-gpu-nodes", "set-as-advised", "device-plugin-path"])
+def test_no_fleet_advice_where_the_settings_already_suit_the_cluster(monkeypatch, logged,
+                                                                     sections, gpu_nodes):
+    on(monkeypatch, fleet(gpu_nodes, other_nodes=200))
+    check_conflicts(stack(**sections))
+    assert logged["warn"] == []

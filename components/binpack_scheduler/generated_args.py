@@ -33,9 +33,11 @@ class ClientConnectionSettings(TypedDict):
     "How fast the scheduler may call the API server."
     qps: NotRequired[int]
     ("Requests per second the binpack scheduler may send the API server, sustained "
-     "(1..5000): each placement costs about two (the binding and an event). kube-scheduler's "
-     "own default, 50, caps a burst of pending GPU pods at about 50 placements a second; "
-     "docs/benchmarks says what each value measured. Allowed: 1..5000. Default: `200`.")
+     "(1..5000): each placement costs about two (the binding and an event), and on the DRA "
+     "path several more (the claim it writes). kube-scheduler's own default, 50, caps a "
+     "burst of pending GPU pods at about 50 placements a second; docs/benchmarks says what "
+     "each value measured, and docs/operators/sizing.md what to set on large fleets. "
+     "Allowed: 1..5000. Default: `200`.")
     burst: NotRequired[int]
     "Requests it may send at once above `qps` (at least `qps`). Allowed: 1..10000. Default: `400`."
 
@@ -80,8 +82,9 @@ class SchedulerSettings(TypedDict):
      "apply. Default: `false`.")
     percentage_of_nodes_to_score: NotRequired[int]
     ("Share of feasible nodes kube-scheduler scores before it picks one, percent (0: its "
-     "adaptive default, which above 100 nodes stops early and can miss the busiest node). "
-     "Allowed: 0..100. Default: `100`.")
+     "adaptive default, which above 100 nodes stops early and can miss the busiest node; it "
+     "scores at least 100). Fewer nodes scored place faster and pack a little less: "
+     "docs/operators/sizing.md says when to. Allowed: 0..100. Default: `100`.")
     resources: NotRequired[ContainerResources]
     "Scheduler container requests and limits."
     node_selector: NotRequired[dict[str, str]]

@@ -66,9 +66,10 @@ class ClientConnectionSettings(Model):
         default=200, ge=1, le=5000,
         description="Requests per second the binpack scheduler may send the API server, "
                     "sustained (1..5000): each placement costs about two (the binding and an "
-                    "event). kube-scheduler's own default, 50, caps a burst of pending GPU pods "
-                    "at about 50 placements a second; docs/benchmarks says what each value "
-                    "measured.")
+                    "event), and on the DRA path several more (the claim it writes). "
+                    "kube-scheduler's own default, 50, caps a burst of pending GPU pods at "
+                    "about 50 placements a second; docs/benchmarks says what each value "
+                    "measured, and docs/operators/sizing.md what to set on large fleets.")
     burst: int = Field(
         default=400, ge=1, le=10000,
         description="Requests it may send at once above `qps` (at least `qps`).")
@@ -149,7 +150,8 @@ class SchedulerSettings(Model):
         default=100, ge=0, le=100,
         description="Share of feasible nodes kube-scheduler scores before it picks one, percent "
                     "(0: its adaptive default, which above 100 nodes stops early and can miss "
-                    "the busiest node).")
+                    "the busiest node; it scores at least 100). Fewer nodes scored place "
+                    "faster and pack a little less: docs/operators/sizing.md says when to.")
     resources: ContainerResources = Field(
         default_factory=lambda: ContainerResources(
             requests={"cpu": "100m", "memory": "128Mi"}, limits={"memory": "512Mi"}),

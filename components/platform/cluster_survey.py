@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
 
 from ..base.facts import GPU_PRESENT_LABEL, GPU_RESOURCE
 from ..base.validation import CONFIG_NAMESPACE
+from ..binpack_scheduler.sizing import dra_fleet_advice
 from ..gpu_operator import critical_pods
 from .settings import ConflictId, StackSettings
 from .stack_cluster import ClusterError, ClusterReader, ClusterUnreachable, NotAllowed
@@ -441,10 +442,12 @@ CONFLICT_IDS: tuple[ConflictId, ...] = typing.get_args(ConflictId)
 
 @dataclass
 class Survey:
-    """What a survey found: each conflict with its findings, and what it could not check."""
+    """What a survey found: each conflict with its findings, what it could not check, and what
+    the settings should change for the size of the cluster."""
 
     found: dict[ConflictId, list[str]]
     not_checked: list[str]
+    advice: list[str] = field(default_factory=list)
 
     def message(self, settings: StackSettings, conflict: ConflictId) -> str:
         problem, fix = PROBLEMS[conflict](settings)
@@ -476,6 +479,10 @@ def survey(settings: StackSettings, reader: ClusterReader) -> Survey:
                 f"preview-access.yaml does) to have the preview check it")
         elif found := check.find(settings, reads):
             result.found.setdefault(check.conflict, []).extend(found)
+    if settings.gpu_operator.gpu_path == "dra" and NODES in reads:
+        gpu_nodes = sum(1 for node in reads[NODES] if _has_gpu(node))
+        if advice := dra_fleet_advice(settings.scheduler, gpu_nodes):
+            result.advice.append(advice)
     return result
 
 
@@ -498,7 +505,7 @@ def check_conflicts(settings: StackSettings) -> None:
     except ClusterUnreachable as error:
         raise ClusterError(str(error)) from None
     acknowledged = set(settings.cluster.acknowledged_conflicts)
-    for warning in result.not_checked:
+    for warning in result.not_checked + result.advice:
         pulumi.log.warn(f"{CONFIG_NAMESPACE}: {warning}")
     for conflict in sorted(acknowledged & result.found.keys()):
         pulumi.log.info(f"{CONFIG_NAMESPACE}: [{conflict}] {'; '.join(result.found[conflict])}"
