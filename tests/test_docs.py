@@ -15,6 +15,12 @@ import yaml
 from test_settings import setting_paths
 
 import harness
+from components.binpack_scheduler.sizing import (
+    DRA_FLEET_CLIENT_RATE,
+    DRA_FLEET_GPU_NODES,
+    DRA_FLEET_SHARE,
+    SIZING_PAGE,
+)
 from components.platform.settings import StackSettings
 
 ROOT = harness.ROOT
@@ -413,3 +419,14 @@ def test_the_prerequisites_name_where_the_charts_and_the_images_come_from(page):
     named = [set(re.findall(r"`([a-z0-9-]+(?:\.[a-z0-9-]+)+)`", part)) for part in (charts,
                                                                                    images)]
     assert named == hosts
+
+
+def test_the_previews_fleet_advice_is_what_the_sizing_page_advises():
+    page, anchor = SIZING_PAGE.split("#")
+    text = (ROOT / page).read_text()
+    assert anchor in anchors(text)
+    qps, burst = DRA_FLEET_CLIENT_RATE
+    for advised in (f"scheduler.percentageOfNodesToScore: {DRA_FLEET_SHARE}`",
+                    f"`scheduler.clientConnection` qps {qps}, burst {burst}",
+                    f"{DRA_FLEET_GPU_NODES:,} GPU nodes"):
+        assert advised in text, f"{page} does not advise {advised!r} as the preview does"
