@@ -479,6 +479,7 @@ def survey(settings: StackSettings, reader: ClusterReader) -> Survey:
                 f"preview-access.yaml does) to have the preview check it")
         elif found := check.find(settings, reads):
             result.found.setdefault(check.conflict, []).extend(found)
+    # The nodes were read for more-nodes-than-quota, which always applies; advice needs them too.
     if settings.gpu_operator.gpu_path == "dra" and NODES in reads:
         gpu_nodes = sum(1 for node in reads[NODES] if _has_gpu(node))
         if advice := dra_fleet_advice(settings.scheduler, gpu_nodes):

@@ -101,10 +101,8 @@ def run(args, settings) -> None:
     shipped = configs[settings.scheduler.name]
     paths = gpu_paths(args)
     if args.dra:
-        configs = {settings.scheduler.name: shipped} | {
-            label: config for label, config in configs.items()
-            if any(label == replay_setup.share_label(settings.scheduler.name, share)
-                   for share in args.shares)}
+        shares = [replay_setup.share_label(settings.scheduler.name, s) for s in args.shares]
+        configs = {settings.scheduler.name: shipped} | {label: configs[label] for label in shares}
     if args.profiles:
         unknown = set(args.profiles) - set(configs)
         if unknown:
