@@ -388,3 +388,11 @@ def test_the_benchmark_explains_its_options(capsys):
         run.main(["--help"])
     assert stopped.value.code == 0
     assert "--contended SEEDS" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("moving", [["--preemptible", "1.0"], ["--compaction", "0.5"]])
+def test_the_benchmark_refuses_to_replay_moving_pods_on_the_dra_path(moving, capsys, tmp_path):
+    with pytest.raises(SystemExit) as stopped:
+        run.main(["--dra", *moving, "--out", str(tmp_path)])
+    assert stopped.value.code == 2
+    assert "device plugin path only" in capsys.readouterr().err

@@ -158,6 +158,10 @@ def test_a_cluster_with_only_the_platforms_own_passes_without_a_word(monkeypatch
     assert len(cluster.asked) == len(set(cluster.asked))
 
 
+# The example stack on the DRA path, where compaction is refused.
+DRA_PATH = {"gpuOperator": {"gpuPath": "dra"}, "kubernetesVersion": "1.37.2",
+            "compaction": {"enabled": False}}
+
 # (conflict, stack sections, what the cluster runs, what the message says: found and fix)
 # What the clusters of some cases run, named for the no-conflict cases that reuse them.
 EKSCTL_PLUGIN = {DAEMONSETS: [daemonset(
@@ -183,7 +187,7 @@ CONFLICTS = [
      ["DaemonSet kube-system/nvidia-device-plugin-daemonset (on 3 nodes)",
       "only one device plugin can advertise", "--install-nvidia-plugin=false",
       "gpuOperator.devicePlugin.enabled: false"]),
-    ("other-device-plugin", {"gpuOperator": {"gpuPath": "dra"}, "kubernetesVersion": "1.37.2"},
+    ("other-device-plugin", DRA_PATH,
      {DAEMONSETS: [daemonset("kube-system", "nvidia-gpu-device-plugin-large-cos",
                              "gke.gcr.io/nvidia-gpu-device-plugin@sha256:0123",
                              device_plugin=True, on_nodes=1)]},
@@ -380,8 +384,7 @@ def rule_grants(rule: dict, read: Read) -> bool:
             and read.verb in rule["verbs"])
 
 
-DRA_FLEET = {"kubernetesVersion": "1.37.2",
-             "gpuOperator": {"gpuPath": "dra", "maxClusterNodes": 5000}}
+DRA_FLEET = {**DRA_PATH, "gpuOperator": {"gpuPath": "dra", "maxClusterNodes": 5000}}
 
 
 def fleet(gpu_nodes: int, other_nodes: int = 0) -> FakeCluster:

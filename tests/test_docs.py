@@ -15,6 +15,7 @@ import yaml
 from test_settings import setting_paths
 
 import harness
+from components.binpack_scheduler import preemption
 from components.binpack_scheduler.sizing import (
     DRA_FLEET_CLIENT_RATE,
     DRA_FLEET_GPU_NODES,
@@ -430,3 +431,11 @@ def test_the_previews_fleet_advice_is_what_the_sizing_page_advises():
                     f"`scheduler.clientConnection` qps {qps}, burst {burst}",
                     f"{DRA_FLEET_GPU_NODES:,} GPU nodes"):
         assert advised in text, f"{page} does not advise {advised!r} as the preview does"
+
+
+def test_the_page_the_dra_preemption_warning_names_says_so():
+    page, anchor = preemption.PAGE.split("#")
+    text = (ROOT / page).read_text()
+    assert anchor in anchors(text)
+    section = text.split("## On the DRA path", 1)[1].split("\n## ", 1)[0]
+    assert "KEP-5690" in section and "1.37" in section

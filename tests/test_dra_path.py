@@ -6,12 +6,14 @@ from test_components import DEFAULT, settings_of
 from test_settings import TEAMS
 
 import harness
+import tools
 from components import gpu_operator, teams
 from components.base.facts import (
     COMPUTE_DOMAIN_LABEL,
     GFD_CLIQUE_LABEL,
     TOPOGRAPH_ACCELERATOR_LABEL,
 )
+from components.binpack_scheduler.preemption import NO_DRA_PREEMPTION_THROUGH
 from components.opa_admission.compute_domains import compute_domain_policy
 from components.teams.settings import TopologySettings
 from harness import admission_of, operator_of
@@ -106,3 +108,25 @@ def test_kueue_keeps_a_team_s_pods_in_one_nvlink_domain_only_at_a_level_within_o
     assert levels({"preset": "topograph"}) == [TOPOGRAPH_ACCELERATOR_LABEL,
                                                 "kubernetes.io/hostname"]
     assert levels({"preset": "gke"}) == levels({}) == []
+
+
+def test_a_preemptible_class_on_the_dra_path_is_named_in_a_warning_on_every_run():
+    [warning] = settings_of(kubernetesVersion="1.37.2", gpuOperator={"gpuPath": "dra"}).warnings
+    assert warning.startswith("gpu-platform: scheduler.preemptibleClass.enabled with "
+                              "gpuOperator.gpuPath: dra: kube-scheduler 1.37.2 does not preempt "
+                              "for DRA devices (KEP-5690")
+    assert "waits for pods of gpu-preemptible to end" in warning
+    assert "docs/concepts/preemptible-gpu-pods.md#on-the-dra-path" in warning
+    [newer] = settings_of(kubernetesVersion="1.38.0", gpuOperator={"gpuPath": "dra"}).warnings
+    assert "whether kube-scheduler 1.38.0 preempts for DRA devices was not checked (up to " \
+           "1.37 it does not)" in newer
+    assert settings_of(kubernetesVersion="1.37.2", gpuOperator={"gpuPath": "dra"},
+                       scheduler={"preemptibleClass": {"enabled": False}}).warnings == []
+    assert DEFAULT.warnings == []
+
+
+def test_the_release_the_warning_names_is_the_one_the_integration_suite_shows():
+    """tests/integration/test_dra.py shows the DRA path's scheduler not preempting for GPUs on
+    this release; the warning holds up to its minor version."""
+    major, minor, _ = (int(n) for n in tools.DRA_KUBERNETES_VERSION.split("."))
+    assert NO_DRA_PREEMPTION_THROUGH == (major, minor)

@@ -18,8 +18,9 @@ class PreemptibleClassSettings(TypedDict):
     enabled: NotRequired[bool]
     ("Declare the PriorityClass GPU workloads opt in to preemption with: a GPU pod that "
      "cannot be placed preempts such pods where that makes room, so a job that needs a whole "
-     "node does not wait for one to drain. See docs/concepts/preemptible-gpu-pods.md. "
-     "Default: `true`.")
+     "node does not wait for one to drain. Not on the DRA path, where kube-scheduler (up to "
+     "1.37) does not preempt for GPUs: every run warns of it. See "
+     "docs/concepts/preemptible-gpu-pods.md. Default: `true`.")
     name: NotRequired[str]
     ("The PriorityClass's name (pods set it as `priorityClassName`; names starting with "
      "`system-` are the API server's). Default: `gpu-preemptible`.")

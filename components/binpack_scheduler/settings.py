@@ -37,8 +37,9 @@ class PreemptibleClassSettings(Model):
         default=True,
         description="Declare the PriorityClass GPU workloads opt in to preemption with: a GPU "
                     "pod that cannot be placed preempts such pods where that makes room, so a "
-                    "job that needs a whole node does not wait for one to drain. See "
-                    "docs/concepts/preemptible-gpu-pods.md.")
+                    "job that needs a whole node does not wait for one to drain. Not on the "
+                    "DRA path, where kube-scheduler (up to 1.37) does not preempt for GPUs: "
+                    "every run warns of it. See docs/concepts/preemptible-gpu-pods.md.")
     name: str = Field(default="gpu-preemptible",
                       description="The PriorityClass's name (pods set it as "
                                   "`priorityClassName`; names starting with `system-` are the "

@@ -19,7 +19,8 @@ class CompactionSettings(TypedDict):
     enabled: NotRequired[bool]
     ("Run the descheduler's HighNodeUtilization on GPU nodes, so that opted-in pods on "
      "lightly used GPU nodes move to busier ones and whole nodes come free. Off by default: "
-     "it evicts running pods. See docs/concepts/compaction.md. Default: `false`.")
+     "it evicts running pods. Device plugin path only (the descheduler counts GPUs from the "
+     "nodes' status). See docs/concepts/compaction.md. Default: `false`.")
     name: NotRequired[str]
     ("Names the CronJob, its ServiceAccount, ClusterRole and policy ConfigMap. Default: "
      "`gpu-compaction`.")

@@ -26,7 +26,8 @@ class CompactionSettings(Model):
         default=False,
         description="Run the descheduler's HighNodeUtilization on GPU nodes, so that opted-in "
                     "pods on lightly used GPU nodes move to busier ones and whole nodes come "
-                    "free. Off by default: it evicts running pods. See "
+                    "free. Off by default: it evicts running pods. Device plugin path only "
+                    "(the descheduler counts GPUs from the nodes' status). See "
                     "docs/concepts/compaction.md.")
     name: DnsLabel = Field(default="gpu-compaction",
                            description="Names the CronJob, its ServiceAccount, ClusterRole and "

@@ -155,7 +155,7 @@ def deploy(config: Mapping[str, Any], secret_keys: Collection[str] = ()) -> GpuP
     # A secret where values reach the cluster in plain text is named before anything else.
     check_secret_keys(secret_keys)
     settings = load_settings(config)
-    for warning in retired_settings(config):
+    for warning in retired_settings(config) + settings.warnings:
         pulumi.log.warn(warning)
     if pulumi.runtime.is_dry_run():
         check_cluster(settings)

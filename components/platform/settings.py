@@ -22,7 +22,8 @@ from ..base.model import (
     mirror_field,
     to_snake,
 )
-from ..base.validation import Invalid, duration_seconds
+from ..base.validation import CONFIG_NAMESPACE, Invalid, duration_seconds
+from ..binpack_scheduler.preemption import dra_preemption_warning
 from ..binpack_scheduler.settings import SchedulerSettings
 from ..gpu_compaction.settings import CompactionSettings
 from ..gpu_nodes.settings import GpuNodesSettings
@@ -152,6 +153,23 @@ class StackSettings(Model):
                           "1.37.0 or newer", at=("gpuOperator", "gpuPath"), value="dra",
                           has_value=True)
         return self
+
+    @model_validator(mode="after")
+    def compaction_counts_gpus_where_nodes_list_them(self) -> StackSettings:
+        if self.compaction.enabled and self.gpu_operator.gpu_path == "dra":
+            raise Invalid("the descheduler and the compaction plan count a node's GPUs from "
+                          "its status' allocatable, which on the DRA path lists none "
+                          "(gpuOperator.gpuPath: dra), so no run would empty a node",
+                          "false, or gpuOperator.gpuPath devicePlugin",
+                          at=("compaction", "enabled"), value=True, has_value=True)
+        return self
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the settings declare that will not do all it says, named in every run."""
+        found = [dra_preemption_warning(self.scheduler.preemptible_class,
+                                        self.gpu_operator.gpu_path, self.kubernetes_version)]
+        return [f"{CONFIG_NAMESPACE}: {warning}" for warning in found if warning]
 
     @model_validator(mode="after")
     def teams_run_where_kueue_does(self) -> StackSettings:

@@ -462,6 +462,11 @@ def main(argv: list[str]) -> None:
     if unknown:
         parser.error(f"--mixes: unknown {unknown}; allowed: {', '.join(workload.MIXES)}")
     args.nodes = [int(n) for n in args.nodes.split(",")]
+    if args.dra and (args.preemptible or args.compaction is not None):
+        # On the DRA path kube-scheduler does not preempt for devices and the descheduler
+        # counts no GPUs (the settings refuse or warn of both): such a replay would stall.
+        parser.error("--preemptible and --compaction replay the device plugin path only; "
+                     "leave out --dra")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.latency:
         latency(args, harness.example_settings())

@@ -29,6 +29,7 @@ from controlplane import ApiError, ControlPlane, Kube, wait_until
 from declared_objects import (
     TEST_MANAGER,
 )
+from fake_kubelet import cordon
 from nodes_and_pods import (
     create_dra_gpu_node,
     ensure_namespace,
@@ -36,6 +37,7 @@ from nodes_and_pods import (
     nvidia_resource_slice,
     placement,
     pod,
+    pod_template,
 )
 from running_platform import refusal, run_platform, update_refusal
 
@@ -403,6 +405,54 @@ def test_a_teams_job_whose_gpus_come_from_claim_templates_is_started_only_by_kue
                              {"spec": {"suspend": False}})
     assert 'only Kueue starts a Job of namespace "research" (team "research")' in message
     kube.delete("batch/v1", "Job", "too-big", RESEARCH, propagation="Background")
+
+
+def test_a_whole_node_pod_does_not_preempt_opted_in_pods_for_their_gpus(platform):
+    """Kubernetes 1.37.2's scheduler cannot preempt for devices: its DynamicResources plugin
+    does not simulate a victim's claim being released (KEP-5690). On two fresh nodes (the
+    module's own cordoned meanwhile), with 7 of each node's 8 GPUs held by a Job's pods in the
+    preemptible class, an 8-GPU pod that names no class stays pending, its preemption finds
+    no node, and every opted-in pod keeps its GPUs. On the device plugin path the same pod
+    preempts (test_preemption.py); the settings warn of the difference."""
+    kube, settings = platform.cp.admin, platform.settings
+    nodes = ("preemption-node-1", "preemption-node-2")
+    for node in nodes:
+        create_dra_gpu_node(kube, settings, node, 8, platform.driver)
+    cordon(kube, GPU_NODES, True)
+    try:
+        template = pod_template({"app": "sweep"}, gpus=7, settings=settings,
+                                scheduler=platform.scheduler)
+        template["spec"]["priorityClassName"] = settings.scheduler.preemptible_class.name
+        kube.create(job("sweep", NO_TEAM, template, parallelism=len(nodes),
+                        completions=len(nodes)))
+        opted_in = wait_until(lambda: (lambda pods: pods if len(pods) == len(nodes) else None)(
+            [p for p in kube.list("v1", "Pod", NO_TEAM, labelSelector="app=sweep")
+             if p["spec"].get("nodeName")]), "the sweep's pods to be placed", timeout=60)
+        assert {p["spec"]["nodeName"] for p in opted_in} == set(nodes)
+        kube.create(gpu_pod("pretrain", NO_TEAM, platform, 8))
+        tried = wait_until(lambda: next(
+            (c for c in kube.get("v1", "Pod", "pretrain", NO_TEAM)["status"].get(
+                "conditions", [])
+             if c["type"] == "PodScheduled" and "preemption:" in c.get("message", "")), None),
+            "the scheduler to try preempting for pretrain", timeout=60)
+        print(f"\n8-GPU pod on the DRA path, each node 7 of 8 held by opted-in pods: "
+              f"{tried['reason']}: {tried['message']}")
+        assert not kube.get("v1", "Pod", "pretrain", NO_TEAM)["status"].get(
+            "nominatedNodeName")
+        survivors = kube.list("v1", "Pod", NO_TEAM, labelSelector="app=sweep")
+        assert {p["metadata"]["uid"] for p in survivors} == \
+            {p["metadata"]["uid"] for p in opted_in}
+        assert not [p for p in survivors if p["metadata"].get("deletionTimestamp")]
+        held = allocated(kube)
+        assert [held.get(node) for node in nodes] == [7, 7]
+    finally:
+        kube.delete("batch/v1", "Job", "sweep", NO_TEAM, propagation="Background")
+        delete_pods(kube, NO_TEAM, "pretrain")
+        cordon(kube, GPU_NODES, False)
+        for node in nodes:
+            platform.driver.delete("resource.k8s.io/v1", "ResourceSlice",
+                                   nvidia_resource_slice(node, 8)["metadata"]["name"])
+            kube.delete("v1", "Node", node)
 
 
 def test_every_allocated_gpu_is_held_by_a_pod_the_binpack_scheduler_placed(platform):
