@@ -13,6 +13,7 @@ from components.base.facts import (
     GFD_CLIQUE_LABEL,
     TOPOGRAPH_ACCELERATOR_LABEL,
 )
+from components.base.model import minor_release
 from components.binpack_scheduler.preemption import NO_DRA_PREEMPTION_THROUGH
 from components.opa_admission.compute_domains import compute_domain_policy
 from components.teams.settings import TopologySettings
@@ -128,5 +129,4 @@ def test_a_preemptible_class_on_the_dra_path_is_named_in_a_warning_on_every_run(
 def test_the_release_the_warning_names_is_the_one_the_integration_suite_shows():
     """tests/integration/test_dra.py shows the DRA path's scheduler not preempting for GPUs on
     this release; the warning holds up to its minor version."""
-    major, minor, _ = (int(n) for n in tools.DRA_KUBERNETES_VERSION.split("."))
-    assert NO_DRA_PREEMPTION_THROUGH == (major, minor)
+    assert NO_DRA_PREEMPTION_THROUGH == minor_release(tools.DRA_KUBERNETES_VERSION)

@@ -41,6 +41,12 @@ def check_kubernetes_version(value: str) -> str:
     return value
 
 
+def minor_release(version: str) -> tuple[int, int]:
+    """(major, minor) of a checked Kubernetes version, for comparing releases."""
+    major, minor, _ = (int(n) for n in version.split("."))
+    return major, minor
+
+
 def kubernetes_version_field():
     return Field(description="Kubernetes version of the cluster, MAJOR.MINOR.PATCH (required; "
                              "1.30 or newer). Selects the kube-scheduler image.")

@@ -5,6 +5,7 @@ settings warn of it when a stack declares the class on that path."""
 
 from __future__ import annotations
 
+from ..base.model import minor_release
 from .settings import PreemptibleClassSettings
 
 # The newest minor release whose kube-scheduler was seen not to preempt for devices
@@ -19,8 +20,7 @@ def dra_preemption_warning(preemptible: PreemptibleClassSettings, gpu_path: str,
     """Why the class makes no room for GPU pods on this path and release (None: it does)."""
     if gpu_path != "dra" or not preemptible.enabled:
         return None
-    major, minor, _ = (int(n) for n in kubernetes_version.split("."))
-    if (major, minor) <= NO_DRA_PREEMPTION_THROUGH:
+    if minor_release(kubernetes_version) <= NO_DRA_PREEMPTION_THROUGH:
         release = f"kube-scheduler {kubernetes_version} does not preempt for DRA devices"
     else:
         newest = ".".join(map(str, NO_DRA_PREEMPTION_THROUGH))

@@ -19,6 +19,7 @@ from ..base.model import (
     Model,
     RegistryMirror,
     kubernetes_version_field,
+    minor_release,
     mirror_field,
     to_snake,
 )
@@ -145,8 +146,8 @@ class StackSettings(Model):
 
     @model_validator(mode="after")
     def dra_needs_kubernetes_1_37(self) -> StackSettings:
-        major, minor, _ = (int(n) for n in self.kubernetes_version.split("."))
-        if self.gpu_operator.gpu_path == "dra" and (major, minor) < DRA_MIN_KUBERNETES:
+        if (self.gpu_operator.gpu_path == "dra"
+                and minor_release(self.kubernetes_version) < DRA_MIN_KUBERNETES):
             raise Invalid("the DRA path serves nvidia.com/gpu through a DeviceClass's "
                           "extendedResourceName, GA from Kubernetes 1.37; the cluster is "
                           f"{self.kubernetes_version}", "devicePlugin, or kubernetesVersion "
@@ -175,8 +176,7 @@ class StackSettings(Model):
     def teams_run_where_kueue_does(self) -> StackSettings:
         if not self.teams.enabled:
             return self
-        major, minor, _ = (int(n) for n in self.kubernetes_version.split("."))
-        if (major, minor) < KUEUE_MIN_KUBERNETES:
+        if minor_release(self.kubernetes_version) < KUEUE_MIN_KUBERNETES:
             raise Invalid(f"Kueue {self.teams.kueue.chart_version} supports Kubernetes 1.34 "
                           f"and newer; the cluster is {self.kubernetes_version}",
                           "false, or kubernetesVersion 1.34.0 or newer", at=("teams", "enabled"),
