@@ -183,7 +183,10 @@ class PodWatch:
         """End the stream (an open watch would hold the API server's shutdown up)."""
         self.stopped.set()
         if self.reply is not None and self.reply.raw.connection is not None:
-            self.reply.raw.connection.sock.shutdown(socket.SHUT_RDWR)
+            try:
+                self.reply.raw.connection.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass    # that stream had already ended (the watch timed out) and closed it
         self.thread.join(timeout=10)
         self.session.close()
 
