@@ -146,6 +146,7 @@ class PodWatch:
         listing = kube.request("GET", self.pods, what="list benchmark pods")
         self.resource_version = listing["metadata"]["resourceVersion"]
         self.stopped = threading.Event()
+        self.failure: RuntimeError | None = None
         self.reply: requests.Response | None = None
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
@@ -155,17 +156,23 @@ class PodWatch:
             try:
                 with self.session.get(
                         f"{self.kube.server}{self.pods}",
+                        # Bookmarks keep the version to resume from recent, so that a stream
+                        # reopened after quiet minutes is not refused as too old.
                         params={"watch": "true", "resourceVersion": self.resource_version,
-                                "timeoutSeconds": "300"}, stream=True, timeout=(5, 330)) as reply:
+                                "allowWatchBookmarks": "true", "timeoutSeconds": "300"},
+                        stream=True, timeout=(5, 330)) as reply:
                     self.reply = reply
                     for line in reply.iter_lines():
                         if not line:
                             continue
                         event = json.loads(line)
                         if event["type"] == "ERROR":
-                            raise RuntimeError(f"pod watch failed: {event['object']}")
+                            # Said by next(), not lost with this thread.
+                            self.failure = RuntimeError(f"pod watch failed: {event['object']}")
+                            return
                         self.resource_version = event["object"]["metadata"]["resourceVersion"]
-                        self.events.put((event["type"], event["object"]))
+                        if event["type"] != "BOOKMARK":
+                            self.events.put((event["type"], event["object"]))
             except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError, OSError,
                     ValueError):
                 # The control plane, or its files, went away; or the stream broke off mid-event
@@ -177,6 +184,8 @@ class PodWatch:
         try:
             return self.events.get(timeout=timeout)
         except queue.Empty:
+            if self.failure is not None:
+                raise self.failure from None
             return None
 
     def stop(self) -> None:
