@@ -158,7 +158,7 @@ class RealCluster(Backend):
         self.pending_finish.add(record.name)
         pod = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": record.name, "namespace": record.namespace}}
-        self.kube.patch_status(pod, {"phase": "Succeeded", "conditions": [
+        fake_kubelet.patch_pod_status(self.kube, pod, {"phase": "Succeeded", "conditions": [
             {"type": "Ready", "status": "False", "reason": "PodCompleted"}]})
 
     def periodic(self, now: float) -> None:
@@ -229,7 +229,10 @@ class RealCluster(Backend):
             del self.waiting[name]
             started.append(record)
             try:
-                self.kube.patch_status(pod, self.running_status())
+                # Merged by condition type, as a kubelet's report is: a DisruptionTarget the
+                # scheduler has just added (preempted the moment it was bound) stays, so the
+                # Job's pod failure policy still sees a preemption, not a failure.
+                fake_kubelet.patch_pod_status(self.kube, pod, self.running_status())
             except ApiError as error:
                 if error.status != 404:     # evicted or scaled away meanwhile: its event follows
                     raise
