@@ -111,6 +111,10 @@ def test_opa_killed_mid_burst_refuses_gpu_pods_only_until_it_is_back(admission,
             admission.kubelet.kill(running, "opa")
         wait_until(lambda: admission.serving(replicas), "both OPA replicas back",
                    timeout=RESTART_SECONDS, explain=lambda: kubelet_state(admission))
+        # Ready endpoints are what the test reads; the API server calls OPA through its own
+        # view of them, which can lag on a loaded machine.
+        wait_until(lambda: gpu_pod_admitted(admission.cp.admin, settings),
+                   "the API server to admit a GPU pod again", timeout=RESTART_SECONDS)
         time.sleep(2.0)     # GPU pods admitted again, for a while
 
     results = create_pods(admission, mixed, clients=4, dry_run=True, during=kill_both)
