@@ -422,6 +422,9 @@ def test_opa_pods_are_ready_only_with_the_policy_loaded_and_kept_available():
     assert opa["readinessProbe"]["httpGet"]["path"] == "/health/ready"
     assert deployment["spec"]["replicas"] >= 2
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    # `pulumi up` switches the webhooks once the Deployment is available: a few seconds after
+    # its pods turn ready, so that the API server has seen their endpoints (see admission.md).
+    assert deployment["spec"]["minReadySeconds"] >= 5
     pod = deployment["spec"]["template"]["spec"]
     for container in containers(deployment).values():
         assert_restricted(pod, container)

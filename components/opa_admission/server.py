@@ -21,10 +21,17 @@ TLS_SECRET = "opa-tls"
 # Every OPA pod of one generation: the same policy, parameters, arguments and image. The
 # generation's Deployment, Service and ConfigMaps carry it in their names (see generation).
 GENERATION_LABEL = "gpu-platform.io/opa-generation"
+# How long the API server (and, on a real cluster, each node's proxy) may take to see an OPA
+# endpoint come or go: they learn of it from a watch, moments after the pod's readiness changes,
+# and longer under load.
+ENDPOINT_PROPAGATION_SECONDS = 5
+# How a new OPA pod takes over: it counts as available only once it has been ready this long,
+# and `pulumi up` switches the webhooks to a new generation only once its Deployment is available.
+MIN_READY_SECONDS = ENDPOINT_PROPAGATION_SECONDS
 # How a deleted OPA pod hands over (a rollout, a drain): it keeps answering this long after
 # SIGTERM, while its endpoint is taken out of the Service and the API server stops sending to
 # it, then drains what is in flight within the grace period. The pod's grace period covers both.
-SHUTDOWN_WAIT_SECONDS = 5
+SHUTDOWN_WAIT_SECONDS = ENDPOINT_PROPAGATION_SECONDS
 SHUTDOWN_GRACE_SECONDS = 10
 TERMINATION_GRACE_SECONDS = SHUTDOWN_WAIT_SECONDS + SHUTDOWN_GRACE_SECONDS + 5
 
@@ -125,6 +132,7 @@ def deployment(inputs: OpaAdmissionInputs) -> dict:
         "metadata": _meta(inputs, generation_name(inputs, OPA_SERVICE)),
         "spec": {
             "replicas": adm.replicas,
+            "minReadySeconds": MIN_READY_SECONDS,
             "selector": {"matchLabels": generation_selector(inputs)},
             # Never fewer ready replicas than asked for while rolling (a change of replicas,
             # or of anything else that is not a new generation): the webhook stays served.

@@ -312,13 +312,24 @@ class ProcessKubelet:
 
     # status
 
+    @staticmethod
+    def _condition(running: RunningPod, condition: str, status: bool) -> dict:
+        """A condition as the kubelet reports it: its transition time moves only when its status
+        does (a Deployment counts a pod available minReadySeconds after it turned ready)."""
+        before = next((c for c in running.reported.get("conditions", [])
+                       if c["type"] == condition and c["status"] == str(status)), None)
+        since = before["lastTransitionTime"] if before else datetime.datetime.now(
+            datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return {"type": condition, "status": str(status), "reason": "ProcessKubelet",
+                "lastTransitionTime": since}
+
     def _report(self, pod: dict, running: RunningPod) -> None:
         containers = running.containers.values()
         ready = all(c.ready for c in containers)
         status = {
             "phase": "Running", "podIP": running.address, "podIPs": [{"ip": running.address}],
             "hostIP": running.address, "startTime": running.started,
-            "conditions": [{"type": condition, "status": str(ready), "reason": "ProcessKubelet"}
+            "conditions": [self._condition(running, condition, ready)
                            for condition in ("Initialized", "Ready", "ContainersReady")],
             "containerStatuses": [{
                 "name": c.spec["name"], "image": c.spec["image"], "imageID": "",

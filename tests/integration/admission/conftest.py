@@ -53,8 +53,8 @@ def admission(control_plane, declared, example_settings) -> Iterator[Admission]:
         result = Admission(cp, kubelet, settings,
                            webhooks[0]["webhooks"][0]["clientConfig"]["caBundle"],
                            admission_of(settings))
-        wait_until(lambda: result.serving(settings.admission.replicas),
-                   f"{settings.admission.replicas} OPA pods ready behind the Service",
+        wait_until(lambda: result.available(settings.admission.replicas),
+                   f"{settings.admission.replicas} OPA pods available behind the Service",
                    timeout=90, explain=lambda: kubelet_state(result))
         for webhook in webhooks:
             cp.admin.apply(webhook, TEST_MANAGER)

@@ -66,6 +66,15 @@ class Admission:
         return (len(pods) == replicas and all(p.containers["opa"].ready for p in pods)
                 and self.ready_endpoints() == sorted(p.address for p in pods))
 
+    def available(self, replicas: int) -> bool:
+        """Serving, and its Deployment available as `pulumi up` waits for it before it switches
+        the webhooks: every replica ready for the Deployment's minReadySeconds."""
+        status = self.cp.admin.get("apps/v1", "Deployment", self.generation_name(),
+                                   self.settings.admission.namespace).get("status", {})
+        return (self.serving(replicas) and status.get("availableReplicas") == replicas
+                and any(c["type"] == "Available" and c["status"] == "True"
+                        for c in status.get("conditions", [])))
+
 
 def gpu_pod_admitted(kube, settings: StackSettings, name: str = "probe") -> bool:
     """Whether a GPU pod that keeps the rules is admitted now (a dry run: OPA is asked)."""
@@ -129,8 +138,8 @@ def switch_mode(admission: Admission, settings: StackSettings, mode: str) -> Sta
 def roll_out(admission: Admission, changed: StackSettings, what: str) -> StackSettings:
     """Roll the stack onto changed settings as `pulumi up` does: a new OPA generation (its
     ConfigMaps, Service and Deployment, each replacing the old one, created first), then, once
-    its pods are ready, both webhook configurations, built from the changed settings, which
-    call its Service; the old generation's objects are deleted last."""
+    its Deployment is available, both webhook configurations, built from the changed settings,
+    which call its Service; the old generation's objects are deleted last."""
     adm, inputs = changed.admission, admission_of(changed)
     cp = admission.cp
     # One `pulumi up` after another: the last one's old generation has handed over (an up
@@ -144,10 +153,10 @@ def roll_out(admission: Admission, changed: StackSettings, what: str) -> StackSe
                 opa_admission.deployment(inputs)]:
         cp.admin.apply(obj, TEST_MANAGER)
     admission.current = inputs
-    wait_until(lambda: admission.serving(adm.replicas),
-               f"the OPA pods of {what} ready behind their Service", timeout=ROLLOUT_SECONDS,
-               explain=lambda: kubelet_state(admission))
-    print(f"\npolicy change to {what}: its OPA pods ready after "
+    wait_until(lambda: admission.available(adm.replicas),
+               f"the OPA pods of {what} available behind their Service",
+               timeout=ROLLOUT_SECONDS, explain=lambda: kubelet_state(admission))
+    print(f"\npolicy change to {what}: its OPA Deployment available after "
           f"{time.monotonic() - started:.1f} s")
     cp.admin.apply(opa_admission.webhook_configuration(inputs, admission.ca_bundle),
                    TEST_MANAGER)
