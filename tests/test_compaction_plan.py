@@ -4,6 +4,7 @@ listed as the API server lists them. The script in its pod's place, and the real
 scheduler acting on its plan, are in tests/integration/test_compaction.py."""
 
 import pytest
+from test_components import settings_of
 
 from components import gpu_compaction
 from components.gpu_compaction.planner import compaction_plan
@@ -207,3 +208,19 @@ def test_no_cpu_threshold_when_it_could_evict_a_pod_without_gpus(settings, case)
     assert "cpu" not in compaction_plan.plugin_args(policy, "HighNodeUtilization")["thresholds"]
     assert outcome.gain == 0 and outcome.evicted == []
 
+
+
+def test_compaction_with_a_share_of_nodes_scored_is_named_in_a_warning_on_every_run():
+    """The plan puts each evicted pod on the node the binpack scheduler scores highest among all
+    that fit; scoring a share, kube-scheduler may never look at that node."""
+    [warning] = settings_of(compaction={"enabled": True},
+                            scheduler={"percentageOfNodesToScore": 10}).warnings
+    assert warning.startswith("gpu-platform: compaction.enabled with "
+                              "scheduler.percentageOfNodesToScore 10: ")
+    assert "with more than 100 it scores 10% of them" in warning
+    assert "keep 100 where compaction runs (docs/concepts/compaction.md#limits)" in warning
+    [adaptive] = settings_of(compaction={"enabled": True},
+                             scheduler={"percentageOfNodesToScore": 0}).warnings
+    assert "it scores its adaptive share of them" in adaptive
+    assert settings_of(compaction={"enabled": True}).warnings == []
+    assert settings_of(scheduler={"percentageOfNodesToScore": 10}).warnings == []

@@ -26,6 +26,7 @@ from ..base.model import (
 from ..base.validation import CONFIG_NAMESPACE, Invalid, duration_seconds
 from ..binpack_scheduler.preemption import dra_preemption_warning
 from ..binpack_scheduler.settings import SchedulerSettings
+from ..gpu_compaction.scored_share import scored_share_warning
 from ..gpu_compaction.settings import CompactionSettings
 from ..gpu_nodes.settings import GpuNodesSettings
 from ..gpu_operator.settings import GpuOperatorSettings
@@ -169,7 +170,9 @@ class StackSettings(Model):
     def warnings(self) -> list[str]:
         """What the settings declare that will not do all it says, named in every run."""
         found = [dra_preemption_warning(self.scheduler.preemptible_class,
-                                        self.gpu_operator.gpu_path, self.kubernetes_version)]
+                                        self.gpu_operator.gpu_path, self.kubernetes_version),
+                 scored_share_warning(self.compaction.enabled,
+                                      self.scheduler.percentage_of_nodes_to_score)]
         return [f"{CONFIG_NAMESPACE}: {warning}" for warning in found if warning]
 
     @model_validator(mode="after")
