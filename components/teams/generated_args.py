@@ -98,6 +98,12 @@ class TeamSettings(TypedDict):
     ("The team's weight when every team wants more than it has: GPUs beyond the nominal "
      "quotas are shared in proportion to the weights (1..1000). Allowed: 1..1000. Default: "
      "`1`.")
+    queueing_strategy: NotRequired[str]
+    ("How the team's queue lets its workloads pass one another (Kueue's queueingStrategy): "
+     "`BestEffortFIFO` admits a workload that fits while an older one does not; `StrictFIFO` "
+     "holds every workload behind the oldest of the highest priority until that one is "
+     "admitted. See docs/concepts/teams.md#queueing-strategy. Allowed: `BestEffortFIFO`, "
+     "`StrictFIFO`. Default: `BestEffortFIFO`.")
 
 
 class TopologySettings(TypedDict):

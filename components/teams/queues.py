@@ -102,8 +102,7 @@ def cluster_queue(inputs: TeamsInputs, team: TeamSettings) -> dict:
         "spec": {
             "cohortName": teams.cohort,
             "namespaceSelector": namespace_selector(team.namespaces),
-            # A workload that does not fit now does not hold back smaller ones behind it.
-            "queueingStrategy": "BestEffortFIFO",
+            "queueingStrategy": team.queueing_strategy,
             "resourceGroups": [{"coveredResources": resources, "flavors": flavors}, *(
                 [{"coveredResources": ["pods"], "flavors": [{"name": POD_FLAVOR, "resources": [
                     {"name": "pods", "nominalQuota": POD_QUOTA}]}]}]

@@ -179,6 +179,13 @@ class TeamSettings(Model):
         default=1, ge=1, le=1000,
         description="The team's weight when every team wants more than it has: GPUs beyond "
                     "the nominal quotas are shared in proportion to the weights (1..1000).")
+    queueing_strategy: Literal["BestEffortFIFO", "StrictFIFO"] = Field(
+        default="BestEffortFIFO",
+        description="How the team's queue lets its workloads pass one another (Kueue's "
+                    "queueingStrategy): `BestEffortFIFO` admits a workload that fits while an "
+                    "older one does not; `StrictFIFO` holds every workload behind the oldest "
+                    "of the highest priority until that one is admitted. See "
+                    "docs/concepts/teams.md#queueing-strategy.")
 
     @model_validator(mode="after")
     def limits_within_the_quota(self) -> TeamSettings:

@@ -4,7 +4,8 @@ namespaces the program declares (applied through Kueue's webhooks), the binpack 
 declared, OPA's pods (kubelet.py) behind the declared webhooks, a real kube-controller-manager
 running Jobs and Deployments, and a fake kubelet.
 
-Two teams of 12 GPUs each share three nodes of 8: their quotas add up to what the nodes hold."""
+Two teams of 12 GPUs each share three nodes of 8: their quotas add up to what the nodes hold. A
+third, with no quota of its own, runs on what they leave idle, its queue StrictFIFO."""
 
 import time
 from collections.abc import Iterator
@@ -35,7 +36,7 @@ from nodes_and_pods import (
 )
 from running_platform import refusal, run_platform, update_refusal
 
-RESEARCH, VISION, NO_TEAM = "research", "vision", "team-a"
+RESEARCH, VISION, SPEECH, NO_TEAM = "research", "vision", "speech", "team-a"
 GPU_NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3")
 PODS_READY_TIMEOUT = 20
 KUEUE_KINDS = ("ResourceFlavor", "WorkloadPriorityClass", "ClusterQueue", "LocalQueue")
@@ -46,7 +47,9 @@ STACK = with_changes(
            "teams": [{"name": RESEARCH, "namespaces": [RESEARCH],
                       "quota": {"gpu": {GPU_RESOURCE: 12}}},
                      {"name": VISION, "namespaces": [VISION, "vision-serving"],
-                      "quota": {"gpu": {GPU_RESOURCE: 12}}}]})
+                      "quota": {"gpu": {GPU_RESOURCE: 12}}},
+                     {"name": SPEECH, "namespaces": [SPEECH],
+                      "quota": {"gpu": {GPU_RESOURCE: 0}}, "queueingStrategy": "StrictFIFO"}]})
 
 
 # Webhooks are called at their Services' ready endpoints (conftest.control_plane).
@@ -68,7 +71,7 @@ def platform(control_plane) -> Iterator[Platform]:
     with ExitStack() as stack:
         running = run_platform(stack, cp, STACK)
         settings = running.settings
-        for team in (RESEARCH, VISION):
+        for team in (RESEARCH, VISION, SPEECH):
             wait_until(lambda team=team: status(kube, "ClusterQueue", team, "Active") == "True",
                        f"ClusterQueue {team} to be active")
         # The webhook takes effect within moments: a GPU pod of no team is refused.
@@ -135,7 +138,7 @@ def workload_condition(kube: Kube, namespace: str, owner: str, condition: str) -
 def queues_state(kube: Kube) -> str:
     """What Kueue and the pods say, for a wait that timed out."""
     lines = []
-    for namespace in (RESEARCH, VISION):
+    for namespace in (RESEARCH, VISION, SPEECH):
         for workload in kube.list(API_VERSION, "Workload", namespace):
             conditions = {c["type"]: f"{c['status']} {c.get('reason', '')} {c.get('message', '')}"
                           for c in workload.get("status", {}).get("conditions", [])}
@@ -217,6 +220,46 @@ def test_a_job_beyond_the_quotas_starts_nothing(platform):
         "status") != "True"
     assert not job_pods(kube, RESEARCH, "too-big")
     finish(kube, RESEARCH, "too-big")
+
+
+def quota_reserved(kube: Kube, namespace: str, owner: str) -> bool:
+    return (workload_condition(kube, namespace, owner, "QuotaReserved") or {}).get(
+        "status") == "True"
+
+
+def test_a_strict_fifo_queue_holds_later_work_behind_its_oldest_and_a_best_effort_one_does_not(
+        platform):
+    """Research runs 16 GPUs (its 12 and 4 of vision's), so 8 of the cohort's 24 are idle. In
+    each of research's queue (BestEffortFIFO) and speech's (StrictFIFO) a 16-GPU job waits, and
+    a 1-GPU job comes after it: research's starts on the idle GPUs, speech's waits behind its
+    big job, and starts after it once research's GPUs are free."""
+    kube = platform.cp.admin
+    kube.create(gpu_job("holder", RESEARCH, platform, pods=2, gpus=8))
+    wait_until(lambda: len(running_on(kube, RESEARCH, "holder")) == 2,
+               "research's 16 GPUs to run", timeout=60, explain=lambda: queues_state(kube))
+    for namespace in (RESEARCH, SPEECH):
+        kube.create(gpu_job(f"{namespace}-big", namespace, platform, pods=2, gpus=8))
+        wait_until(lambda namespace=namespace: workload_of(kube, namespace, f"{namespace}-big"),
+                   f"the Workload of {namespace}'s big job")
+        # Kueue orders by creation time to the second (then by uid): the next second's is later.
+        time.sleep(1.1)
+        kube.create(gpu_job(f"{namespace}-small", namespace, platform, pods=1, gpus=1))
+    wait_until(lambda: running_on(kube, RESEARCH, "research-small"),
+               "research's small job to pass its big one", timeout=60,
+               explain=lambda: queues_state(kube))
+    time.sleep(5)
+    assert not quota_reserved(kube, SPEECH, "speech-small"), queues_state(kube)
+    assert not quota_reserved(kube, SPEECH, "speech-big")
+    assert not quota_reserved(kube, RESEARCH, "research-big")
+    finish(kube, RESEARCH, "holder", "research-big", "research-small")
+    wait_until(lambda: len(running_on(kube, SPEECH, "speech-big")) == 2
+               and running_on(kube, SPEECH, "speech-small"),
+               "speech's big job, then its small one, to run", timeout=90,
+               explain=lambda: queues_state(kube))
+    big, small = (workload_condition(kube, SPEECH, f"speech-{size}", "QuotaReserved")
+                  for size in ("big", "small"))
+    assert big and small and big["lastTransitionTime"] <= small["lastTransitionTime"]
+    finish(kube, SPEECH, "speech-big", "speech-small")
 
 
 def test_a_job_that_cannot_run_whole_gives_all_its_gpus_back_within_the_timeout(platform):
