@@ -18,6 +18,7 @@ import real_cluster  # noqa: E402
 import reclaim  # noqa: E402
 import replay_setup  # noqa: E402
 import run  # noqa: E402
+import teams  # noqa: E402
 import workload  # noqa: E402
 from test_compaction_plan import cpu_separated_state  # noqa: E402
 from workload import BatchJob, NodeShape, Task, Trace  # noqa: E402
@@ -254,7 +255,6 @@ def test_a_job_evicted_again_and_again_waits_longer_each_time_for_its_replacemen
 # --- the benchmark with teams ---------------------------------------------------------------
 
 def test_team_quotas_are_their_shares_and_add_up_to_every_gpu():
-    import teams
     for total in (32, 128, 130, 512):
         quotas = teams.nominal_quotas(total)
         assert sum(quotas.values()) == total
@@ -266,7 +266,6 @@ def test_each_team_asks_for_its_share_of_the_load_in_bursts():
     """Over a long trace each team's GPU-time asked for is close to its share, and a team's
     arrivals come about BUSY / (2 - BUSY) times as often in its busy phases as in its quiet
     ones; the other fields of the jobs are workload.generate's."""
-    import teams
     traced = teams.generate("synthetic", 3, 8000, 128, 0.9, 0.25)
     base = workload.generate("synthetic", 3, 8000, 128, 0.9, 0.25)
     assert sorted((j.id, j.task, j.duration) for j in traced.trace.jobs) == \
@@ -378,9 +377,9 @@ def test_contended_seeds_are_the_first_whose_reference_cannot_start_the_batch_on
         trace = workload.generate("synthetic", seed, 256, 128, 0.9, 0.25,
                                   fits=workload.fits_on(nodes["gpu-0000"]))
         return binpack.reference(trace, nodes).started_on_arrival()
-    assert len(seeds) == 3 and seeds[0] >= run.CONTENDED_FROM
-    for seed in range(run.CONTENDED_FROM, seeds[-1] + 1):
-        assert (seed in seeds) == (started_on_arrival(seed) < run.CONTENDED_BELOW), seed
+    assert len(seeds) == 3 and seeds[0] >= binpack.CONTENDED_FROM
+    for seed in range(binpack.CONTENDED_FROM, seeds[-1] + 1):
+        assert (seed in seeds) == (started_on_arrival(seed) < binpack.CONTENDED_BELOW), seed
 
 
 def test_the_benchmark_explains_its_options(capsys):
@@ -396,3 +395,25 @@ def test_the_benchmark_refuses_to_replay_moving_pods_on_the_dra_path(moving, cap
         run.main(["--dra", *moving, "--out", str(tmp_path)])
     assert stopped.value.code == 2
     assert "device plugin path only" in capsys.readouterr().err
+
+
+def test_a_strict_fifo_queue_is_settled_only_when_its_head_cannot_be_admitted():
+    """The replay with StrictFIFO queues waits for Kueue only where it knows Kueue's next
+    admission: each team's oldest pending Workload of the highest priority, when it fits."""
+    def fits(team: str, gpus: int) -> bool:
+        return gpus <= 4
+    early, late, urgent = (0, "2026-01-01T00:00:01Z"), (0, "2026-01-01T00:00:02Z"), \
+        (-10, "2026-01-01T00:00:03Z")
+    assert teams.strict_heads([("a", 8, "big", early), ("a", 1, "small", late)], fits) == []
+    assert teams.strict_heads([("a", 1, "small", early), ("a", 8, "big", late)], fits) == [
+        ("a", 1, "small", early)]
+    # a higher priority stands first, however late
+    assert teams.strict_heads([("a", 1, "small", early), ("a", 8, "big", urgent)], fits) == []
+    # created within the same second: Kueue's order between them is its own
+    assert teams.strict_heads([("a", 8, "big", early), ("a", 1, "small", early)], fits) == []
+    assert teams.strict_heads([("a", 2, "x", early), ("a", 1, "y", early)], fits) == [
+        ("a", 2, "x", early), ("a", 1, "y", early)]
+    # one requeued after an eviction may stand by its eviction: the team is left to Kueue
+    assert teams.strict_heads([("a", 1, "small", early), ("a", 8, "big", None)], fits) == []
+    assert teams.strict_heads([("a", 8, "big", early), ("b", 1, "small", late)], fits) == [
+        ("b", 1, "small", late)]

@@ -397,6 +397,26 @@ class RepackingReference(Backend):
         return self
 
 
+# Contended traces (--contended): seeds after the benchmark's own (1-5) on which even the
+# repacking reference starts less than this share of the batch GPU-time on arrival.
+CONTENDED_FROM = 6
+CONTENDED_BELOW = 0.8
+
+
+def contended_seeds(count: int, trace_of: Callable[[int], Trace],
+                    nodes: dict[str, NodeShape]) -> list[int]:
+    """The first `count` seeds from CONTENDED_FROM whose trace (`trace_of(seed)`) is contended
+    on `nodes`: the repacking reference starts less than CONTENDED_BELOW of its batch GPU-time
+    on arrival."""
+    found: list[int] = []
+    seed = CONTENDED_FROM
+    while len(found) < count:
+        if reference(trace_of(seed), nodes).started_on_arrival() < CONTENDED_BELOW:
+            found.append(seed)
+        seed += 1
+    return found
+
+
 def reference(trace: Trace, nodes: dict[str, NodeShape]) -> Outcome:
     return play("reference (repacking)", trace, RepackingReference(nodes).with_services(trace),
                 sum(s.gpus for s in nodes.values()))

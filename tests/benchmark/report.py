@@ -216,30 +216,55 @@ def teams_page(rows: list[dict]) -> str:
     brackets."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["mix"], r["nodes"], r["gpus"], r["load"]), []).append(r)
-    overall = ["| mix | nodes (GPUs) | load | seeds | GPU-time with teams / without | with teams / "
-               "reference | without teams / reference | hours when every team wanted more "
-               "than its quota |",
-               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    per_team = ["| mix | nodes | load | team | quota (share) | GPU-time / entitlement | "
+        traces = "contended" if r.get("contended") else "the benchmark's"
+        queueing = r.get("queueing", "BestEffortFIFO")
+        groups.setdefault((r["mix"], r["nodes"], r["gpus"], r["load"], traces, queueing),
+                          []).append(r)
+    overall = ["| mix | nodes (GPUs) | load | traces | queueing | seeds | GPU-time with teams / "
+               "without | with teams / reference | without teams / reference | hours when every "
+               "team wanted more than its quota |",
+               "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    replays = ("with_teams", "without_teams", "reference")
+    whole_node = ["| mix | nodes | load | traces | queueing | seeds | started on arrival: with "
+                  "teams / without / reference | whole-node jobs' p95 wait, min: with teams / "
+                  "without / reference | the same against the reference's, same seed: with "
+                  "teams / without | stranded GPUs: with teams / without / reference |",
+                  "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    per_team = ["| mix | nodes | load | traces | queueing | team | quota (share) | "
+                "GPU-time / entitlement | "
                 "admission wait within quota, p50 / p95 (min) | beyond quota, p50 / p95 (min) | "
                 "preempted per hour: reclaim / fair sharing | GPU-hours lost to preemption | "
                 "contended hours: worst gap to its share, GPUs running / quota held (pp) | "
                 "contended hours within 5 pp (%) | preempted before starting, never queued again |",
-                "| --- | ---: | ---: | --- |" + " ---: |" * 9]
-    for (mix, nodes, gpus, load), runs in sorted(groups.items()):
+                "| --- | ---: | ---: | --- | --- | --- |" + " ---: |" * 9]
+    for (mix, nodes, gpus, load, traces, queueing), runs in sorted(groups.items()):
         overall.append(
-            f"| {mix} | {nodes} ({gpus}) | {load} | {len(runs)} | "
+            f"| {mix} | {nodes} ({gpus}) | {load} | {traces} | {queueing} | {len(runs)} | "
             f"{spread([100 * r['delivered_vs_without_teams'] for r in runs], '.1f')}% | "
             f"{spread([100 * r['delivered_vs_reference'] for r in runs], '.1f')}% | "
             f"{spread([100 * r['without_teams_vs_reference'] for r in runs], '.1f')}% | "
             f"{spread([r['contended_hours'] for r in runs], '.0f')} |")
+        measured = [r for r in runs if "whole_node_wait_p95" in r]
+        if measured:
+            def each(key: str, scale: float, fmt: str, runs=measured) -> str:
+                return " / ".join(spread([None if r[key][k] is None else scale * r[key][k]
+                                          for r in runs], fmt) for k in replays)
+            waits = [r["whole_node_wait_p95"] for r in measured]
+            def against_reference(replay: str, waits=waits) -> str:
+                return spread([w[replay] / w["reference"] if w[replay] is not None
+                               and w["reference"] else None for w in waits], ".1f")
+            whole_node.append(
+                f"| {mix} | {nodes} | {load} | {traces} | {queueing} | {len(measured)} | "
+                f"{each('started_on_arrival', 100, '.1f')} | "
+                f"{each('whole_node_wait_p95', 60, '.0f')} | "
+                f"{against_reference('with_teams')} / {against_reference('without_teams')} | "
+                f"{each('stranded', 1, '.1f')} |")
         for team in runs[0]["teams"]:
             t = [r["teams"][team] for r in runs]
             def pp(key: str, t=t) -> list[float | None]:
                 return [None if x.get(key) is None else 100 * x[key] for x in t]
             per_team.append(
-                f"| {mix} | {nodes} | {load} | {team} | "
+                f"| {mix} | {nodes} | {load} | {traces} | {queueing} | {team} | "
                 f"{t[0]['quota']} ({100 * t[0]['share']:.0f}%) | "
                 f"{spread([100 * x['gpu_time_vs_entitlement'] for x in t], '.0f')}% | "
                 f"{spread([x['wait_within_p50'] for x in t], '.1f')} / "
@@ -254,6 +279,10 @@ def teams_page(rows: list[dict]) -> str:
                 f"{spread(pp('hours_within_5pp'), '.0f')} | "
                 f"{spread([x.get('never_requeued') for x in t], '.0f')} |")
     overall_table, team_table = "\n".join(overall), "\n".join(per_team)
+    whole_node_section = "" if len(whole_node) == 2 else (
+        "Whole-node jobs (as many GPUs as the biggest node has) on the replays that recorded "
+        "them: how\nlong they waited to start, and the free GPUs stranded on partly used nodes "
+        "(mean over the\nsecond half of each replay).\n\n" + "\n".join(whole_node) + "\n\n")
     return f"""# Binpack benchmark with teams
 
 <!-- Generated by `bash tests/run benchmark --teams` from tests/benchmark/results/teams.jsonl;
@@ -266,7 +295,7 @@ reference for comparison. The method and what the figures mean:
 
 {overall_table}
 
-{team_table}
+{whole_node_section}{team_table}
 """
 
 

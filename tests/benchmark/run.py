@@ -54,10 +54,6 @@ import tools  # noqa: E402
 DEFAULT_OUT = RESULTS
 SIZES = (1, 2, 4, 8)
 DEFAULT_COMPACTION_INTERVAL = 0.25     # simulated hours: the shipped schedule, every 15 minutes
-# Contended traces (--contended): seeds after the benchmark's own (1-5) on which even the
-# repacking reference starts less than this share of the batch GPU-time on arrival.
-CONTENDED_FROM = 6
-CONTENDED_BELOW = 0.8
 
 
 def progress_printer(label: str):
@@ -162,19 +158,12 @@ def run(args, settings) -> None:
 
 
 def contended_seeds(args, mix: str, nodes: dict) -> list[int]:
-    """The first `args.contended` seeds from CONTENDED_FROM on whose trace is contended: the
-    repacking reference starts less than CONTENDED_BELOW of its batch GPU-time on arrival."""
-    total = sum(s.gpus for s in nodes.values())
+    """The first `args.contended` contended seeds of `mix` on `nodes` (binpack.contended_seeds)."""
     biggest = max(nodes.values(), key=lambda shape: shape.gpus)
-    found: list[int] = []
-    for seed in itertools.count(CONTENDED_FROM):
-        trace = workload.generate(mix, seed, int(args.jobs_per_gpu * total), total, args.load,
-                                  args.inference_share, fits=workload.fits_on(biggest))
-        if binpack.reference(trace, nodes).started_on_arrival() < CONTENDED_BELOW:
-            found.append(seed)
-            if len(found) == args.contended:
-                return found
-    raise AssertionError("unreachable: itertools.count does not end")
+    total = sum(s.gpus for s in nodes.values())
+    return binpack.contended_seeds(args.contended, lambda seed: workload.generate(
+        mix, seed, int(args.jobs_per_gpu * total), total, args.load, args.inference_share,
+        fits=workload.fits_on(biggest)), nodes)
 
 
 def gpu_paths(args) -> list[replay_setup.GpuPath]:
@@ -434,9 +423,10 @@ def main(argv: list[str]) -> None:
                         help="with --scheduling: leader crashes per set of lease timings")
     parser.add_argument("--contended", type=int, metavar="SEEDS",
                         help="instead of --seeds: the first SEEDS seeds from "
-                             f"{CONTENDED_FROM} on whose reference starts less than "
-                             f"{CONTENDED_BELOW * 100:.0f}%% of the batch GPU-time on arrival, "
-                             f"kept in {CONTENDED_RESULTS} and {CONTENDED_PAGE}")
+                             f"{binpack.CONTENDED_FROM} on whose reference starts less than "
+                             f"{binpack.CONTENDED_BELOW * 100:.0f}%% of the batch GPU-time on "
+                             f"arrival, kept in {CONTENDED_RESULTS} and {CONTENDED_PAGE} (with "
+                             "--teams: of the teams' traces, kept with the other teams rows)")
     parser.add_argument("--only", type=seeds, dest="only_seeds", metavar="SEEDS",
                         help="with --contended: replay only those of its seeds (e.g. to split "
                              "a run over several processes)")
@@ -444,6 +434,10 @@ def main(argv: list[str]) -> None:
                         help="instead: replay each trace split over three teams with bursty "
                              "demand, with the real Kueue in the loop, against the same trace "
                              "without teams and the reference")
+    parser.add_argument("--queueing", choices=("BestEffortFIFO", "StrictFIFO"),
+                        default=teams.DEFAULT_QUEUEING,
+                        help="with --teams: every team's queueing strategy (default: "
+                             "%(default)s, the settings' default)")
     parser.add_argument("--reclaim", action="store_true",
                         help="instead: replay each trace with a share of batch jobs idle for "
                              "hours, with idle reclaim off, reporting and evicting")
@@ -481,7 +475,7 @@ def main(argv: list[str]) -> None:
         if not args.report:
             teams.measure(args.out, harness.example_settings(), args.mixes, args.nodes,
                           args.seeds, args.jobs_per_gpu, args.load, args.inference_share,
-                          progress_printer)
+                          progress_printer, args.contended, args.only_seeds, args.queueing)
         write_page(args.docs, TEAMS_PAGE, teams_page(kept(args.out, TEAMS_RESULTS)))
         return
     if args.reclaim:

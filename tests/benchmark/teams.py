@@ -14,6 +14,7 @@ is the arithmetic the replay without teams waits on."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -21,7 +22,7 @@ import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,7 @@ import harness
 from components import teams
 from components.base.facts import GPU_RESOURCE
 from components.platform.settings import StackSettings
+from components.teams.settings import TeamSettings
 from controlplane import ControlPlane, wait_until
 from declared_objects import TEST_MANAGER, TestCertificates, declared
 
@@ -56,6 +58,8 @@ REPLAY_PODS_READY_TIMEOUT = "24h"
 # Webhooks are called at their Services' ready endpoints, as in the integration suite.
 APISERVER_ARGS = ("--enable-aggregator-routing=true",)
 FLAVOR = "gpu"
+# The teams' queueing strategy unless --queueing says otherwise: the settings' default.
+DEFAULT_QUEUEING = TeamSettings.model_fields["queueing_strategy"].default
 
 
 @dataclass(frozen=True)
@@ -147,10 +151,12 @@ def generate(mix: str, seed: int, jobs: int, total_gpus: int, load: float,
     return TeamTrace(trace, job_team, service_team, nominal_quotas(total_gpus, shares), busy)
 
 
-def stack_config(trace: TeamTrace, nodes: dict[str, NodeShape]) -> dict[str, str]:
+def stack_config(trace: TeamTrace, nodes: dict[str, NodeShape],
+                 queueing: str = DEFAULT_QUEUEING) -> dict[str, str]:
     """The config of the example stack with the replay's GPU nodes and the trace's teams: a
     namespace and a quota of whole GPUs each, equal fair-sharing weights (the quotas carry the
-    shares), in one cohort with no borrowing or lending limits."""
+    shares), in one cohort with no borrowing or lending limits, every queue with the
+    `queueing` strategy."""
     config = harness.example_config()
     gpu_nodes = json.loads(config["gpu-platform:gpuNodes"])
     gpu_nodes.update(names=sorted(nodes), gpusPerNode=max(s.gpus for s in nodes.values()))
@@ -158,7 +164,8 @@ def stack_config(trace: TeamTrace, nodes: dict[str, NodeShape]) -> dict[str, str
     section.update(enabled=True, waitForPodsReady=REPLAY_PODS_READY_TIMEOUT,
                    flavors=[{"name": FLAVOR, "nodeLabels": {}}],
                    teams=[{"name": team, "namespaces": [team],
-                           "quota": {FLAVOR: {GPU_RESOURCE: quota}}}
+                           "quota": {FLAVOR: {GPU_RESOURCE: quota}},
+                           "queueingStrategy": queueing}
                           for team, quota in trace.quotas.items()])
     return config | harness.stack_file_config({"gpuNodes": gpu_nodes, "teams": section})
 
@@ -217,6 +224,8 @@ class TeamsCluster(RealCluster):
     def __init__(self, cp: ControlPlane, config: dict, nodes: dict[str, NodeShape],
                  trace: TeamTrace, settings: StackSettings, queues: list[dict]):
         self.team_trace = trace
+        # StrictFIFO: a queue admits only its head (see queue_order).
+        self.strict = all(t.queueing_strategy == "StrictFIFO" for t in settings.teams.teams)
         self.kueue = Kueue(cp, teams.kueue_configuration(harness.inputs_of(settings).teams)
                            ).start()
         try:
@@ -321,7 +330,7 @@ class TeamsCluster(RealCluster):
     def _queues_unsettled(self) -> str:
         quotas = self.team_trace.quotas
         usage: Counter = Counter()
-        pending: list[tuple[str, int, str]] = []
+        pending: list[Pending] = []
         with_workload: set[tuple[str, str]] = set()
         workloads = [w for team in quotas for w in self.kube.list(API_VERSION, "Workload", team)]
         for w in workloads:
@@ -353,7 +362,7 @@ class TeamsCluster(RealCluster):
             elif let_through:
                 return f"{kind} {name} runs without its Workload admitted"
             elif requeued(w):
-                pending.append((team, gpus, name))
+                pending.append((team, gpus, name, queue_order(w)))
             else:
                 self.never_requeued.add((team, w["metadata"]["uid"]))
         missing = [n for n in self.open_jobs if ("Job", n) not in with_workload] + \
@@ -361,8 +370,12 @@ class TeamsCluster(RealCluster):
         if missing:
             return f"{len(missing)} Jobs or gated pods without a Workload yet: {missing[:5]}"
         spare = sum(quotas.values()) - sum(usage.values())
-        admissible = [name for team, gpus, name in pending
-                      if usage[team] + gpus <= quotas[team] or gpus <= spare]
+
+        def fits(team: str, gpus: int) -> bool:
+            return usage[team] + gpus <= quotas[team] or gpus <= spare
+        admissible = [name for team, gpus, name, _ in
+                      (strict_heads(pending, fits) if self.strict else pending)
+                      if fits(team, gpus)]
         if admissible:
             return f"pending Workloads Kueue can admit: {admissible[:5]}"
         # Kueue may still preempt for fair sharing, which the quota arithmetic above does not
@@ -403,9 +416,40 @@ class TeamsCluster(RealCluster):
             self.kueue.stop()
 
 
+# A pending Workload: its team, GPUs, name and place in a StrictFIFO queue (queue_order).
+Pending = tuple[str, int, str, "tuple[int, str] | None"]
+
+
+def queue_order(workload: dict) -> tuple[int, str] | None:
+    """Where a pending Workload stands in a StrictFIFO queue: highest priority first, then
+    oldest (to the second). None for one evicted before, which Kueue may order by its eviction
+    instead."""
+    if any(c["type"] == "Evicted" for c in workload.get("status", {}).get("conditions", [])):
+        return None
+    return (-workload["spec"].get("priority", 0), workload["metadata"]["creationTimestamp"])
+
+
+def strict_heads(pending: list[Pending], fits: Callable[[str, int], bool]) -> list[Pending]:
+    """Of the pending Workloads (team, GPUs, name, queue_order), those a StrictFIFO queue will
+    admit next, where the arithmetic can tell: each team's head, when the Workloads that stand
+    first together all fit. Where it cannot tell (a team with one evicted before, or a head
+    part of which fits), the replay settles on Kueue's quiet moment alone."""
+    heads = []
+    for team in {p[0] for p in pending}:
+        mine = [p for p in pending if p[0] == team]
+        orders = [p[3] for p in mine]
+        if None in orders:
+            continue
+        first = [p for p in mine if p[3] == min(o for o in orders if o is not None)]
+        if all(fits(p[0], p[1]) for p in first):
+            heads += first
+    return heads
+
+
 def replay(config: dict, trace: TeamTrace, nodes: dict[str, NodeShape],
-           progress=lambda done, total: None) -> tuple[binpack.Outcome, TeamsCluster]:
-    stack = stack_config(trace, nodes)
+           progress=lambda done, total: None, queueing: str = DEFAULT_QUEUEING
+           ) -> tuple[binpack.Outcome, TeamsCluster]:
+    stack = stack_config(trace, nodes, queueing)
     settings = harness.settings_of(stack)
     queues = declared_queues(stack, settings)
     outcome, backend = real_cluster.on_control_plane(
@@ -449,17 +493,24 @@ def contended_hours(trace: TeamTrace, samples: list[TeamSample]) -> list[int]:
 
 
 def figures(trace: TeamTrace, outcome: binpack.Outcome, backend: TeamsCluster,
-            without_teams: binpack.Outcome, reference: binpack.Outcome) -> dict:
-    """One replay's figures, as kept in teams.jsonl (waits in simulated minutes)."""
+            without_teams: binpack.Outcome, reference: binpack.Outcome,
+            whole_node_gpus: int) -> dict:
+    """One replay's figures, as kept in teams.jsonl (waits in simulated minutes, but the
+    whole-node jobs' p95 wait, in simulated hours as in runs.jsonl)."""
     horizon, total = outcome.horizon, outcome.total_gpus
     preempted = Counter(backend.preemptions.values())
     hours = contended_hours(trace, backend.team_samples)
+    replays = {"with_teams": outcome, "without_teams": without_teams, "reference": reference}
     row: dict = {
         "delivered_vs_without_teams": outcome.delivered_gpu_hours()
         / without_teams.delivered_gpu_hours(),
         "delivered_vs_reference": outcome.delivered_gpu_hours() / reference.delivered_gpu_hours(),
         "without_teams_vs_reference": without_teams.delivered_gpu_hours()
         / reference.delivered_gpu_hours(),
+        "started_on_arrival": {k: o.started_on_arrival() for k, o in replays.items()},
+        "whole_node_gpus": whole_node_gpus,
+        "whole_node_wait_p95": {k: o.wait(whole_node_gpus, 0.95) for k, o in replays.items()},
+        "stranded": {k: o.mean_after_warmup("stranded") for k, o in replays.items()},
         "contended_hours": len(hours), "teams": {}}
     first_pods = [r for r in outcome.records if r.resumed_at is None]
     for team, quota in trace.quotas.items():
@@ -497,26 +548,45 @@ def figures(trace: TeamTrace, outcome: binpack.Outcome, backend: TeamsCluster,
 
 def measure(out: Path, settings: StackSettings, mixes: list[str], sizes: list[int],
             seeds: list[int], jobs_per_gpu: float, load: float, inference_share: float,
-            progress=lambda label: lambda done, total: None) -> None:
+            progress=lambda label: lambda done, total: None, contended: int | None = None,
+            only: list[int] | None = None, queueing: str = DEFAULT_QUEUEING) -> None:
     """For each mix, cluster size and seed: the teams' trace replayed without teams (the
     shipped profile alone), with teams, and by the repacking reference; the figures appended to
-    teams.jsonl as soon as a seed is done (a seed already kept there is skipped)."""
+    teams.jsonl as soon as a seed is done (a seed already kept there is skipped). With
+    `contended`, instead of `seeds`: that many contended seeds (binpack.contended_seeds) of the
+    teams' traces, kept as such (`only`: just those of them). `queueing`: every team's
+    queueing strategy, kept with the row unless it is the default."""
     config = replay_setup.profiles(settings)[settings.scheduler.name]
-    for case in workload.cases(mixes, sizes, seeds):
-        trace = generate(case.mix, case.seed, int(jobs_per_gpu * case.gpus), case.gpus, load,
-                         inference_share, fits=workload.fits_on(case.biggest))
-        key = case.key | {"jobs": len(trace.trace.jobs), "load": load,
-                          "inference_share": inference_share, "shares": SHARES, "busy": BUSY,
-                          "phase_hours": PHASE_HOURS}
-        if any(all(r.get(k) == v for k, v in key.items())
-               for r in report.kept(out, report.TEAMS_RESULTS)):
-            continue
-        print(f"teams: {case.describe()}: {len(trace.trace.jobs)} jobs, quotas {trace.quotas}, "
-              f"{trace.trace.horizon:.0f} simulated hours", file=sys.stderr, flush=True)
-        reference = binpack.reference(trace.trace, case.nodes)
-        without = real_cluster.replay("without teams", config, trace.trace, case.nodes,
-                                      settings, progress("without teams"))
-        outcome, backend = replay(config, trace, case.nodes, progress("with teams"))
-        row = key | figures(trace, outcome, backend, without, reference)
-        with open(out / report.TEAMS_RESULTS, "a") as kept:
-            kept.write(json.dumps(row) + "\n")
+    for sized in workload.cases(mixes, sizes, [0]):
+        def trace_of(seed: int, sized=sized) -> TeamTrace:
+            return generate(sized.mix, seed, int(jobs_per_gpu * sized.gpus), sized.gpus, load,
+                            inference_share, fits=workload.fits_on(sized.biggest))
+        chosen = seeds if contended is None else [
+            seed for seed in binpack.contended_seeds(
+                contended, lambda seed: trace_of(seed).trace, sized.nodes)
+            if only is None or seed in only]
+        for case in (dataclasses.replace(sized, seed=seed) for seed in chosen):
+            replay_case(out, config, settings, case, trace_of(case.seed), load,
+                        inference_share, contended is not None, queueing, progress)
+
+
+def replay_case(out: Path, config: dict, settings: StackSettings, case: workload.Case,
+                trace: TeamTrace, load: float, inference_share: float, contended: bool,
+                queueing: str, progress) -> None:
+    """One case's three replays and its row in teams.jsonl, unless the row is kept already."""
+    key = case.key | {"jobs": len(trace.trace.jobs), "load": load,
+                      "inference_share": inference_share, "shares": SHARES, "busy": BUSY,
+                      "phase_hours": PHASE_HOURS} | ({"contended": True} if contended else {}) \
+        | ({} if queueing == DEFAULT_QUEUEING else {"queueing": queueing})
+    if any(all(r.get(k) == v for k, v in key.items())
+           for r in report.kept(out, report.TEAMS_RESULTS)):
+        return
+    print(f"teams: {case.describe()}: {len(trace.trace.jobs)} jobs, quotas {trace.quotas}, "
+          f"{trace.trace.horizon:.0f} simulated hours", file=sys.stderr, flush=True)
+    reference = binpack.reference(trace.trace, case.nodes)
+    without = real_cluster.replay("without teams", config, trace.trace, case.nodes,
+                                  settings, progress("without teams"))
+    outcome, backend = replay(config, trace, case.nodes, progress("with teams"), queueing)
+    row = key | figures(trace, outcome, backend, without, reference, case.biggest.gpus)
+    with open(out / report.TEAMS_RESULTS, "a") as kept:
+        kept.write(json.dumps(row) + "\n")

@@ -85,7 +85,8 @@ def test_with_teams_no_gpu_time_is_given_up_and_a_team_within_its_quota_is_admit
     config = replay_setup.profiles(example_settings)[example_settings.scheduler.name]
     without = real_cluster.replay("without teams", config, trace.trace, NODES, example_settings)
     outcome, backend = teams.replay(config, trace, NODES)
-    row = teams.figures(trace, outcome, backend, without, binpack.reference(trace.trace, NODES))
+    row = teams.figures(trace, outcome, backend, without, binpack.reference(trace.trace, NODES),
+                        whole_node_gpus=8)
     print(f"\nGPU-time with teams / without: {row['delivered_vs_without_teams']:.1%}; "
           f"by team: {row['teams']}")
     assert row["delivered_vs_without_teams"] >= 0.95
