@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field, model_validator
 
@@ -149,6 +149,12 @@ class TopologySettings(Model):
 Quota = dict[str, dict[str, int]]
 
 
+# Kueue's queueing strategies (ClusterQueue spec.queueingStrategy) and the teams' default.
+QueueingStrategy = Literal["BestEffortFIFO", "StrictFIFO"]
+QUEUEING_STRATEGIES: tuple[str, ...] = get_args(QueueingStrategy)
+DEFAULT_QUEUEING_STRATEGY: QueueingStrategy = "BestEffortFIFO"
+
+
 class TeamSettings(Model):
     """A team: its namespaces, its share of the GPUs, and how it shares them."""
 
@@ -179,8 +185,8 @@ class TeamSettings(Model):
         default=1, ge=1, le=1000,
         description="The team's weight when every team wants more than it has: GPUs beyond "
                     "the nominal quotas are shared in proportion to the weights (1..1000).")
-    queueing_strategy: Literal["BestEffortFIFO", "StrictFIFO"] = Field(
-        default="BestEffortFIFO",
+    queueing_strategy: QueueingStrategy = Field(
+        default=DEFAULT_QUEUEING_STRATEGY,
         description="How the team's queue lets its workloads pass one another (Kueue's "
                     "queueingStrategy): `BestEffortFIFO` admits a workload that fits while an "
                     "older one does not; `StrictFIFO` holds every workload behind the oldest "

@@ -10,6 +10,8 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from components.teams.settings import DEFAULT_QUEUEING_STRATEGY
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 DOCS = ROOT / "docs" / "benchmarks"
@@ -217,7 +219,7 @@ def teams_page(rows: list[dict]) -> str:
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         traces = "contended" if r.get("contended") else "the benchmark's"
-        queueing = r.get("queueing", "BestEffortFIFO")
+        queueing = r.get("queueing", DEFAULT_QUEUEING_STRATEGY)
         groups.setdefault((r["mix"], r["nodes"], r["gpus"], r["load"], traces, queueing),
                           []).append(r)
     overall = ["| mix | nodes (GPUs) | load | traces | queueing | seeds | GPU-time with teams / "

@@ -50,6 +50,10 @@ from report import (
 
 import harness  # noqa: E402  (on the path binpack sets)
 import tools  # noqa: E402
+from components.teams.settings import (  # noqa: E402
+    DEFAULT_QUEUEING_STRATEGY,
+    QUEUEING_STRATEGIES,
+)
 
 DEFAULT_OUT = RESULTS
 SIZES = (1, 2, 4, 8)
@@ -434,8 +438,8 @@ def main(argv: list[str]) -> None:
                         help="instead: replay each trace split over three teams with bursty "
                              "demand, with the real Kueue in the loop, against the same trace "
                              "without teams and the reference")
-    parser.add_argument("--queueing", choices=("BestEffortFIFO", "StrictFIFO"),
-                        default=teams.DEFAULT_QUEUEING,
+    parser.add_argument("--queueing", choices=QUEUEING_STRATEGIES,
+                        default=DEFAULT_QUEUEING_STRATEGY,
                         help="with --teams: every team's queueing strategy (default: "
                              "%(default)s, the settings' default)")
     parser.add_argument("--reclaim", action="store_true",

@@ -39,7 +39,7 @@ import harness
 from components import teams
 from components.base.facts import GPU_RESOURCE
 from components.platform.settings import StackSettings
-from components.teams.settings import TeamSettings
+from components.teams.settings import DEFAULT_QUEUEING_STRATEGY
 from controlplane import ControlPlane, wait_until
 from declared_objects import TEST_MANAGER, TestCertificates, declared
 
@@ -58,8 +58,6 @@ REPLAY_PODS_READY_TIMEOUT = "24h"
 # Webhooks are called at their Services' ready endpoints, as in the integration suite.
 APISERVER_ARGS = ("--enable-aggregator-routing=true",)
 FLAVOR = "gpu"
-# The teams' queueing strategy unless --queueing says otherwise: the settings' default.
-DEFAULT_QUEUEING = TeamSettings.model_fields["queueing_strategy"].default
 
 
 @dataclass(frozen=True)
@@ -152,7 +150,7 @@ def generate(mix: str, seed: int, jobs: int, total_gpus: int, load: float,
 
 
 def stack_config(trace: TeamTrace, nodes: dict[str, NodeShape],
-                 queueing: str = DEFAULT_QUEUEING) -> dict[str, str]:
+                 queueing: str = DEFAULT_QUEUEING_STRATEGY) -> dict[str, str]:
     """The config of the example stack with the replay's GPU nodes and the trace's teams: a
     namespace and a quota of whole GPUs each, equal fair-sharing weights (the quotas carry the
     shares), in one cohort with no borrowing or lending limits, every queue with the
@@ -447,7 +445,7 @@ def strict_heads(pending: list[Pending], fits: Callable[[str, int], bool]) -> li
 
 
 def replay(config: dict, trace: TeamTrace, nodes: dict[str, NodeShape],
-           progress=lambda done, total: None, queueing: str = DEFAULT_QUEUEING
+           progress=lambda done, total: None, queueing: str = DEFAULT_QUEUEING_STRATEGY
            ) -> tuple[binpack.Outcome, TeamsCluster]:
     stack = stack_config(trace, nodes, queueing)
     settings = harness.settings_of(stack)
@@ -549,7 +547,7 @@ def figures(trace: TeamTrace, outcome: binpack.Outcome, backend: TeamsCluster,
 def measure(out: Path, settings: StackSettings, mixes: list[str], sizes: list[int],
             seeds: list[int], jobs_per_gpu: float, load: float, inference_share: float,
             progress=lambda label: lambda done, total: None, contended: int | None = None,
-            only: list[int] | None = None, queueing: str = DEFAULT_QUEUEING) -> None:
+            only: list[int] | None = None, queueing: str = DEFAULT_QUEUEING_STRATEGY) -> None:
     """For each mix, cluster size and seed: the teams' trace replayed without teams (the
     shipped profile alone), with teams, and by the repacking reference; the figures appended to
     teams.jsonl as soon as a seed is done (a seed already kept there is skipped). With
@@ -577,7 +575,7 @@ def replay_case(out: Path, config: dict, settings: StackSettings, case: workload
     key = case.key | {"jobs": len(trace.trace.jobs), "load": load,
                       "inference_share": inference_share, "shares": SHARES, "busy": BUSY,
                       "phase_hours": PHASE_HOURS} | ({"contended": True} if contended else {}) \
-        | ({} if queueing == DEFAULT_QUEUEING else {"queueing": queueing})
+        | ({} if queueing == DEFAULT_QUEUEING_STRATEGY else {"queueing": queueing})
     if any(all(r.get(k) == v for k, v in key.items())
            for r in report.kept(out, report.TEAMS_RESULTS)):
         return
