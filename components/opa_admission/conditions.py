@@ -192,21 +192,35 @@ def _cel_changed(field: str, prefix: str) -> str:
             f"k.startsWith('{prefix}') && !(has({new}) && k in {new})))")
 
 
+def _cel_spec_changed(fields: Sequence[str]) -> str:
+    """CEL: the pod spec's field at `fields` added, changed or removed."""
+    (new_present, new), (old_present, old) = (_cel_at(f"{root}.spec", fields)
+                                              for root in ("object", "oldObject"))
+    return (f"(({new_present}) != ({old_present}) || (({new_present}) && ({old_present}) && "
+            f"{new} != {old}))")
+
+
 def team_pod_update_condition(inputs: OpaAdmissionInputs) -> str:
     """CEL, on a pod UPDATE in a team namespace, of a pod that may hold GPUs: a Kueue gate
-    lifted, by anyone (Kueue's own release of a pod is decided too), or Kueue's labels or
-    annotations changed by anyone but Kueue."""
+    lifted, by anyone (Kueue's own release of a pod is decided too), or, by anyone but Kueue,
+    Kueue's labels or annotations changed, or the node selection of a pod Kueue holds."""
     teams = inputs.teams
     assert teams is not None
+    gates = cel_list([ADMISSION_GATE, TOPOLOGY_GATE])
     gate_lifted = (f"has(oldObject.spec.schedulingGates) && oldObject.spec.schedulingGates.exists("
-                   f"g, g.name in {cel_list([ADMISSION_GATE, TOPOLOGY_GATE])} && "
+                   f"g, g.name in {gates} && "
                    "!(has(object.spec.schedulingGates) && "
                    "object.spec.schedulingGates.exists(h, h.name == g.name)))")
+    held = (f"has(oldObject.spec.schedulingGates) && "
+            f"oldObject.spec.schedulingGates.exists(g, g.name in {gates})")
+    selection_changed = (f"{_cel_spec_changed(['nodeSelector'])} || "
+                         f"{_cel_spec_changed(['affinity', 'nodeAffinity'])}")
     return (f"request.namespace in {cel_list(sorted(teams.namespaces))} && "
             f"({gpu_pod_condition(inputs)}) && (({gate_lifted}) || "
             f"(request.userInfo.username != '{teams.kueue_user}' && "
             f"({_cel_changed('labels', KUEUE_PREFIX)} || "
-            f"{_cel_changed('annotations', KUEUE_PREFIX)})))")
+            f"{_cel_changed('annotations', KUEUE_PREFIX)} || "
+            f"(({held}) && ({selection_changed})))))")
 
 
 def _cel_workload_gpus(inputs: OpaAdmissionInputs, kind: KueueIntegration) -> str:

@@ -141,6 +141,40 @@ is_pod_update if {
 	not input.request.subResource
 }
 
+# Nor does anyone but Kueue narrow where a pod it holds may run (the API server lets a gated
+# pod's node selector and required node affinity be added to): Kueue chose the pod's flavor (and,
+# with a topology, its node) from the selection the pod was created with and compares only
+# containers and tolerations later, so the pod could never run where Kueue placed it, and would
+# hold its share of the team's quota until waitForPodsReady took it back.
+violations contains {
+	"rule": "team-queue",
+	"fixable": false,
+	"message": sprintf(
+		"pod %q: its %s changed while Kueue holds it for team %q (gate %s): Kueue placed it by the selection it was created with and would not read the change, so the pod would hold quota and never run; delete the pod and create it again with the selection (on its workload's pod template)",
+		[pod_name, concat(" and ", sort(node_selection_changed)), team, concat(", ", sort(held_by_gates))],
+	),
+} if {
+	is_pod_update
+	gpu_pod
+	team := team_of_namespace
+	not by_kueue
+	count(held_by_gates) > 0
+	count(node_selection_changed) > 0
+}
+
+held_by_gates contains gate.name if {
+	some gate in array_at(old_spec, "schedulingGates")
+	gate.name in params.teams.gates
+}
+
+node_selection_changed contains "spec.nodeSelector" if {
+	object.get(pod_spec, "nodeSelector", {}) != object.get(old_spec, "nodeSelector", {})
+}
+
+node_selection_changed contains "spec.affinity.nodeAffinity" if {
+	object.get(pod_spec, ["affinity", "nodeAffinity"], {}) != object.get(old_spec, ["affinity", "nodeAffinity"], {})
+}
+
 kueue_metadata_changed contains sprintf("%s %s", [trim_suffix(field, "s"), key]) if {
 	some field in ["labels", "annotations"]
 	new := metadata_of(input.request.object, field)

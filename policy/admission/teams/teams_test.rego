@@ -105,6 +105,32 @@ team_cases := {
 		}),
 		"admitted": true,
 	},
+	"a node selector added to a held pod by its user": {
+		"request": team_pod(object.union(gated_gpu_pod, {"nodeSelector": {"example.com/rack": "b"}}), {
+			"operation": "UPDATE", "oldSpec": gated_gpu_pod, "oldMetadata": managed, "metadata": managed,
+		}),
+		"refused": [`pod "research/train-0": its spec.nodeSelector changed while Kueue holds it for team "research" (gate kueue.x-k8s.io/admission, kueue.x-k8s.io/topology)`, "delete the pod and create it again"],
+	},
+	"a required node affinity narrowed on a held pod": {
+		"request": team_pod(object.union(gated_gpu_pod, {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "example.com/rack", "operator": "In", "values": ["b"]}]}]}}}}), {
+			"operation": "UPDATE", "oldSpec": gated_gpu_pod, "oldMetadata": managed, "metadata": managed,
+		}),
+		"refused": ["its spec.affinity.nodeAffinity changed while Kueue holds it"],
+	},
+	"the node Kueue placed a held pod on, written by Kueue": {
+		# With a topology Kueue lifts its topology gate with the node's label as selector.
+		"request": team_pod(object.union(gated_gpu_pod, {"nodeSelector": {"kubernetes.io/hostname": "gpu-1"}}), {
+			"operation": "UPDATE", "oldSpec": gated_gpu_pod, "oldMetadata": managed, "metadata": managed, "user": kueue,
+		}),
+		"admitted": true,
+	},
+	"a node selector changed on a running pod's old spec without gates": {
+		# The API server refuses such a change to a scheduled pod; no gate, nothing for Kueue.
+		"request": team_pod(object.union(ungated, {"nodeSelector": {"example.com/rack": "b"}}), {
+			"operation": "UPDATE", "oldSpec": ungated, "oldMetadata": admitted_by_kueue, "metadata": admitted_by_kueue,
+		}),
+		"admitted": true,
+	},
 	"a finalizer removed by a controller": {
 		"request": team_pod(ungated, {
 			"operation": "UPDATE", "oldSpec": ungated, "oldMetadata": admitted_by_kueue, "metadata": admitted_by_kueue,
