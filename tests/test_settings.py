@@ -57,6 +57,14 @@ MISTAKES = [
     ("quotas above what the named GPU nodes hold",
      with_changes(gpuNodes={"names": ["gpu-node-1"], "gpusPerNode": 4}, teams=TEAMS),
      "gpu-platform:teams.teams", "8", "quotas that add up to 4 or less"),
+    ("quotas above what the GPU node pools hold at most",
+     with_changes(gpuNodes={"taintedBy": "nodePool", "names": [], "maxNodes": 1,
+                            "gpusPerNode": 4},
+                  teams=TEAMS),
+     "gpu-platform:teams.teams", "8", "quotas that add up to 4 or less"),
+    ("a node pools' maximum where the program names the nodes",
+     with_changes(gpuNodes={"names": ["gpu-node-1"], "maxNodes": 4}),
+     "gpu-platform:gpuNodes.maxNodes", "4", "gpuNodes.names counts them"),
     ("a namespace in two teams",
      with_changes(teams=with_team(namespaces=["research", "vision"])),
      "gpu-platform:teams.teams[1].namespaces", '"vision"', "each namespace in one team"),
@@ -435,14 +443,38 @@ def test_example_stack_is_valid_and_complete(example_settings):
     assert "pulumi config set --secret --path monitoring.grafana.adminPassword" in text
     # A top-level setting that is unset by default is shown as a commented example.
     assert "# gpu-platform:imageRegistryMirror: " in text
-    for path in setting_paths(type(example_settings)):
-        if path in ("monitoring.grafana.adminPassword", "imageRegistryMirror"):
+    # A setting its other settings refuse is shown commented, with its value.
+    assert "#   maxNodes: " in text
+    paths = setting_paths(type(example_settings))
+    assert "teams.teams[].queueingStrategy" in paths
+    for path in paths:
+        if path in ("monitoring.grafana.adminPassword", "imageRegistryMirror",
+                    "gpuNodes.maxNodes"):
             continue
-        section, *rest = path.split(".")
-        node = stack.get(f"gpu-platform:{section}")
-        for key in rest:
-            assert isinstance(node, dict) and key in node, f"Pulumi.dev.yaml lacks {path}"
-            node = node[key]
+        if path.startswith(receivers := "monitoring.alertmanager.receivers[]."):
+            # Each sends to a secret: shown as the commands that set one.
+            assert f"'{receivers.replace('[]', '[0]')}{path.removeprefix(receivers)}" in text, \
+                f"Pulumi.dev.yaml shows no command that sets {path}"
+            continue
+        keys = path.replace("[].", "[] ").replace(".", " ").split()
+        assert set_in({f"gpu-platform:{keys[0]}": stack.get(f"gpu-platform:{keys[0]}")},
+                      [f"gpu-platform:{keys[0]}", *keys[1:]]), f"Pulumi.dev.yaml lacks {path}"
+
+
+@pytest.mark.parametrize("gpu_nodes, unset", [
+    ({"taintedBy": "nodePool", "names": []}, "gpuNodes.maxNodes and gpuNodes.gpusPerNode not set"),
+    ({"taintedBy": "nodePool", "names": [], "gpusPerNode": 8}, "gpuNodes.maxNodes not set"),
+    ({"names": ["gpu-node-1"]}, "gpuNodes.gpusPerNode not set")])
+def test_quotas_the_settings_cannot_check_are_named_in_every_run(gpu_nodes, unset):
+    settings = load_settings(raw(with_changes(gpuNodes=gpu_nodes, teams=TEAMS)))
+    assert [w for w in settings.warnings if "were not checked" in w] == [
+        "gpu-platform: the teams' quotas of nvidia.com/gpu (adding up to 8) were not checked "
+        f"against what the GPU nodes hold: {unset}; set "
+        f"{'them' if ' and ' in unset else 'it'} to have a quota beyond the nodes refused"]
+    checked = load_settings(raw(with_changes(
+        gpuNodes={"taintedBy": "nodePool", "names": [], "maxNodes": 2, "gpusPerNode": 4},
+        teams=TEAMS)))
+    assert not [w for w in checked.warnings if "were not checked" in w]
 
 
 def test_minimal_stack_gets_documented_defaults():
@@ -473,18 +505,41 @@ def test_taint_accepts_kubectl_and_object_forms():
 
 
 def setting_paths(model, prefix: str = "") -> list[str]:
-    """Every leaf setting of a settings model, as dotted camelCase paths."""
+    """Every leaf setting of a settings model, as dotted camelCase paths; a list of sections
+    (`teams.teams`) is `[]`, followed by the paths within an item."""
+    from typing import get_args, get_origin
+
     from pydantic import BaseModel
+
+    def section(annotation) -> type[BaseModel] | None:
+        if (isinstance(annotation, type) and issubclass(annotation, BaseModel)
+                and annotation.__name__ not in ("Taint", "ImageSettings")):
+            return annotation
+        return None
+
     paths = []
     for field in model.model_fields.values():
         path = f"{prefix}{field.alias}"
         annotation = field.annotation
-        if (isinstance(annotation, type) and issubclass(annotation, BaseModel)
-                and annotation.__name__ not in ("Taint", "ImageSettings")):
-            paths.extend(setting_paths(annotation, path + "."))
+        if inner := section(annotation):
+            paths.extend(setting_paths(inner, path + "."))
+        elif get_origin(annotation) is list and (item := section(get_args(annotation)[0])):
+            paths.extend(setting_paths(item, path + "[]."))
         else:
             paths.append(path)
     return paths
+
+
+def set_in(node, keys: list[str]) -> bool:
+    """Whether the stack file's value `node` sets the setting at `keys` (after `[]`, in some
+    item of the list)."""
+    if not keys:
+        return True
+    key, *rest = keys
+    if key.endswith("[]"):
+        items = node.get(key[:-2]) if isinstance(node, dict) else None
+        return isinstance(items, list) and any(set_in(item, rest) for item in items)
+    return isinstance(node, dict) and key in node and set_in(node[key], rest)
 
 
 def test_a_setting_of_an_earlier_release_is_ignored_with_a_warning():

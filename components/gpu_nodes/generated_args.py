@@ -41,9 +41,14 @@ class GpuNodesSettings(TypedDict):
     labels: NotRequired[dict[str, str]]
     "Labels added to every GPU node. Default: `{}`."
     gpus_per_node: NotRequired[int | None]
-    ("How many GPUs each named GPU node has (1..64); unset: not known. With it, the teams' "
-     "quotas of nvidia.com/gpu are checked against what the named nodes hold. Allowed: "
-     "1..64.")
+    ("How many GPUs each GPU node has (1..64); unset: not known. With it, the teams' quotas "
+     "of nvidia.com/gpu are checked against what the GPU nodes hold: the named nodes, or "
+     "with taintedBy: nodePool, `maxNodes` of them. Allowed: 1..64.")
+    max_nodes: NotRequired[int | None]
+    ("With taintedBy: nodePool, the most GPU nodes the node pools can hold (their "
+     "autoscalers' maximum, summed); unset: not known, and the teams' quotas are not checked "
+     "against the nodes (every run says so). Not with taintedBy: program, whose names count "
+     "the nodes. Allowed: at least 1.")
 
 
 class GpuNodesArgs(TypedDict):

@@ -41,9 +41,15 @@ class GpuNodesSettings(Model):
         default_factory=dict, description="Labels added to every GPU node.")
     gpus_per_node: int | None = Field(
         default=None, ge=1, le=64,
-        description="How many GPUs each named GPU node has (1..64); unset: not known. With it, "
-                    "the teams' quotas of nvidia.com/gpu are checked against what the named "
-                    "nodes hold.")
+        description="How many GPUs each GPU node has (1..64); unset: not known. With it, the "
+                    "teams' quotas of nvidia.com/gpu are checked against what the GPU nodes "
+                    "hold: the named nodes, or with taintedBy: nodePool, `maxNodes` of them.")
+    max_nodes: int | None = Field(
+        default=None, ge=1,
+        description="With taintedBy: nodePool, the most GPU nodes the node pools can hold "
+                    "(their autoscalers' maximum, summed); unset: not known, and the teams' "
+                    "quotas are not checked against the nodes (every run says so). Not with "
+                    "taintedBy: program, whose names count the nodes.")
 
     @field_validator("names")
     @classmethod
@@ -60,6 +66,10 @@ class GpuNodesSettings(Model):
 
     @model_validator(mode="after")
     def names_fit_the_taint_mode(self) -> GpuNodesSettings:
+        if self.tainted_by == "program" and self.max_nodes is not None:
+            raise Invalid("with taintedBy: program the named nodes are the GPU nodes",
+                          "unset (gpuNodes.names counts them), or taintedBy: nodePool",
+                          at=("maxNodes",), value=self.max_nodes, has_value=True)
         if self.tainted_by == "program" and not self.names:
             raise Invalid("the program taints the nodes it is given, and none are",
                           "the names of the GPU nodes, or taintedBy: nodePool when the node "
@@ -85,6 +95,12 @@ class GpuNodesSettings(Model):
                               has_value=True)
             seen.add((taint.key, taint.effect))
         return self
+
+    @property
+    def node_count(self) -> int | None:
+        """How many GPU nodes there are at most, where the settings say: the named ones, or the
+        node pools' maximum."""
+        return len(self.names) if self.tainted_by == "program" else self.max_nodes
 
     @property
     def taints(self) -> list[Taint]:

@@ -172,8 +172,22 @@ class StackSettings(Model):
         found = [dra_preemption_warning(self.scheduler.preemptible_class,
                                         self.gpu_operator.gpu_path, self.kubernetes_version),
                  scored_share_warning(self.compaction.enabled,
-                                      self.scheduler.percentage_of_nodes_to_score)]
+                                      self.scheduler.percentage_of_nodes_to_score),
+                 self._unchecked_quota_warning()]
         return [f"{CONFIG_NAMESPACE}: {warning}" for warning in found if warning]
+
+    def _unchecked_quota_warning(self) -> str | None:
+        nodes = self.gpu_nodes
+        if not self.teams.enabled or (nodes.gpus_per_node and nodes.node_count):
+            return None
+        missing = " and ".join(
+            f"gpuNodes.{key}" for key, value in (("maxNodes", nodes.node_count),
+                                                 ("gpusPerNode", nodes.gpus_per_node))
+            if not value)
+        return (f"the teams' quotas of {GPU_RESOURCE} (adding up to {self.teams_gpu_quota}) "
+                f"were not checked against what the GPU nodes hold: {missing} not set; set "
+                f"{'them' if ' and ' in missing else 'it'} to have a quota beyond the nodes "
+                f"refused")
 
     @model_validator(mode="after")
     def teams_run_where_kueue_does(self) -> StackSettings:
@@ -202,20 +216,27 @@ class StackSettings(Model):
                                       value=count, has_value=True)
         return self
 
+    @property
+    def teams_gpu_quota(self) -> int:
+        """The teams' quotas of nvidia.com/gpu, added up."""
+        return sum(resources.get(GPU_RESOURCE, 0) for team in self.teams.teams
+                   for resources in team.quota.values())
+
     @model_validator(mode="after")
     def quotas_fit_the_gpu_nodes(self) -> StackSettings:
         nodes = self.gpu_nodes
-        if not (self.teams.enabled and nodes.gpus_per_node and nodes.tainted_by == "program"):
+        if not (self.teams.enabled and nodes.gpus_per_node and nodes.node_count):
             return self
         slices = self.gpu_operator.time_slicing.replicas or 1
-        held = len(nodes.names) * nodes.gpus_per_node * slices
-        quota = sum(resources.get(GPU_RESOURCE, 0) for team in self.teams.teams
-                    for resources in team.quota.values())
+        held = nodes.node_count * nodes.gpus_per_node * slices
+        quota = self.teams_gpu_quota
         if quota > held:
             per_gpu = f" × {slices} slices" if slices > 1 else ""
+            which = ("the named GPU nodes hold" if nodes.tainted_by == "program"
+                     else "the GPU node pools hold at most (gpuNodes.maxNodes)")
             raise Invalid(f"the teams' quotas of {GPU_RESOURCE} add up to {quota}, more than "
-                          f"the named GPU nodes hold ({len(nodes.names)} nodes × "
-                          f"{nodes.gpus_per_node} GPUs{per_gpu} = {held})",
+                          f"{which}: {nodes.node_count} nodes × {nodes.gpus_per_node} "
+                          f"GPUs{per_gpu} = {held}",
                           f"quotas that add up to {held} or less, or more GPU nodes",
                           at=("teams", "teams"), value=quota, has_value=True)
         return self
