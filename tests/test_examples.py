@@ -49,6 +49,8 @@ CONTROLLERS = {
     ("ray.io/v1", "RayJob"): {"spec.rayClusterSpec.headGroupSpec.template": RAY_PODS,
                               "spec.rayClusterSpec.workerGroupSpecs[].template": RAY_PODS,
                               "spec.submitterPodTemplate": JOBS_PODS},
+    # A TrainJob has no pod template: its pods are its runtime's (a TrainingRuntime above).
+    ("trainer.kubeflow.org/v1alpha1", "TrainJob"): {},
     ("kubeflow.org/v1", "PyTorchJob"): {"spec.pytorchReplicaSpecs{}.template": (
         "system:serviceaccount:kubeflow:training-operator", "kubeflow.org/v1", "PyTorchJob")},
 }

@@ -26,8 +26,8 @@ def declared(topology: dict | None, flavors: list[dict] | None = None):
     return run_program(stack_file_config(with_changes(teams=teams)))
 
 
-def levels_of(run) -> list[str]:
-    [topology] = run.of_type(TOPOLOGY)
+def levels_of(run, name: str = "gpu-network") -> list[str]:
+    [topology] = [t for t in run.of_type(TOPOLOGY) if t.inputs["metadata"]["name"] == name]
     return [level["nodeLabel"] for level in topology.inputs["spec"]["levels"]]
 
 
@@ -50,18 +50,37 @@ def test_a_preset_names_the_labels_its_tool_puts_on_the_nodes(preset, levels):
     assert levels_of(declared({"preset": preset})) == [*levels, "kubernetes.io/hostname"]
 
 
-def test_every_gpu_flavor_is_counted_by_the_topology_once_it_exists():
+def test_every_flavor_is_counted_by_a_topology_once_it_exists():
     run = declared({"levels": ["example.com/rack"]}, TWO_FLAVORS)
-    [topology] = run.of_type(TOPOLOGY)
-    flavors = run.of_type(FLAVOR)
-    # Only the GPU flavors: with a flavor of no topology in the queues, Kueue would admit no
-    # pod set on a GPU flavor that asks for no domain.
-    assert {f.name for f in flavors} == {"h100", "a100"}
-    for flavor in flavors:
-        assert flavor.inputs["spec"]["topologyName"] == topology.inputs["metadata"]["name"]
-        assert topology.urn in flavor.dependencies
+    topologies = {t.inputs["metadata"]["name"]: t for t in run.of_type(TOPOLOGY)}
+    assert levels_of(run, "node") == ["kubernetes.io/hostname"]
+    flavors = {f.name: f for f in run.of_type(FLAVOR)}
+    assert set(flavors) == {"h100", "a100", POD_FLAVOR}
+    # Kueue places a queue's pod sets by topology only where every flavor names one: the GPU
+    # flavors the network's, the flavor of the pods that ask for no GPU the node's alone, over
+    # every node (a flavor with a topology must select by a label).
+    for name, flavor in flavors.items():
+        named = flavor.inputs["spec"]["topologyName"]
+        assert named == ("node" if name == POD_FLAVOR else "gpu-network")
+        assert topologies[named].urn in flavor.dependencies
+    assert flavors[POD_FLAVOR].inputs["spec"]["nodeLabels"] == {"kubernetes.io/os": "linux"}
     # Kueue refuses changed levels: a change replaces the Topology.
-    assert topology.replace_on_changes == ("spec",) and topology.delete_before_replace
+    for topology in topologies.values():
+        assert topology.replace_on_changes == ("spec",) and topology.delete_before_replace
+
+
+def test_with_a_topology_a_pod_set_without_gpus_takes_the_pod_flavor_in_the_gpu_group():
+    run = declared({"levels": ["example.com/rack"]}, TWO_FLAVORS)
+    for queue in run.of_type(f"kubernetes:{KUEUE_API}:ClusterQueue"):
+        # Kueue gives a pod set one flavor of a group, the first that fits: no GPU fits the pod
+        # flavor, every pod does.
+        assert queue.inputs["spec"]["resourceGroups"] == [{
+            "coveredResources": ["nvidia.com/gpu", "pods"],
+            "flavors": [
+                {"name": POD_FLAVOR, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "0"},
+                                                   {"name": "pods", "nominalQuota": "1M"}]},
+                {"name": "h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "4"},
+                                               {"name": "pods", "nominalQuota": "1M"}]}]}]
 
 
 def test_without_a_topology_kueue_chooses_no_nodes():

@@ -25,7 +25,7 @@ from .queues import (
     pod_flavor,
     resource_flavor,
     team_namespace,
-    topology,
+    topologies,
     workload_priority_classes,
 )
 
@@ -57,14 +57,13 @@ class Teams(Component[TeamsInputs]):
         kueue_ready = [self._install_kueue(inputs)] if kueue.installs_chart else []
         # Kueue's webhooks decide these first: `pulumi up` stops here if they cannot be
         # reached, before anything depends on Kueue.
-        network = topology(inputs)
-        # The flavors name the Topology: Kueue counts their nodes by its levels once it exists.
-        topology_ready = [declare(network, self, kueue_ready)] if network else []
+        # The flavors name the Topologies: Kueue counts their nodes by its levels once they
+        # exist.
+        topology_ready = [declare(t, self, kueue_ready) for t in topologies(inputs)]
         flavors = [declare(resource_flavor(inputs, f.name, f.node_labels), self,
                            kueue_ready + topology_ready)
                    for f in teams.flavors]
-        if pods := pod_flavor(inputs):
-            flavors.append(declare(pods, self, kueue_ready))
+        flavors.append(declare(pod_flavor(inputs), self, kueue_ready + topology_ready))
         classes = declare_all(workload_priority_classes(inputs), self, flavors)
         for team in teams.teams:
             queue = declare(cluster_queue(inputs, team), self, flavors)

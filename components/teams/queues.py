@@ -20,39 +20,51 @@ def quota_resources(quota: Quota) -> list[str]:
 
 # Kueue's Topology of the GPU nodes' network, which the GPU flavors name.
 TOPOLOGY_NAME = "gpu-network"
+# Kueue's Topology of the node alone, which the flavor of every team's pods names with a topology.
+NODE_TOPOLOGY_NAME = "node"
+# Every node a kubelet registers carries its OS; a flavor with a topology must select by a label.
+NODE_OS_LABEL = ("kubernetes.io/os", "linux")
 
 
-def topology(inputs: TeamsInputs) -> dict | None:
-    """Kueue's Topology of the stack's network levels, the node last; None without levels."""
-    levels = inputs.teams.topology.node_levels
-    if not levels:
-        return None
+def _topology(name: str, levels: list[str]) -> dict:
     return {"apiVersion": KUEUE_API, "kind": "Topology",
-            "metadata": {"name": TOPOLOGY_NAME,
-                         "labels": manifests.labels(TOPOLOGY_NAME, COMPONENT)},
+            "metadata": {"name": name, "labels": manifests.labels(name, COMPONENT)},
             "spec": {"levels": [{"nodeLabel": label} for label in levels]}}
 
 
-# Every pod a team's workload runs counts as one `pods` on a flavor that selects no node, with
-# a quota no team reaches: Kueue (v0.19.2, quotaCheckStrategy IgnoreUndeclared) gives a pod set
-# no flavor when it asks for no resource the queue declares, and then writes an admission with
-# fewer pod sets than the workload has, which the API server refuses, so a RayJob's CPU head, a
-# launcher or a TrainJob's initializer would keep the whole job waiting. Counting pods gives
-# every pod set a flavor, and places nothing. Not with a topology: Kueue admits a pod set on a
-# topology's flavor only through topology-aware scheduling, which it then applies to every pod
-# set only where every flavor of the queue names the topology, and one flavor of every node
-# would place the CPU pod sets on GPU nodes. A million, as the API server stores it (declared
-# otherwise, every preview would show it changed).
+def topologies(inputs: TeamsInputs) -> list[dict]:
+    """Kueue's Topologies with the stack's network levels: the network's, the node last, and
+    the node's alone; none without levels."""
+    levels = inputs.teams.topology.node_levels
+    if not levels:
+        return []
+    return [_topology(TOPOLOGY_NAME, levels), _topology(NODE_TOPOLOGY_NAME, levels[-1:])]
+
+
+# Every pod a team's workload runs counts as one `pods` on a flavor of any node, with a quota no
+# team reaches: Kueue (v0.19.2, quotaCheckStrategy IgnoreUndeclared) gives a pod set no flavor
+# when it asks for no resource the queue covers, and then writes an admission with fewer pod sets
+# than the workload has, which the API server refuses, so a RayJob's CPU head, a launcher or a
+# TrainJob's initializer would keep the whole job waiting. Counting pods gives every pod set a
+# flavor. Without a topology the flavor has a resource group of its own and places nothing.
+# With one, Kueue places every pod set by topology only where every flavor of the queue names
+# one, and gives a pod set one flavor with a topology at most: so the flavor names the node's
+# own Topology, selects every node by its OS label, and comes first in the GPU flavors' group
+# with no GPUs, where the pod sets that ask for no GPU take it and those that do pass on to a
+# GPU flavor. Kueue then places such pods on the fullest nodes whose taints they tolerate: off
+# the GPU nodes. A million, as the API server stores it (declared otherwise, every preview would
+# show it changed).
 POD_QUOTA = "1M"
 
 
-def pod_flavor(inputs: TeamsInputs) -> dict | None:
-    """The flavor every team's pods count on; None with a topology."""
+def pod_flavor(inputs: TeamsInputs) -> dict:
+    """The flavor every team's pods count on."""
+    spec: dict[str, Any] = {}
     if inputs.teams.topology.node_levels:
-        return None
+        spec = {"nodeLabels": dict([NODE_OS_LABEL]), "topologyName": NODE_TOPOLOGY_NAME}
     return {"apiVersion": KUEUE_API, "kind": "ResourceFlavor",
             "metadata": {"name": POD_FLAVOR, "labels": manifests.labels(POD_FLAVOR, COMPONENT)},
-            "spec": {}}
+            "spec": spec}
 
 
 def resource_flavor(inputs: TeamsInputs, name: str, node_labels: dict[str, str]) -> dict:
@@ -96,6 +108,17 @@ def cluster_queue(inputs: TeamsInputs, team: TeamSettings) -> dict:
                     entry[key] = str(limits[flavor.name][resource])
             quotas.append(entry)
         flavors.append({"name": flavor.name, "resources": quotas})
+    pods = {"name": "pods", "nominalQuota": POD_QUOTA}
+    if teams.topology.node_levels:
+        # One group: the pod flavor first, with no GPUs (POD_QUOTA above).
+        groups = [{"coveredResources": [*resources, "pods"], "flavors": [
+            {"name": POD_FLAVOR, "resources": [
+                *({"name": resource, "nominalQuota": "0"} for resource in resources), pods]},
+            *({**flavor, "resources": [*flavor["resources"], pods]} for flavor in flavors)]}]
+    else:
+        groups = [{"coveredResources": resources, "flavors": flavors},
+                  {"coveredResources": ["pods"], "flavors": [
+                      {"name": POD_FLAVOR, "resources": [pods]}]}]
     return {
         "apiVersion": KUEUE_API, "kind": "ClusterQueue",
         "metadata": {"name": team.name, "labels": manifests.labels(team.name, COMPONENT)},
@@ -103,10 +126,7 @@ def cluster_queue(inputs: TeamsInputs, team: TeamSettings) -> dict:
             "cohortName": teams.cohort,
             "namespaceSelector": namespace_selector(team.namespaces),
             "queueingStrategy": team.queueing_strategy,
-            "resourceGroups": [{"coveredResources": resources, "flavors": flavors}, *(
-                [{"coveredResources": ["pods"], "flavors": [{"name": POD_FLAVOR, "resources": [
-                    {"name": "pods", "nominalQuota": POD_QUOTA}]}]}]
-                if pod_flavor(inputs) else [])],
+            "resourceGroups": groups,
             "preemption": {"reclaimWithinCohort": "Any",
                            "borrowWithinCohort": {"policy": "Never"},
                            "withinClusterQueue": "LowerPriority"},

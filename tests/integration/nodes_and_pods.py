@@ -39,9 +39,16 @@ def mark_ready(kube: Kube, node: dict, capacity: dict[str, str]) -> dict:
                         what=f"lift the not-ready taint of {node['metadata']['name']}")
 
 
+def kubelet_labels(name: str) -> dict[str, str]:
+    """The labels a kubelet registers its node with."""
+    return {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64"}
+
+
 def create_node(kube: Kube, name: str) -> dict:
     return mark_ready(kube, kube.create({"apiVersion": "v1", "kind": "Node",
-                                         "metadata": {"name": name}}),
+                                         "metadata": {"name": name,
+                                                      "labels": kubelet_labels(name)}}),
                       {"cpu": "16", "memory": "64Gi", "pods": "110"})
 
 
@@ -54,7 +61,7 @@ def create_gpu_node(kube: Kube, settings: StackSettings, name: str, gpus: int,
     them); `capacity`, if given, is its whole status capacity instead."""
     node = kube.create({
         "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
+        "metadata": {"name": name, "labels": {**kubelet_labels(name),
                                               GPU_PRESENT_LABEL[0]: GPU_PRESENT_LABEL[1],
                                               **settings.gpu_nodes.labels, **(labels or {})}},
         "spec": {"taints": [t.as_manifest() for t in settings.gpu_nodes.taints]},

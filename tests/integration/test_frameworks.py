@@ -2,19 +2,26 @@
 Configuration the platform generates at the default `teams.frameworks`, the CRDs of KubeRay,
 Kubeflow Trainer and JobSet (from their modules, at the versions Kueue v0.19.2 is built
 against), the queues and OPA's webhooks as declared, the binpack scheduler, a real
-kube-controller-manager and a fake kubelet.
+kube-controller-manager and a fake kubelet. Here on a stack without a topology;
+test_frameworks_topology.py runs the same tests on one with the `eks` preset.
 
 The frameworks' controllers do not run here. What they do with a workload Kueue started is
 done by the test, under their ServiceAccounts' names, as the suite plays the kubelet: KubeRay's
-operator creates a RayJob's RayCluster and its pods; Kubeflow Trainer creates a TrainJob's
-JobSet from its runtime and the patch Kueue wrote; JobSet's controller creates the Job (whose
-pods the real Job controller makes)."""
+operator creates a RayJob's RayCluster, its pods and its submitter Job; Kubeflow Trainer creates
+a TrainJob's JobSet from its runtime and the patches Kueue wrote; JobSet's controller creates
+the Jobs (whose pods the real Job controller makes), each after those it depends on complete.
+
+The shapes are the users' examples: pod sets that ask for no GPU (a Ray head and submitter, an
+MPI launcher, a TrainJob's initializers) beside GPU pod sets that require one network node of
+EKS's lowest layer. On the stack without a topology the same jobs run without that annotation
+(Kueue admits no job that asks for a domain where there is no topology)."""
 
 import copy
 import re
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -23,19 +30,35 @@ from test_settings import with_changes
 
 import tools
 from components.base.facts import GPU_RESOURCE, PODSET_LABEL
-from components.teams.settings import WORKLOAD_CONTROLLERS
+from components.teams.settings import TOPOLOGY_PRESETS, WORKLOAD_CONTROLLERS
 from controlplane import ApiError, Kube, wait_until
 from declared_objects import TEST_MANAGER
+from fake_kubelet import succeed
 from nodes_and_pods import create_gpu_node
 from running_platform import RunningPlatform, run_platform
 
 TEAM = "research"
-NODES = ("gpu-1", "gpu-2")
-STACK = with_changes(
-    gpuNodes={"names": list(NODES)},
-    teams={"enabled": True, "waitForPodsReady": "120s",
-           "teams": [{"name": TEAM, "namespaces": [TEAM],
-                      "quota": {"gpu": {GPU_RESOURCE: 8 * len(NODES)}}}]})
+# Seven 8-GPU nodes with their EFA interfaces, as p5.48xlarge instances: under two network
+# nodes of EKS's lowest layer (four and three), one above them, as EKS labels such instances.
+LAYERS = TOPOLOGY_PRESETS["eks"]
+NETWORK_NODES = {"nn-a": ("gpu-a1", "gpu-a2", "gpu-a3", "gpu-a4"),
+                 "nn-b": ("gpu-b1", "gpu-b2", "gpu-b3")}
+NETWORK_NODE_OF = {node: nn for nn, nodes in NETWORK_NODES.items() for node in nodes}
+NODES = tuple(NETWORK_NODE_OF)
+EFA = "vpc.amazonaws.com/efa"
+CAPACITY = {GPU_RESOURCE: "8", EFA: "32", "cpu": "192", "memory": "2048Gi", "pods": "110"}
+
+
+def stack(topology: dict | None) -> dict:
+    return with_changes(
+        gpuNodes={"names": list(NODES)},
+        teams={"enabled": True, "waitForPodsReady": "120s",
+               **({"topology": topology} if topology else {}),
+               "teams": [{"name": TEAM, "namespaces": [TEAM],
+                          "quota": {"gpu": {GPU_RESOURCE: 8 * len(NODES)}}}]})
+
+
+STACK = stack(None)
 # Webhooks are called at their Services' ready endpoints (conftest.control_plane).
 APISERVER_ARGS = ("--enable-aggregator-routing=true",)
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "users" / "examples"
@@ -50,6 +73,10 @@ CRDS = {
 }
 JOBSET_CONTROLLER, TRAINER, KUBERAY, _ = WORKLOAD_CONTROLLERS
 USER = "alice"
+TOPOLOGY_ANNOTATIONS = re.compile(r"^kueue\.x-k8s\.io/podset-(required|preferred)-topology$")
+TRAINJOB = ("trainer.kubeflow.org/v1alpha1", "TrainJob")
+RAYJOB = ("ray.io/v1", "RayJob")
+JOBSET = ("jobset.x-k8s.io/v1alpha2", "JobSet")
 
 
 def framework_crds() -> Iterator[dict]:
@@ -63,14 +90,16 @@ def framework_crds() -> Iterator[dict]:
 
 
 @pytest.fixture(scope="module")
-def platform(control_plane) -> Iterator[RunningPlatform]:
+def platform(control_plane, request) -> Iterator[RunningPlatform]:
+    """The platform of the module's STACK, with the GPU nodes above and one CPU node."""
     kube = control_plane.admin
     # Before Kueue starts, so that it sets up every framework's integration at once.
     kube.install_crds(list(framework_crds()), TEST_MANAGER)
     with ExitStack() as stack:
-        running = run_platform(stack, control_plane, STACK)
-        for node in NODES:
-            create_gpu_node(kube, running.settings, node, gpus=8)
+        running = run_platform(stack, control_plane, request.module.STACK)
+        for node, network_node in NETWORK_NODE_OF.items():
+            create_gpu_node(kube, running.settings, node, gpus=8, capacity=CAPACITY, labels={
+                LAYERS[0]: "nn-top", LAYERS[1]: "nn-middle", LAYERS[2]: network_node})
         # RBAC lets them all: what they may do with a team's workloads is admission's to say.
         kube.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                     "metadata": {"name": "frameworks-and-a-user"},
@@ -84,15 +113,34 @@ def platform(control_plane) -> Iterator[RunningPlatform]:
         yield running
 
 
+def has_topology(platform: RunningPlatform) -> bool:
+    return bool(platform.settings.teams.topology.node_levels)
+
+
 def active(kube: Kube) -> bool:
     queue = kube.get(API_VERSION, "ClusterQueue", TEAM)
     return any(c["type"] == "Active" and c["status"] == "True"
                for c in queue.get("status", {}).get("conditions", []))
 
 
-def example(path: str, **metadata: str) -> dict:
+def _drop_topology_requests(value: Any) -> None:
+    if isinstance(value, dict):
+        for key in [k for k in value.get("annotations") or {} if TOPOLOGY_ANNOTATIONS.match(k)]:
+            del value["annotations"][key]
+        for item in value.values():
+            _drop_topology_requests(item)
+    elif isinstance(value, list):
+        for item in value:
+            _drop_topology_requests(item)
+
+
+def example(platform: RunningPlatform, path: str, **metadata: str) -> dict:
+    """A users' example in the team namespace; on a stack without a topology, without the
+    annotations that ask Kueue for a domain."""
     manifest = yaml.safe_load((EXAMPLES / path).read_text())
     manifest["metadata"] |= {"namespace": TEAM, **metadata}
+    if not has_topology(platform):
+        _drop_topology_requests(manifest)
     return manifest
 
 
@@ -105,6 +153,22 @@ def workload_of(kube: Kube, name: str) -> dict:
 def condition(workload: dict, kind: str) -> bool:
     return any(c["type"] == kind and c["status"] == "True"
                for c in workload.get("status", {}).get("conditions", []))
+
+
+def started_by_kueue(kube: Kube, manifest: dict) -> dict:
+    """Create the workload, which Kueue's webhook suspends, and return it once Kueue admitted
+    it whole and started it."""
+    api_version, kind, name = manifest["apiVersion"], manifest["kind"], \
+        manifest["metadata"]["name"]
+    created = kube.create(manifest)
+    assert created["spec"]["suspend"] is True, f"Kueue's webhook did not suspend the {kind}"
+    wait_until(lambda: not kube.get(api_version, kind, name, TEAM)["spec"].get("suspend"),
+               f"Kueue to start the {kind}", timeout=60,
+               explain=lambda: f"its Workload: {workload_of(kube, name).get('status')}")
+    workload = workload_of(kube, name)
+    assert len(workload["status"]["admission"]["podSetAssignments"]) == len(
+        workload["spec"]["podSets"]), "not every pod set was admitted"
+    return kube.get(api_version, kind, name, TEAM)
 
 
 def owner(obj: dict) -> dict:
@@ -122,6 +186,18 @@ def pod_from(template: dict, name: str, parent: dict) -> dict:
             "spec": copy.deepcopy(template["spec"])}
 
 
+def job_from(template: dict, name: str, parent: dict, pods: int = 1) -> dict:
+    """The Job a controller makes from a Job template for `parent`."""
+    spec = copy.deepcopy(template["spec"])
+    spec["template"]["spec"].setdefault("restartPolicy", "Never")
+    spec |= {"parallelism": pods, "completions": pods}
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": TEAM, "ownerReferences": [owner(parent)],
+                         **({"labels": template["metadata"]["labels"]}
+                            if template.get("metadata", {}).get("labels") else {})},
+            "spec": spec}
+
+
 def refusal(request) -> str:
     with pytest.raises(ApiError) as refused:
         request()
@@ -136,18 +212,60 @@ def running_on(kube: Kube, names: list[str]) -> dict[str, str]:
     return {}
 
 
+def job_pods_running(kube: Kube, job: str, count: int) -> list[dict]:
+    pods = [p for p in kube.list("v1", "Pod", TEAM, labelSelector=f"job-name={job}")
+            if p.get("status", {}).get("phase") == "Running"]
+    return pods if len(pods) == count else []
+
+
+def nodes_of_job(kube: Kube, job: str, count: int) -> list[str]:
+    pods = wait_until(lambda: job_pods_running(kube, job, count),
+                      f"the {count} pods of Job {job} to run", timeout=90)
+    return [p["spec"]["nodeName"] for p in pods]
+
+
+def in_one_network_node(nodes: list[str]) -> bool:
+    return len({NETWORK_NODE_OF[n] for n in nodes}) == 1
+
+
+def finish(kube: Kube, kind: tuple[str, str], name: str) -> None:
+    """Delete a workload; the garbage collector removes what its controllers made."""
+    kube.delete(*kind, name, TEAM, propagation="Background")
+    wait_until(lambda: not [p for p in kube.list("v1", "Pod", TEAM)
+                            if p["status"].get("phase") not in ("Succeeded", "Failed")],
+               "the team's pods to be gone", timeout=90)
+
+
 def gpu_tolerations(settings) -> list[dict]:
     return [t.toleration() for t in settings.gpu_nodes.taints]
 
 
-def test_a_rayjob_is_admitted_whole_and_its_cluster_runs_where_the_policy_says(platform):
+def run_ray_cluster(platform: RunningPlatform, rayjob: dict, workers: int) -> dict[str, str]:
+    """What KubeRay's operator does with a started RayJob: its RayCluster, the cluster's pods
+    and the submitter Job (from the template Kueue completed); each pod's node once all run."""
     kube, cp = platform.kueue.kube, platform.kueue.cp
-    created = kube.create(example("queued/rayjob.yaml"))
-    assert created["spec"]["suspend"] is True, "Kueue's webhook did not suspend the RayJob"
-    wait_until(lambda: not kube.get("ray.io/v1", "RayJob", "tune", TEAM)["spec"].get("suspend"),
-               "Kueue to start the RayJob", timeout=60,
-               explain=lambda: f"its Workload: {workload_of(kube, 'tune').get('status')}")
-    rayjob = kube.get("ray.io/v1", "RayJob", "tune", TEAM)
+    name = rayjob["metadata"]["name"]
+    cluster_spec = rayjob["spec"]["rayClusterSpec"]
+    operator = cp.impersonating(KUBERAY)
+    cluster = operator.create({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                               "metadata": {"name": name, "namespace": TEAM,
+                                            "ownerReferences": [owner(rayjob)]},
+                               "spec": cluster_spec})
+    names = [f"{name}-head"] + [f"{name}-worker-{i}" for i in range(workers)]
+    operator.create(pod_from(cluster_spec["headGroupSpec"]["template"], names[0], cluster))
+    for pod in names[1:]:
+        operator.create(pod_from(cluster_spec["workerGroupSpecs"][0]["template"], pod, cluster))
+    operator.create(job_from({"spec": {"template": rayjob["spec"]["submitterPodTemplate"]}},
+                             name, rayjob))
+    nodes = wait_until(lambda: running_on(kube, names), "the Ray cluster's pods to run",
+                       timeout=90)
+    [nodes["submitter"]] = nodes_of_job(kube, name, 1)
+    return nodes
+
+
+def test_a_rayjob_is_admitted_whole_and_its_cluster_runs_where_the_policy_says(platform):
+    kube = platform.kueue.kube
+    rayjob = started_by_kueue(kube, example(platform, "queued/rayjob.yaml"))
     cluster_spec = rayjob["spec"]["rayClusterSpec"]
     head = cluster_spec["headGroupSpec"]["template"]
     workers = cluster_spec["workerGroupSpecs"][0]["template"]
@@ -156,102 +274,141 @@ def test_a_rayjob_is_admitted_whole_and_its_cluster_runs_where_the_policy_says(p
     assert head["metadata"]["labels"][PODSET_LABEL] and workers["metadata"]["labels"][PODSET_LABEL]
     assert not head["spec"].get("tolerations")
     assert all(t in workers["spec"]["tolerations"] for t in gpu_tolerations(platform.settings))
+    nodes = run_ray_cluster(platform, rayjob, workers=4)
+    # The four 1-GPU workers packed onto one GPU node; the head and the submitter off the GPU
+    # nodes.
+    worker_nodes = {node for pod, node in nodes.items() if "-worker-" in pod}
+    assert len(worker_nodes) == 1 and worker_nodes <= set(NODES)
+    assert nodes["tune-head"] not in NODES and nodes["submitter"] not in NODES
+    finish(kube, RAYJOB, "tune")
 
-    # KubeRay's operator: the cluster, then its pods.
-    operator = cp.impersonating(KUBERAY)
-    cluster = operator.create({"apiVersion": "ray.io/v1", "kind": "RayCluster",
-                               "metadata": {"name": "tune", "namespace": TEAM,
-                                            "ownerReferences": [owner(rayjob)]},
-                               "spec": cluster_spec})
-    names = ["tune-head"] + [f"tune-gpu-workers-{i}" for i in range(4)]
-    operator.create(pod_from(head, names[0], cluster))
-    for name in names[1:]:
-        operator.create(pod_from(workers, name, cluster))
-    nodes = wait_until(lambda: running_on(kube, names), "the Ray cluster's pods to run",
-                       timeout=60)
-    # The four 1-GPU workers packed onto one GPU node; the head off the GPU nodes.
-    assert nodes["tune-head"] not in NODES
-    assert len({nodes[n] for n in names[1:]}) == 1 and nodes[names[1]] in NODES
+
+def test_a_rayjob_whose_gpu_workers_require_one_network_node_runs_whole(platform):
+    kube = platform.kueue.kube
+    rayjob = started_by_kueue(kube, example(platform, "queued/rayjob-topology.yaml"))
+    nodes = run_ray_cluster(platform, rayjob, workers=4)
+    name = rayjob["metadata"]["name"]
+    assert nodes[f"{name}-head"] not in NODES and nodes["submitter"] not in NODES
+    workers = [node for pod, node in nodes.items() if "-worker-" in pod]
+    assert len(set(workers)) == 4 and set(workers) <= set(NODES)
+    if has_topology(platform):
+        # Four whole nodes under one network node: only nn-a has them.
+        assert {NETWORK_NODE_OF[n] for n in workers} == {"nn-a"}
+    finish(kube, RAYJOB, name)
 
 
 def test_a_rayjob_beyond_the_quota_waits_whole_and_no_one_but_kueue_starts_it(platform):
     kube, cp = platform.kueue.kube, platform.kueue.cp
-    sweep = example("queued/rayjob.yaml", name="sweep")
+    sweep = example(platform, "queued/rayjob.yaml", name="sweep")
     group = sweep["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
-    group |= {"replicas": 20, "minReplicas": 20, "maxReplicas": 20}
+    replicas = 8 * len(NODES) + 1
+    group |= {"replicas": replicas, "minReplicas": replicas, "maxReplicas": replicas}
     kube.create(sweep)
     wait_until(lambda: workload_of(kube, "sweep").get("status", {}).get("conditions"),
                "Kueue to consider the RayJob")
     # More GPUs than the team's quota: none of its pods is admitted, and it stays suspended.
     assert not condition(workload_of(kube, "sweep"), "QuotaReserved")
-    assert kube.get("ray.io/v1", "RayJob", "sweep", TEAM)["spec"]["suspend"] is True
+    assert kube.get(*RAYJOB, "sweep", TEAM)["spec"]["suspend"] is True
 
     user = cp.impersonating(USER)
     assert 'RayJob "research/sweep": only Kueue starts a RayJob' in refusal(
-        lambda: user.merge_patch("ray.io/v1", "RayJob", "sweep", {"spec": {"suspend": False}},
-                                 TEAM))
+        lambda: user.merge_patch(*RAYJOB, "sweep", {"spec": {"suspend": False}}, TEAM))
     # A cluster passed off as the RayJob's own, which Kueue leaves to its owner.
-    rayjob = kube.get("ray.io/v1", "RayJob", "sweep", TEAM)
+    rayjob = kube.get(*RAYJOB, "sweep", TEAM)
     forged = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
               "metadata": {"name": "sweep", "namespace": TEAM,
                            "ownerReferences": [owner(rayjob)]},
               "spec": {**rayjob["spec"]["rayClusterSpec"], "suspend": False}}
     assert 'RayCluster "research/sweep" requests nvidia.com/gpu but was not suspended' in refusal(
         lambda: user.create(forged))
-    kube.delete("ray.io/v1", "RayJob", "sweep", TEAM)
+    kube.delete(*RAYJOB, "sweep", TEAM)
 
 
-def test_a_trainjob_is_admitted_whole_and_runs_through_its_jobset(platform):
-    kube, cp = platform.kueue.kube, platform.kueue.cp
-    runtime = kube.create(example("allowed/trainingruntime.yaml"))
-    trainjob = kube.create({
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-        "metadata": {"name": "finetune", "namespace": TEAM},
-        "spec": {"runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime",
-                                "name": runtime["metadata"]["name"]},
-                 "trainer": {"numNodes": 1}}})
-    assert trainjob["spec"]["suspend"] is True, "Kueue's webhook did not suspend the TrainJob"
-    wait_until(lambda: not kube.get("trainer.kubeflow.org/v1alpha1", "TrainJob", "finetune",
-                                    TEAM)["spec"].get("suspend"),
-               "Kueue to start the TrainJob", timeout=60,
-               explain=lambda: f"its Workload: {workload_of(kube, 'finetune').get('status')}")
-    trainjob = kube.get("trainer.kubeflow.org/v1alpha1", "TrainJob", "finetune", TEAM)
-    [patch] = [p["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+def jobset_of_trainjob(trainjob: dict, runtime: dict) -> dict:
+    """What Kubeflow Trainer makes of a started TrainJob: its runtime's JobSet, each replicated
+    Job's pod template completed with what Kueue wrote into the TrainJob's runtime patch, the
+    nodes' Job of `trainer.numNodes` pods."""
+    [patch] = [p["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
                for p in trainjob["spec"]["runtimePatches"]]
-    admitted = patch["template"]["spec"]["template"]
-    assert admitted["metadata"]["labels"][PODSET_LABEL] == patch["name"] == "node"
+    patches = {p["name"]: p["template"]["spec"]["template"] for p in patch}
+    replicated_jobs = copy.deepcopy(runtime["spec"]["template"]["spec"]["replicatedJobs"])
+    for replicated in replicated_jobs:
+        pod = replicated["template"]["spec"]["template"]
+        admitted = patches[replicated["name"]]
+        metadata = pod.setdefault("metadata", {})
+        for key in ("labels", "annotations"):
+            metadata.setdefault(key, {}).update(admitted["metadata"].get(key) or {})
+        spec = pod["spec"]
+        spec["restartPolicy"] = "Never"
+        spec["tolerations"] = spec.get("tolerations", []) + admitted["spec"].get(
+            "tolerations", [])
+        spec["nodeSelector"] = {**spec.get("nodeSelector", {}),
+                                **admitted["spec"].get("nodeSelector", {})}
+        spec["schedulingGates"] = admitted["spec"].get("schedulingGates", [])
+        replicated["replicas"] = 1
+        if replicated["name"] == "node":
+            nodes = trainjob["spec"]["trainer"]["numNodes"]
+            replicated["template"]["spec"] |= {"parallelism": nodes, "completions": nodes}
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": trainjob["metadata"]["name"], "namespace": TEAM,
+                         "ownerReferences": [owner(trainjob)]},
+            "spec": {"replicatedJobs": replicated_jobs}}
 
-    # Kubeflow Trainer: the JobSet of the runtime's node Job, with Kueue's patch.
-    replicated = copy.deepcopy(runtime["spec"]["template"]["spec"]["replicatedJobs"][0])
-    pod = replicated["template"]["spec"]["template"]
-    pod.setdefault("metadata", {}).setdefault("labels", {}).update(
-        admitted["metadata"]["labels"])
-    pod["spec"]["tolerations"] = admitted["spec"].get("tolerations", [])
-    pod["spec"]["nodeSelector"] = admitted["spec"].get("nodeSelector", {})
-    pod["spec"]["restartPolicy"] = "Never"
-    jobset = cp.impersonating(TRAINER).create({
-        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-        "metadata": {"name": "finetune", "namespace": TEAM,
-                     "ownerReferences": [owner(trainjob)]},
-        "spec": {"replicatedJobs": [{"name": "node", "replicas": 1,
-                                     "template": replicated["template"]}]}})
-    # JobSet's controller: its Job, whose pod the Job controller makes.
-    cp.impersonating(JOBSET_CONTROLLER).create({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "finetune-node-0", "namespace": TEAM,
-                     "ownerReferences": [owner(jobset)]},
-        "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": pod}})
-    wait_until(lambda: [p for p in kube.list("v1", "Pod", TEAM,
-                                             labelSelector="job-name=finetune-node-0")
-                        if p.get("status", {}).get("phase") == "Running"
-                        and p["spec"]["nodeName"] in NODES],
-               "the TrainJob's pod to run on a GPU node", timeout=60)
+
+def run_jobset(platform: RunningPlatform, jobset: dict) -> dict[str, list[str]]:
+    """What JobSet's controller does with a started JobSet: a Job per replica, each after the
+    replicated Jobs it depends on completed (the test completes each Job once its pods run);
+    the nodes each replicated Job's pods ran on."""
+    kube, cp = platform.kueue.kube, platform.kueue.cp
+    controller = cp.impersonating(JOBSET_CONTROLLER)
+    name = jobset["metadata"]["name"]
+    placed: dict[str, list[str]] = {}
+    needed = {d["name"] for r in jobset["spec"]["replicatedJobs"] for d in r.get("dependsOn", [])}
+    for replicated in jobset["spec"]["replicatedJobs"]:
+        assert all(d["name"] in placed for d in replicated.get("dependsOn", [])), \
+            "the runtime lists a Job before one it depends on"
+        template, placed[replicated["name"]] = replicated["template"], []
+        pods = template["spec"].get("parallelism", 1)
+        for index in range(replicated.get("replicas", 1)):
+            job = f"{name}-{replicated['name']}-{index}"
+            controller.create(job_from(template, job, jobset, pods))
+            placed[replicated["name"]] += nodes_of_job(kube, job, pods)
+            if replicated["name"] in needed:
+                for pod in job_pods_running(kube, job, pods):
+                    succeed(kube, pod)
+    return placed
+
+
+def test_a_trainjob_with_initializers_is_admitted_whole_and_runs_through_its_jobset(platform):
+    kube, cp = platform.kueue.kube, platform.kueue.cp
+    runtime = kube.create(example(platform, "queued/trainingruntime-topology.yaml"))
+    trainjob = started_by_kueue(kube, example(platform, "queued/trainjob-topology.yaml"))
+    jobset = cp.impersonating(TRAINER).create(jobset_of_trainjob(trainjob, runtime))
+    placed = run_jobset(platform, jobset)
+    # The initializers, which ask for no GPU, ran off the GPU nodes, first; then the two nodes.
+    assert not {*placed["dataset-initializer"], *placed["model-initializer"]} & set(NODES)
+    assert len(set(placed["node"])) == 2 and set(placed["node"]) <= set(NODES)
+    if has_topology(platform):
+        assert in_one_network_node(placed["node"])
     # A user starting another TrainJob is refused; Kueue alone starts one.
+    name = trainjob["metadata"]["name"]
     queued = kube.create({**trainjob, "metadata": {"name": "again", "namespace": TEAM},
                           "spec": {k: v for k, v in trainjob["spec"].items()
                                    if k not in ("suspend", "runtimePatches")}})
     assert queued["spec"]["suspend"] is True
     assert 'TrainJob "research/again": only Kueue starts a TrainJob' in refusal(
-        lambda: cp.impersonating(USER).merge_patch(
-            "trainer.kubeflow.org/v1alpha1", "TrainJob", "again", {"spec": {"suspend": False}},
-            TEAM))
+        lambda: cp.impersonating(USER).merge_patch(*TRAINJOB, "again",
+                                                   {"spec": {"suspend": False}}, TEAM))
+    kube.delete(*TRAINJOB, "again", TEAM)
+    finish(kube, TRAINJOB, name)
+
+
+def test_a_launcher_and_its_gpu_workers_are_admitted_together(platform):
+    kube = platform.kueue.kube
+    jobset = started_by_kueue(kube, example(platform, "queued/jobset-launcher-topology.yaml"))
+    placed = run_jobset(platform, jobset)
+    assert not set(placed["launcher"]) & set(NODES)
+    assert len(set(placed["workers"])) == 2 and set(placed["workers"]) <= set(NODES)
+    if has_topology(platform):
+        assert in_one_network_node(placed["workers"])
+    finish(kube, JOBSET, jobset["metadata"]["name"])
