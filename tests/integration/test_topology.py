@@ -13,8 +13,8 @@ from kueue import API_VERSION
 from test_settings import with_changes
 
 from components.base.facts import GPU_RESOURCE
-from controlplane import Kube, wait_until
-from nodes_and_pods import create_gpu_node, job, pod_template
+from controlplane import ApiError, Kube, wait_until
+from nodes_and_pods import create_gpu_node, job, pod, pod_template
 from running_platform import run_platform
 
 TEAM = "research"
@@ -119,3 +119,17 @@ def test_a_gang_that_prefers_a_rack_runs_now_in_the_fewest_racks(kube):
     racks = sorted(RACK_OF[node] for node in nodes_of(kube, "gang"))
     assert sorted(racks.count(rack) for rack in set(racks)) == [1, 3]
     finish(kube, "blocker", "gang")
+
+
+def test_a_held_gpu_pod_keeps_the_node_selection_kueue_placed_it_by(kube):
+    # Nine GPUs fit on no node: Kueue holds the pod at its gate.
+    held = pod("held", TEAM, gpus=9, scheduler=SCHEDULER)
+    created = kube.create(held)
+    assert "kueue.x-k8s.io/admission" in [g["name"] for g in created["spec"]["schedulingGates"]]
+    with pytest.raises(ApiError) as refused:
+        kube.merge_patch("v1", "Pod", "held", {"spec": {"nodeSelector": {RACK_LABEL: "rack-b"}}},
+                         TEAM)
+    assert refused.value.status == 403
+    assert ('pod "research/held": its spec.nodeSelector changed while Kueue holds it for team '
+            '"research"') in refused.value.message
+    kube.delete("v1", "Pod", "held", TEAM)
