@@ -41,6 +41,8 @@ STACKS: dict[str, dict | None] = {
     # GPU pods outside the teams' namespaces refused, as by default.
     "teams": {"teams": TEAMS},
     "dra": {"kubernetesVersion": "1.37.2", "gpuOperator": {"gpuPath": "dra"}, "teams": TEAMS},
+    # Teams whose GPU nodes are in racks.
+    "topology": {"teams": {**TEAMS, "topology": {"levels": ["example.com/rack"]}}},
     # Node pools taint their own GPU nodes: the policy knows no GPU node's name.
     "node_pools": {"gpuNodes": {"taintedBy": "nodePool", "names": []}},
     # Another vendor's class checked by the platform team, and a user who may taint GPUs.

@@ -20,16 +20,13 @@ from ..base import manifests
 from ..base.facts import (
     ADMISSION_COMPONENT,
     COMPUTE_DOMAIN_LABEL,
-    KUEUE_PREFIX,
     NVLINK_DOMAIN_LABELS,
+    REQUIRED_TOPOLOGY,
 )
 from .conditions import cel_list
 from .inputs import OpaAdmissionInputs
 
 POLICY_NAME = "gpu-platform-compute-domains"
-# Kueue's pod-set annotation for a required topology domain (on the pod template, copied to the
-# pods).
-REQUIRED_TOPOLOGY = KUEUE_PREFIX + "podset-required-topology"
 # What the policy does with a refusal in each admission mode: mutate mode cannot fix this, so it
 # refuses as enforce does; audit warns and records.
 ACTIONS = {"enforce": ["Deny"], "mutate": ["Deny"], "audit": ["Warn", "Audit"]}

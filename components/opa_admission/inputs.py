@@ -37,6 +37,11 @@ class AdmittedTeams(Model):
         description="The topology levels within one multi-node NVLink domain (from "
                     "`teams.topology`): a team's pod that joins a ComputeDomain must require one "
                     "domain of these.")
+    topology_levels: list[str] = Field(
+        default_factory=list,
+        description="The topology's levels above the node (from `teams.topology`): Kueue keeps "
+                    "only a pod set that asks for GPUs to one domain of these, so a workload "
+                    "whose pod set without GPUs asks for one is warned of.")
 
 
 class PlatformDeviceClass(Model):

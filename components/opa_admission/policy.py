@@ -13,7 +13,9 @@ from ..base.facts import (
     PARENT_ANNOTATION,
     POD_GROUP_KEY,
     PODSET_LABEL,
+    PREFERRED_TOPOLOGY,
     PROFILE_PLACEHOLDER,
+    REQUIRED_TOPOLOGY,
     TOPOLOGY_GATE,
     KueueIntegration,
     kueue_integrations,
@@ -157,6 +159,8 @@ def team_params(inputs: OpaAdmissionInputs) -> dict:
         "podSetLabel": PODSET_LABEL,
         "metadataPrefix": KUEUE_PREFIX,
         "jobControllers": list(JOB_CONTROLLERS),
+        "topologyLevels": list(teams.topology_levels) if teams else [],
+        "topologyRequests": [REQUIRED_TOPOLOGY, PREFERRED_TOPOLOGY],
     }
 
 

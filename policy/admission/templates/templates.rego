@@ -106,6 +106,18 @@ template_warnings contains sprintf("%s: the pods made from %s would wait (the ru
 	some h in pod_hints
 }
 
+# With a topology, a team's pod set that asks for no GPU is placed by the node alone (the flavor
+# its pods count on has no other level), so one that asks Kueue for a domain above the node gets
+# a GPU flavor, with the GPU nodes' toleration, and its pods would be refused for it.
+template_warnings contains sprintf("%s: the pods made from %s ask for no GPU but for one domain of %s (%s): Kueue keeps only pod sets that ask for GPUs to such a domain and would give these the GPU nodes' toleration, which a pod without GPUs is refused; remove the annotation from this template (annotate the GPU pod sets only)", [template_owner, entry.path, level, key]) if {
+	team_of_namespace
+	some entry in decided_templates
+	some key in params.teams.topologyRequests
+	level := object.get(object.get(object.get(entry.template, "metadata", {}), "annotations", {}), key, "")
+	level in params.teams.topologyLevels
+	not gpu_pod with input as template_pod(entry)
+}
+
 mutate_fixes(v) if {
 	params.mode == "mutate"
 	v.fixable

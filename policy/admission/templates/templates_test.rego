@@ -154,6 +154,26 @@ template_cases := {
 		"request": t.review({"suspend": true, "template": template(t.binpack([t.gpu_container], {"tolerations": []}))}, {"kind": "Job", "group": "batch", "name": "train", "namespace": "research"}),
 		"admitted": true,
 	},
+	# teams with a topology: only pod sets that ask for GPUs may ask for a domain
+	"a JobSet whose CPU launcher asks for a rack": {
+		"stack": "topology",
+		"request": launcher_and_workers("example.com/rack"),
+		"warned": [
+			`JobSet "research/allreduce": the pods made from spec.replicatedJobs[0].template.spec.template ask for no GPU but for one domain of example.com/rack (kueue.x-k8s.io/podset-required-topology)`,
+			"annotate the GPU pod sets only",
+		],
+		"mutate": {"warned": ["annotate the GPU pod sets only"]},
+	},
+	"a JobSet whose GPU workers alone ask for a rack": {
+		"stack": "topology",
+		"request": launcher_and_workers(null),
+		"admitted": true,
+	},
+	"a CPU launcher that asks for one node": {
+		"stack": "topology",
+		"request": launcher_and_workers("kubernetes.io/hostname"),
+		"admitted": true,
+	},
 	"a GPU Deployment in a namespace of no team": {
 		"stack": "teams",
 		"request": workload("apps", "Deployment", {"template": template(t.binpack([t.gpu_container], {}))}),
@@ -161,6 +181,22 @@ template_cases := {
 		"mutate": {"warned": [`the rule "team-namespace"`]},
 	},
 }
+
+# An MPI-style JobSet in a team namespace: a CPU launcher asking Kueue for one domain of
+# `launcher_level` (none: null) and GPU workers asking for a rack.
+launcher_and_workers(launcher_level) := t.review(
+	{"suspend": true, "replicatedJobs": [
+		{"name": "launcher", "template": {"spec": {"template": {
+			"metadata": {"annotations": {k: launcher_level | k := "kueue.x-k8s.io/podset-required-topology"; launcher_level != null}},
+			"spec": {"restartPolicy": "Never", "containers": [t.container("mpirun", {})]},
+		}}}},
+		{"name": "workers", "template": {"spec": {"template": {
+			"metadata": {"annotations": {"kueue.x-k8s.io/podset-required-topology": "example.com/rack"}},
+			"spec": t.binpack([t.gpu_container], {"restartPolicy": "Never", "tolerations": []}),
+		}}}},
+	]},
+	{"kind": "JobSet", "group": "jobset.x-k8s.io", "name": "allreduce", "namespace": "research"},
+)
 
 # A workload "team-a/serve" of `kind` created by a user.
 workload(group, kind, spec) := t.review(spec, {"kind": kind, "group": group, "name": "serve"})
