@@ -105,9 +105,9 @@ class FakeCluster:
     """What ClusterReader.get answers, by read; reads in `refused` answer 403."""
 
     def __init__(self, objects: dict[Read, Any] | None = None, refused: tuple[Read, ...] = ()):
-        self.by_path = {read.path: value for read, value in (objects or {}).items()}
-        self.named = {read.path for read in (PROMETHEUS_CRD, KUEUE_CRD)}
-        self.refused = {read.path for read in refused}
+        self.by_path = {read.path(): value for read, value in (objects or {}).items()}
+        self.named = {read.path() for read in (PROMETHEUS_CRD, KUEUE_CRD)}
+        self.refused = {read.path() for read in refused}
         self.asked: list[str] = []
 
     def get(self, path: str, **params: str) -> dict | None:
@@ -346,7 +346,7 @@ def test_what_the_user_may_not_read_is_named_as_not_checked_with_the_rule_it_nee
     assert "may not get customresourcedefinitions.apiextensions.k8s.io cluster-wide" in warned
     assert len(logged["warn"]) == 3
     # A refused read is asked once.
-    assert cluster.asked.count(DAEMONSETS.path) == 1
+    assert cluster.asked.count(DAEMONSETS.path()) == 1
 
 
 def test_an_unknown_conflict_id_is_refused_naming_the_ids_there_are():
@@ -381,7 +381,7 @@ def test_the_preview_identity_may_make_every_read_of_the_survey():
 
 def rule_grants(rule: dict, read: Read) -> bool:
     return (read.group in rule["apiGroups"] and read.resource in rule["resources"]
-            and read.verb in rule["verbs"])
+            and read.rbac_verb in rule["verbs"])
 
 
 DRA_FLEET = {**DRA_PATH, "gpuOperator": {"gpuPath": "dra", "maxClusterNodes": 5000}}

@@ -70,6 +70,11 @@ def test_air_gapped_lists_are_current():
         "docs/operators/air-gapped.md is stale: run venv/bin/python scripts/generate.py"
 
 
+def test_preview_access_page_is_current():
+    assert generate.PREVIEW_ACCESS_PAGE.read_text() == generate.render_preview_access(), \
+        "docs/operators/preview-access.yaml is stale: run venv/bin/python scripts/generate.py"
+
+
 def test_benchmark_table_is_current():
     rendered = report.results_page(report.kept(report.RESULTS))
     assert (report.DOCS / report.RESULTS_PAGE).read_text() == rendered, \

@@ -219,6 +219,16 @@ def test_on_the_dra_path_claims_on_the_gpu_classes_must_count_against_the_quotas
 
 DEPLOYMENTS = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments"
 CONFIG_MAP = f"/api/v1/namespaces/{NAMESPACE}/configmaps/kueue-manager-config"
+SERVICES = f"/api/v1/namespaces/{NAMESPACE}/services"
+# Kueue's metrics Service as its chart makes it for a release `kueue`, and as its manifests do.
+CHART_METRICS_SERVICE = {
+    "metadata": {"name": "kueue-controller-manager-metrics-service", "labels": {
+        "app.kubernetes.io/instance": "kueue", "app.kubernetes.io/component": "metrics-service"}},
+    "spec": {"ports": [{"name": "https", "port": 8443}]}}
+MANIFESTS_METRICS_SERVICE = {
+    "metadata": {"name": "kueue-controller-manager-metrics-service", "labels": {
+        "control-plane": "controller-manager", "app.kubernetes.io/name": "kueue"}},
+    "spec": {"ports": [{"name": "https", "port": 8443}]}}
 
 
 def manifests_deployment(image: str = "registry.k8s.io/kueue/kueue:v0.19.2") -> dict:
@@ -256,13 +266,14 @@ def cluster(deployment: dict | None = None, configuration: dict | None = None,
         configuration if configuration is not None else fitting_configuration())}}
     return FakeCluster({f"/apis/{KUEUE_API}": {"kind": "APIResourceList"},
                         CONFIG_MAP: config_map},
-                       {DEPLOYMENTS: [deployment or manifests_deployment()]}, refused)
+                       {DEPLOYMENTS: [deployment or manifests_deployment()],
+                        SERVICES: [CHART_METRICS_SERVICE]}, refused)
 
 
-def preview(reads: FakeCluster) -> checks.Findings:
-    found = existing_kueue.read_kueue(reads, NAMESPACE, "kueue-controller-manager",
-                                      ["research", "vision"])
-    return checks.findings(teams_inputs(), found)
+def preview(reads: FakeCluster, settings=SETTINGS) -> checks.Findings:
+    found = existing_kueue.read_kueue(reads, existing_kueue.KueueReads(settings),
+                                      "kueue-controller-manager")
+    return checks.findings(teams_inputs(settings), found)
 
 
 def test_a_supported_kueue_with_what_the_teams_need_passes_the_preview():
@@ -300,8 +311,9 @@ def test_no_kueue_in_the_namespace_is_refused_naming_the_settings():
 
 
 @pytest.mark.parametrize("refused, unchecked", [
-    ((DEPLOYMENTS,), "its version and Configuration were not checked"),
-    ((CONFIG_MAP,), "none of what the teams need of it was checked"),
+    ((DEPLOYMENTS,), "not checked: Kueue's version and Configuration"),
+    ((CONFIG_MAP,), "not checked: Kueue's Configuration (ConfigMap kueue-system/"
+                    "kueue-manager-config): none of what the teams need of it"),
     (("/api/v1/namespaces/research",), "the labels the program gives them only"),
 ])
 def test_what_the_preview_may_not_read_is_said_not_passed_silently(refused, unchecked):
@@ -347,3 +359,98 @@ def test_the_operators_page_lists_each_requirement_and_the_supported_versions():
         assert f"`{framework.name}`" in section
     major, minor = checks.SUPPORTED_MINOR
     assert f"Kueue v{major}.{minor}.x" in section and checks.TESTED_VERSION in section
+
+
+# --- the queues, flavors and workloads an existing Kueue already has ---------------------------
+
+def kueue_object(kind: str, name: str, namespace: str | None = None, **spec) -> dict:
+    meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return {"apiVersion": KUEUE_API, "kind": kind, "metadata": meta, "spec": spec}
+
+
+def with_queues(**lists: list[dict]) -> FakeCluster:
+    """The cluster of `cluster()` with Kueue's objects: `cluster_queues`, `flavors`,
+    `topologies`, and by team namespace `local_queues_<ns>`, `workloads_<ns>`."""
+    reads = cluster()
+    paths = {"cluster_queues": "clusterqueues", "flavors": "resourceflavors",
+             "topologies": "topologies"}
+    for key, items in lists.items():
+        if key in paths:
+            reads.lists[f"/apis/{KUEUE_API}/{paths[key]}"] = items
+        else:
+            what, namespace = key.rsplit("_", 1)
+            resource = {"local_queues": "localqueues", "workloads": "workloads"}[what]
+            reads.lists[f"/apis/{KUEUE_API}/namespaces/{namespace}/{resource}"] = items
+    return reads
+
+
+def test_a_queue_or_flavor_of_the_teams_names_that_the_cluster_has_is_refused_with_its_fix():
+    found = preview(with_queues(
+        cluster_queues=[kueue_object("ClusterQueue", "research", cohortName="ml")],
+        flavors=[kueue_object("ResourceFlavor", "gpu")],
+        local_queues_vision=[kueue_object("LocalQueue", "default", "vision",
+                                          clusterQueue="vision-old")]))
+    assert len(found.problems) == 3, found.problems
+    clusterqueue, flavor, localqueue = found.problems
+    assert "a ClusterQueue research that the platform did not declare" in clusterqueue
+    assert "(teams.teams[0].name)" in clusterqueue and "rename the team" in clusterqueue
+    assert "a ResourceFlavor gpu" in flavor and "(teams.flavors[0].name)" in flavor
+    assert "a LocalQueue vision/default" in localqueue
+    assert "moving-a-teams-own-queues-to-the-platform" in localqueue
+
+
+def test_the_platforms_own_queues_are_no_clash():
+    ours = {"app.kubernetes.io/part-of": "gpu-platform"}
+    queue = kueue_object("ClusterQueue", "research", cohortName="gpu-platform")
+    queue["metadata"]["labels"] = ours
+    assert preview(with_queues(cluster_queues=[queue])) == checks.Findings()
+
+
+def test_a_queue_in_the_teams_cohort_and_workloads_of_other_queues_are_warned_of():
+    found = preview(with_queues(
+        cluster_queues=[kueue_object("ClusterQueue", "batch", cohortName="gpu-platform")],
+        workloads_research=[kueue_object("Workload", f"job-{i}", "research",
+                                         queueName="research-old") for i in range(3)]
+        + [kueue_object("Workload", "new", "research", queueName="default")]))
+    assert found.problems == []
+    cohort, workloads = found.warnings
+    assert "ClusterQueues batch of the cluster are in the teams' cohort gpu-platform" in cohort
+    assert "research/research-old (3)" in workloads
+    assert "not the team's quota" in workloads
+
+
+def test_a_kueue_from_its_manifests_is_not_scraped_and_the_fix_is_named():
+    reads = cluster()
+    reads.lists[SERVICES] = [MANIFESTS_METRICS_SERVICE]
+    [warning] = preview(reads).warnings
+    assert "no Service in namespace kueue-system has the labels the platform's scrape" in warning
+    assert ("kubectl -n kueue-system label service <its metrics Service> "
+            "app.kubernetes.io/instance=kueue app.kubernetes.io/component=metrics-service"
+            in warning)
+
+
+TOPOLOGY = load_settings(raw(with_changes(teams={**EXISTING["teams"],
+                                                 "topology": {"levels": ["example.com/rack"]}})))
+
+
+def test_with_a_topology_kueues_gate_off_is_refused_and_unlabelled_gpu_nodes_warned_of():
+    configuration = {**fitting_configuration(),
+                     "featureGates": {"TopologyAwareScheduling": False}}
+    nodes = [{"metadata": {"name": name,
+                           "labels": {"nvidia.com/gpu.present": "true", **labels}}}
+             for name, labels in (("gpu-1", {"example.com/rack": "a"}), ("gpu-2", {}))]
+    nodes.append({"metadata": {"name": "cpu-1", "labels": {}}})
+    found = checks.topology_findings(teams_inputs(TOPOLOGY), configuration, nodes)
+    [gate] = found.problems
+    assert "turns the feature gate TopologyAwareScheduling off" in gate
+    [unlabelled] = found.warnings
+    assert "GPU nodes without the level's label example.com/rack: gpu-2." in unlabelled
+    assert checks.topology_findings(teams_inputs(TOPOLOGY), fitting_configuration(),
+                                    nodes[:1]) == checks.Findings()
+
+
+def test_with_a_topology_the_preview_reads_the_topologies_and_a_clash_is_refused():
+    found = preview(with_queues(topologies=[kueue_object("Topology", "gpu-network")]),
+                    TOPOLOGY)
+    [problem] = found.problems
+    assert "a Topology gpu-network that the platform did not declare" in problem

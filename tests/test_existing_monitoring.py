@@ -56,14 +56,14 @@ class FakeCluster:
 
 def cluster(prometheus: dict | None = CHART_DEFAULT_PROMETHEUS,
             deployments: tuple[dict, ...] = (KSM,)) -> FakeCluster:
-    path = (f"{existing_stack.PROMETHEUS_API}/namespaces/monitoring/prometheuses/"
+    path = (f"/apis/{existing_stack.PROMETHEUS_API}/namespaces/monitoring/prometheuses/"
             "kube-prometheus-stack-prometheus")
     objects = {"/api/v1/namespaces/monitoring": {"metadata": {"labels": {
         "kubernetes.io/metadata.name": "monitoring"}}}}
     if prometheus is not None:
         objects[path] = prometheus
     return FakeCluster(objects, {"/apis/apps/v1/deployments": list(deployments),
-                                 f"{existing_stack.PROMETHEUS_API}/prometheuses": [
+                                 f"/apis/{existing_stack.PROMETHEUS_API}/prometheuses": [
                                      {"metadata": {"name": "k8s", "namespace": "observability"}}]})
 
 

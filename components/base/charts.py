@@ -9,9 +9,12 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .component import Component
+from .component import Component, Declared
 from .model import ReleaseProtection
 from .validation import SettingsError, Subject, setting_path
+
+# How a Helm release is named among the objects a component declares.
+HELM_RELEASE = ("helm.sh/v3", "Release")
 
 
 def _leaf_paths(values: Mapping[str, Any], prefix: tuple = ()) -> list[tuple]:
@@ -94,6 +97,7 @@ def release(name: str, *, chart: str, version: str, repository: str, namespace: 
     `values`: a mapping, or an Output of one (a secret). `protection`: whether Pulumi refuses
     to delete or replace it, and whether deleting it from the stack leaves it installed."""
     source, repo = chart_source(chart, repository, chart_path)
+    parent.declared.append(Declared(HELM_RELEASE[0], HELM_RELEASE[1], namespace, name))
     return k8s.helm.v3.Release(
         parent.child_name(name),
         name=name,

@@ -7,6 +7,7 @@ import importlib.metadata
 import inspect
 import typing
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
 import pulumi
@@ -51,6 +52,20 @@ _IMMUTABLE_FIELDS = {("scheduling.k8s.io/v1", "PriorityClass"): ["value", "preem
 _FIELD_ARGS = {"roleRef": "role_ref", "stringData": "string_data",
                "globalDefault": "global_default", "preemptionPolicy": "preemption_policy",
                "automountServiceAccountToken": "automount_service_account_token"}
+
+
+@dataclass(frozen=True)
+class Declared:
+    """An object a component declares (a Helm release: `helm.sh/v3` `Release`), as the preview
+    identity's rights are made from them."""
+
+    api_version: str
+    kind: str
+    namespace: str | None
+    name: str
+    role_ref: tuple[str, str] | None = None   # a binding's (kind, name) of the role it binds
+    # A ValidatingAdmissionPolicy's (apiVersion, kind) of its parameters.
+    param_kind: tuple[str, str] | None = None
 
 
 def logical_name(obj: dict) -> str:
@@ -119,6 +134,7 @@ class Component(pulumi.ComponentResource, Generic[InputsT]):
                   child_prefix: str | None = None) -> None:
         """Registers the component itself, before its children."""
         super().__init__(f"{PACKAGE}:index:{type(self).__name__}", name, None, opts)
+        self.declared: list[Declared] = []
         parent = opts.parent if opts else None
         if child_prefix is None:
             child_prefix = parent._child_prefix if isinstance(parent, Component) else f"{name}-"
@@ -140,6 +156,14 @@ def declare(obj: dict[str, Any], parent: Component,
     """Declare one manifest as a resource that is a child of `parent`; with `retain`, removing
     it from the stack leaves the object in the cluster. Its logical name is `name` (for an
     object whose own name changes as a new one replaces it), else `namespace/name`."""
+    meta = obj["metadata"]
+    spec = obj.get("spec")
+    role_ref = obj.get("roleRef")
+    param_kind = spec.get("paramKind") if isinstance(spec, dict) else None
+    parent.declared.append(Declared(
+        obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"],
+        (role_ref["kind"], role_ref["name"]) if role_ref else None,
+        (param_kind["apiVersion"], param_kind["kind"]) if param_kind else None))
     opts = pulumi.ResourceOptions(parent=parent, depends_on=list(depends_on or []),
                                   retain_on_delete=retain or None)
     if immutable := _IMMUTABLE_FIELDS.get((obj["apiVersion"], obj["kind"])):

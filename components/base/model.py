@@ -6,6 +6,7 @@ them."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -223,6 +224,41 @@ class PulledImages(Model):
 
 
 GpuPath = Literal["devicePlugin", "dra"]
+
+
+@dataclass(frozen=True)
+class Read:
+    """One read a preview makes of the cluster: a list (or, named, one object) of a resource,
+    in a namespace or cluster-wide, with `verb` where it is not the usual one (a `get` of an
+    object whose name the preview learns as it reads). The preview identity's RBAC is generated
+    from these."""
+
+    api: str
+    resource: str
+    namespace: str | None = None
+    name: str | None = None
+    verb: Literal["get", "list"] | None = None
+
+    @property
+    def group(self) -> str:
+        return self.api.rpartition("/")[0]
+
+    def path(self, name: str | None = None) -> str:
+        """The URL path of the read, or of the object `name` for a read of unnamed gets."""
+        root = f"/apis/{self.api}" if self.group else f"/api/{self.api}"
+        scope = f"/namespaces/{self.namespace}" if self.namespace else ""
+        named = name or self.name
+        return f"{root}{scope}/{self.resource}" + (f"/{named}" if named else "")
+
+    @property
+    def rbac_verb(self) -> str:
+        return self.verb or ("get" if self.name else "list")
+
+    @property
+    def rule(self) -> str:
+        resource = f"{self.resource}.{self.group}" if self.group else self.resource
+        where = f"in namespace {self.namespace}" if self.namespace else "cluster-wide"
+        return f"{self.rbac_verb} {resource} {where}"
 
 
 class ClusterReads(Protocol):

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import re
 
-from ..base.model import ClusterReads
+from ..base.model import ClusterReads, Read
 from .inputs import MonitoringInputs
 from .monitors import prometheus_objects
 from .values import ksm_labels
 
-PROMETHEUS_API = "/apis/monitoring.coreos.com/v1"
+PROMETHEUS_API = "monitoring.coreos.com/v1"
 # Which of a Prometheus' selectors pick each kind the platform declares, and which namespaces
 # they look in (monitoring.coreos.com/v1 Prometheus: a null selector matches no object, an
 # empty one every object; a null namespace selector matches the Prometheus' own namespace
@@ -136,20 +136,30 @@ def kube_state_metrics_warnings(deployments: list[dict], inputs: MonitoringInput
     return warnings
 
 
+def reads(inputs: MonitoringInputs) -> dict[str, Read]:
+    """What `survey` reads: the Prometheus by name (listing them all when it is not found), its
+    namespace, and kube-state-metrics' Deployments."""
+    mon = inputs.monitoring
+    return {"prometheus": Read(PROMETHEUS_API, "prometheuses", namespace=mon.namespace,
+                               name=mon.existing.prometheus),
+            "prometheuses": Read(PROMETHEUS_API, "prometheuses"),
+            "namespace": Read("v1", "namespaces", name=mon.namespace),
+            "deployments": Read("apps/v1", "deployments")}
+
+
 def survey(reader: ClusterReads, inputs: MonitoringInputs) -> tuple[list[str], list[str]]:
     """(problems, warnings) of joining the existing stack: a problem stops the preview."""
-    mon = inputs.monitoring
-    path = f"{PROMETHEUS_API}/namespaces/{mon.namespace}/prometheuses/{mon.existing.prometheus}"
-    prometheus = reader.get(path)
+    mon, read = inputs.monitoring, reads(inputs)
+    prometheus = reader.get(read["prometheus"].path())
     if prometheus is None:
         found = [f"{p['metadata']['namespace']}/{p['metadata']['name']}"
-                 for p in reader.items(f"{PROMETHEUS_API}/prometheuses")]
+                 for p in reader.items(read["prometheuses"].path())]
         return ([f"monitoring.existing.prometheus: no Prometheus {mon.namespace}/"
                  f"{mon.existing.prometheus} (monitoring.namespace/monitoring.existing."
                  f"prometheus); the cluster has {', '.join(found) or 'none'}"], [])
-    namespace = reader.get(f"/api/v1/namespaces/{mon.namespace}") or {}
+    namespace = reader.get(read["namespace"].path()) or {}
     labels = (namespace.get("metadata") or {}).get("labels") or {}
     problems = unselected(prometheus, labels, prometheus_objects(inputs))
     warnings = kube_state_metrics_warnings(
-        reader.items("/apis/apps/v1/deployments", labelSelector=KSM_NAME_LABEL), inputs)
+        reader.items(read["deployments"].path(), labelSelector=KSM_NAME_LABEL), inputs)
     return problems, warnings

@@ -17,6 +17,7 @@ from typing import Any
 import pulumi
 
 from ..base.facts import GPU_PRESENT_LABEL, GPU_RESOURCE
+from ..base.model import Read
 from ..base.validation import CONFIG_NAMESPACE
 from ..binpack_scheduler.sizing import dra_fleet_advice
 from ..gpu_operator import critical_pods
@@ -46,36 +47,6 @@ GKE_DRIVER_VERSION = "cloud.google.com/gke-gpu-driver-version"
 EKS_LABEL_PREFIXES = ("eks.amazonaws.com/", "karpenter.k8s.aws/")
 KARPENTER_GPU_MAKER = "karpenter.k8s.aws/instance-gpu-manufacturer"
 SHOWN = 5
-
-
-@dataclass(frozen=True)
-class Read:
-    """One read of the cluster: a list (or, named, one object), and the RBAC rule it needs."""
-
-    api: str
-    resource: str
-    namespace: str | None = None
-    name: str | None = None
-
-    @property
-    def group(self) -> str:
-        return self.api.rpartition("/")[0]
-
-    @property
-    def path(self) -> str:
-        root = f"/apis/{self.api}" if self.group else f"/api/{self.api}"
-        scope = f"/namespaces/{self.namespace}" if self.namespace else ""
-        return f"{root}{scope}/{self.resource}" + (f"/{self.name}" if self.name else "")
-
-    @property
-    def verb(self) -> str:
-        return "get" if self.name else "list"
-
-    @property
-    def rule(self) -> str:
-        resource = f"{self.resource}.{self.group}" if self.group else self.resource
-        where = f"in namespace {self.namespace}" if self.namespace else "cluster-wide"
-        return f"{self.verb} {resource} {where}"
 
 
 NODES = Read("v1", "nodes")
@@ -468,15 +439,15 @@ def survey(settings: StackSettings, reader: ClusterReader) -> Survey:
             if read in reads or read in refused:
                 continue
             try:
-                reads[read] = reader.get(read.path) if read.name else reader.items(read.path)
+                reads[read] = reader.get(read.path()) if read.name else reader.items(read.path())
             except NotAllowed:
                 refused.add(read)
         missing = [read.rule for read in check.reads if read in refused]
         if missing:
             result.not_checked.append(
                 f"not checked: {check.looks_for} ({check.conflict}): the context's user may "
-                f"not {' or '.join(missing)}; give it that right (as docs/operators/"
-                f"preview-access.yaml does) to have the preview check it")
+                f"not {' or '.join(missing)}; give it that right (as the stack's "
+                f"previewAccess output does) to have the preview check it")
         elif found := check.find(settings, reads):
             result.found.setdefault(check.conflict, []).extend(found)
     # The nodes were read for more-nodes-than-quota, which always applies; advice needs them too.

@@ -23,6 +23,7 @@ from .existing_stacks import check_existing_stacks
 from .framework_crds import report_framework_crds
 from .generated_args import GpuPlatformArgs
 from .inputs import GpuPlatformInputs, platform_inputs
+from .preview_access import preview_access_yaml
 from .stack_cluster import check_cluster
 from .wiring import check_platform, component_inputs, required_charts, required_images
 
@@ -59,6 +60,9 @@ class GpuPlatform(Component[GpuPlatformInputs]):
     "Every image the platform runs, as the nodes pull them: what a mirror must hold."
     charts: list[str]
     "The Helm charts it installs, and where from."
+    preview_access: str
+    ("The pull-request preview identity's objects, for `kubectl apply`: it may read and dry-run "
+     "what the platform declares and what its preview reads, nothing else.")
 
     def __init__(self, name: str, args: GpuPlatformArgs,
                  opts: pulumi.ResourceOptions | None = None):
@@ -131,6 +135,11 @@ class GpuPlatform(Component[GpuPlatformInputs]):
         self.compaction_schedule = self.compaction.schedule if self.compaction else None
         self.images = required_images(components)
         self.charts = required_charts(components)
+        self.preview_access = preview_access_yaml(
+            [declared for component in (self.nodes, self.operator, self.scheduler, self.teams,
+                                        self.admission, self.monitoring, self.compaction,
+                                        self.reclaim) if component
+             for declared in component.declared], settings)
         self.outputs = {
             "clusterContext": self.cluster_context,
             "schedulerName": self.scheduler_name,
@@ -145,6 +154,8 @@ class GpuPlatform(Component[GpuPlatformInputs]):
             # What a mirror must hold before an air-gapped install.
             "images": self.images,
             "charts": self.charts,
+            # What the pull-request preview identity needs, for `kubectl apply`.
+            "previewAccess": self.preview_access,
         }
         self.register_outputs(self.outputs)
 

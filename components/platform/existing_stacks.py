@@ -14,7 +14,7 @@ from .stack_cluster import ClusterError, ClusterReader, ClusterUnreachable, NotA
 from .wiring import component_inputs
 
 # What the preview identity needs to read an existing monitoring stack
-# (docs/operators/preview-access.yaml grants it).
+# (the stack's previewAccess output grants it).
 MONITORING_READS = ("get prometheuses (monitoring.coreos.com) and namespaces, list "
                     "deployments (apps)")
 

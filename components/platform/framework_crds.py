@@ -8,11 +8,20 @@ from __future__ import annotations
 import pulumi
 
 from ..base.facts import FRAMEWORK_INTEGRATIONS
+from ..base.model import Read
 from ..base.validation import CONFIG_NAMESPACE
 from .settings import StackSettings
 from .stack_cluster import ClusterError, ClusterReader, ClusterUnreachable, NotAllowed
 
-CRDS_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+# The frameworks' CRDs, by name (`<resource>.<group>`), each a read of the preview.
+CRD_READS = {f"{f.resource}.{f.group}": Read("apiextensions.k8s.io/v1",
+                                             "customresourcedefinitions",
+                                             name=f"{f.resource}.{f.group}")
+             for f in FRAMEWORK_INTEGRATIONS}
+
+
+def framework_reads(settings: StackSettings) -> list[Read]:
+    return list(CRD_READS.values()) if settings.teams.enabled else []
 
 
 def framework_notes(settings: StackSettings, served: set[str]) -> tuple[list[str], list[str]]:
@@ -42,13 +51,13 @@ def report_framework_crds(settings: StackSettings) -> None:
         return
     try:
         with ClusterReader(settings.cluster) as reader:
-            served = {name for name in (f"{f.resource}.{f.group}" for f in FRAMEWORK_INTEGRATIONS)
-                      if reader.get(f"{CRDS_PATH}/{name}") is not None}
+            served = {name for name, read in CRD_READS.items()
+                      if reader.get(read.path()) is not None}
     except NotAllowed as refused:
         pulumi.log.warn(f"{CONFIG_NAMESPACE}: not checked: which of teams.frameworks the cluster "
                         f"serves ({refused}); the preview identity needs to get "
-                        f"customresourcedefinitions (apiextensions.k8s.io), as "
-                        f"docs/operators/preview-access.yaml grants")
+                        f"customresourcedefinitions (apiextensions.k8s.io), as the "
+                        f"stack's previewAccess grants")
         return
     except ClusterUnreachable as error:
         raise ClusterError(str(error)) from None

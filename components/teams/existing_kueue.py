@@ -10,12 +10,19 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..base.facts import KUEUE_API
+from ..base.facts import (
+    GPU_PRESENT_LABEL,
+    KUEUE_API,
+    KUEUE_DEFAULT_QUEUE,
+    KUEUE_METRICS_PORT_NAME,
+    kueue_metrics_service_labels,
+)
+from ..base.manifests import PART_OF
 from ..base.validation import go_duration_seconds
 from .inputs import TeamsInputs
 from .kueue import kueue_configuration
-from .queues import TEAM_LABEL
-from .settings import KueueSettings
+from .queues import NODE_TOPOLOGY_NAME, TEAM_LABEL, TOPOLOGY_NAME
+from .settings import POD_FLAVOR, KueueSettings
 
 # Where Kueue reads its Configuration: the key of the ConfigMap its Deployment mounts, as
 # Kueue's manifests (config/components/manager) and its chart (`<fullname>-manager-config`)
@@ -64,6 +71,20 @@ class FoundKueue:
     configuration_source: str = ""
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     unread: list[str] = field(default_factory=list)
+    queues: FoundQueues | None = None
+    services: list[dict] | None = None
+
+
+@dataclass(frozen=True)
+class FoundQueues:
+    """Kueue's objects a preview read beside the teams' (None: not read): ClusterQueues,
+    ResourceFlavors and Topologies, and the LocalQueues and Workloads of the team namespaces."""
+
+    cluster_queues: list[dict] | None = None
+    flavors: list[dict] | None = None
+    topologies: list[dict] | None = None
+    local_queues: list[dict] | None = None
+    workloads: list[dict] | None = None
 
 
 def image_version(image: str) -> tuple[int, int, int] | None:
@@ -221,4 +242,141 @@ def findings(inputs: TeamsInputs, found: FoundKueue) -> Findings:
     if found.configuration is not None:
         result.add(configuration_findings(inputs, found.configuration,
                                           found.configuration_source, found.namespace_labels))
+    if found.queues is not None:
+        result.add(queue_findings(inputs, found.queues))
+    if found.services is not None:
+        result.add(metrics_findings(kueue, found.services))
     return result
+
+
+def _name(obj: dict) -> str:
+    return (obj.get("metadata") or {}).get("name", "")
+
+
+def _namespace(obj: dict) -> str:
+    return (obj.get("metadata") or {}).get("namespace", "")
+
+
+def platforms(obj: dict) -> bool:
+    """Whether the object is one the platform declared (its labels say so)."""
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(
+        "app.kubernetes.io/part-of") == PART_OF
+
+
+MIGRATION = "docs/operators/teams.md#moving-a-teams-own-queues-to-the-platform"
+
+
+def queue_findings(inputs: TeamsInputs, found: FoundQueues) -> Findings:
+    """Kueue's objects the cluster has beside those the teams' would be: a name the platform
+    would take over (a problem: `pulumi up` would fail on it or rewrite another's queue), a
+    queue that shares the teams' cohort, and team workloads that name other queues."""
+    teams = inputs.teams
+    result = Findings()
+
+    def clash(kind: str, name: str, setting: str, fix: str) -> None:
+        result.problems.append(
+            f"{MODE}: the cluster has a {kind} {name} that the platform did not declare, and the "
+            f"teams' queues declare one of that name ({setting}): `pulumi up` would fail on it "
+            f"or take it over; fix: {fix} ({MIGRATION})")
+
+    teams_by_name = {t.name: i for i, t in enumerate(teams.teams)}
+    for queue in found.cluster_queues or []:
+        name = _name(queue)
+        if name in teams_by_name and not platforms(queue):
+            clash("ClusterQueue", name, f"teams.teams[{teams_by_name[name]}].name",
+                  "rename the team, or move its workloads to the platform's queue and delete "
+                  f"ClusterQueue {name} first")
+    flavors = {f.name: f"teams.flavors[{i}].name" for i, f in enumerate(teams.flavors)}
+    flavors[POD_FLAVOR] = "the flavor every team's pods count on"
+    for flavor in found.flavors or []:
+        if _name(flavor) in flavors and not platforms(flavor):
+            clash("ResourceFlavor", _name(flavor), flavors[_name(flavor)],
+                  "rename the platform's flavor, or the cluster's (its ClusterQueues name it)")
+    if teams.topology.node_levels:
+        for topology in found.topologies or []:
+            if _name(topology) in (TOPOLOGY_NAME, NODE_TOPOLOGY_NAME) and not platforms(topology):
+                clash("Topology", _name(topology), "teams.topology",
+                      "delete or rename the cluster's Topology (its flavors name it)")
+    for queue in found.local_queues or []:
+        if _name(queue) == KUEUE_DEFAULT_QUEUE and not platforms(queue):
+            clash("LocalQueue", f"{_namespace(queue)}/{_name(queue)}",
+                  f"the queue of team namespace {_namespace(queue)}",
+                  f"move its workloads to the platform's queue, then delete LocalQueue "
+                  f"{_namespace(queue)}/{_name(queue)}")
+    sharing = sorted(_name(q) for q in found.cluster_queues or []
+                     if (q.get("spec") or {}).get("cohortName") == teams.cohort
+                     and not platforms(q) and _name(q) not in teams_by_name)
+    if sharing:
+        result.warnings.append(
+            f"{MODE}: ClusterQueues {', '.join(sharing)} of the cluster are in the teams' "
+            f"cohort {teams.cohort}: they borrow the teams' idle GPUs and lend theirs, and "
+            f"fair sharing weighs them with the teams; set teams.cohort to a cohort of its own "
+            f"to keep the teams apart")
+    others: dict[str, int] = {}
+    for workload in found.workloads or []:
+        queue = (workload.get("spec") or {}).get("queueName")
+        if queue and queue != KUEUE_DEFAULT_QUEUE:
+            key = f"{_namespace(workload)}/{queue}"
+            others[key] = others.get(key, 0) + 1
+    if others:
+        named = ", ".join(f"{queue} ({count})" for queue, count in sorted(others.items()))
+        result.warnings.append(
+            f"{MODE}: workloads in team namespaces name queues the platform does not manage "
+            f"(LocalQueue: workloads): {named}. Kueue admits them against those queues' "
+            f"ClusterQueues, not the team's quota; move them: {MIGRATION}")
+    return result
+
+
+def topology_findings(inputs: TeamsInputs, configuration: dict | None,
+                      nodes: list[dict] | None) -> Findings:
+    """With a topology: Kueue's TopologyAwareScheduling gate (the cluster's Kueue's
+    Configuration, when one was read) and the GPU nodes' labels of the levels (when read)."""
+    levels = inputs.teams.topology.node_levels
+    result = Findings()
+    if not levels:
+        return result
+    if configuration is not None and _setting(
+            configuration, "featureGates", {}).get("TopologyAwareScheduling") is False:
+        result.problems.append(
+            f"{MODE}: Kueue's Configuration turns the feature gate TopologyAwareScheduling off: "
+            f"no workload of the teams' queues would be admitted (every flavor names a "
+            f"Topology, teams.topology); fix: turn it on (the default since Kueue v0.14), or "
+            f"unset teams.topology")
+    missing: dict[str, list[str]] = {}
+    for node in nodes or []:
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        if labels.get(GPU_PRESENT_LABEL[0]) != GPU_PRESENT_LABEL[1]:
+            continue
+        # The node's own level (kubernetes.io/hostname) every kubelet sets.
+        for level in levels[:-1]:
+            if level not in labels:
+                missing.setdefault(level, []).append(_name(node))
+    for level, names in sorted(missing.items()):
+        shown = ", ".join(sorted(names)[:5]) + (f" and {len(names) - 5} more"
+                                                  if len(names) > 5 else "")
+        result.warnings.append(
+            f"teams.topology: GPU nodes without the level's label {level}: {shown}. Kueue "
+            f"counts them in no domain of the topology and admits no team workload there; fix: "
+            f"label them (the tool or cloud of the preset does: docs/concepts/topology.md"
+            f"#presets), or choose levels the nodes carry")
+    return result
+
+
+def metrics_findings(kueue: KueueSettings, services: list[dict]) -> Findings:
+    """Whether the platform's scrape of Kueue's metrics (the chart's Service labels, by
+    `releaseName`) finds a Service in Kueue's namespace."""
+    wanted = kueue_metrics_service_labels(kueue.release_name)
+    if any(all(((s.get("metadata") or {}).get("labels") or {}).get(k) == v
+               for k, v in wanted.items())
+           and any(p.get("name") == KUEUE_METRICS_PORT_NAME
+                   for p in (s.get("spec") or {}).get("ports") or [])
+           for s in services):
+        return Findings()
+    labels = " ".join(f"{k}={v}" for k, v in wanted.items())
+    return Findings(warnings=[
+        f"{MODE}: no Service in namespace {kueue.namespace} has the labels the platform's "
+        f"scrape of Kueue selects ({labels}, port {KUEUE_METRICS_PORT_NAME}): the dashboard's "
+        f"team rows stay empty and KueueUnavailable cannot fire. A Kueue installed from its "
+        f"manifests names it controller-manager-metrics-service; fix: `kubectl -n "
+        f"{kueue.namespace} label service <its metrics Service> {labels}`, or set "
+        f"teams.kueue.releaseName to the Helm release of a Kueue installed with its chart"])

@@ -239,6 +239,10 @@ class Kube:
             raise LookupError(f"the API server serves no kind {kind} in {api_version}")
         return self._resources[api_version][kind]
 
+    def resource_name(self, api_version: str, kind: str) -> str:
+        """The resource (plural) the API server serves the kind as."""
+        return self._resource(api_version, kind)["name"]
+
     def serves(self, api_version: str, kind: str) -> bool:
         try:
             self._resource(api_version, kind)

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import pytest
 import yaml
-from kueue import API_VERSION, NAMESPACE, SERVICE_ACCOUNT, Kueue
+from kueue import API_VERSION, NAMESPACE, QUEUE_LABEL, SERVICE_ACCOUNT, Kueue
 from test_settings import with_changes
-from test_teams import running_on, status, workload_condition
+from test_teams import running_on, status, workload_condition, workload_of
 
 from components.base.facts import GPU_RESOURCE
 from components.platform import existing_kueue
@@ -114,14 +114,23 @@ def test_the_preview_passes_the_existing_kueue_and_warns_of_what_it_weakens(plat
     assert found.problems == []
     where = (f"Kueue's Configuration (ConfigMap {NAMESPACE}/{CONFIG_MAP}, "
              f"controller_manager_config.yaml)")
-    assert sorted(found.warnings) == sorted(
+    assert sorted(found.warnings) == sorted([
         f"teams.kueue.mode: existing: {where}: {warning}" for warning in (
             "waitForPodsReady.timeout: 5m: a workload whose pods do not all run gives its GPUs "
             "back after that, not after teams.waitForPodsReady (10m)",
             "fairSharing: off: the teams' fairSharingWeight has no effect (GPUs beyond the "
             "quotas go to whichever team asks first)",
             "metrics.enableClusterQueueResources: not true: the dashboard's team rows have no "
-            "quota, usage or borrowing"))
+            "quota, usage or borrowing")] + [
+        # The suite runs Kueue as its manifests do, with no metrics Service of the chart's.
+        f"teams.kueue.mode: existing: no Service in namespace {NAMESPACE} has the labels the "
+        f"platform's scrape of Kueue selects (app.kubernetes.io/instance=kueue "
+        f"app.kubernetes.io/component=metrics-service, port https): the dashboard's team rows "
+        f"stay empty and KueueUnavailable cannot fire. A Kueue installed from its manifests "
+        f"names it controller-manager-metrics-service; fix: `kubectl -n {NAMESPACE} label "
+        f"service <its metrics Service> app.kubernetes.io/instance=kueue "
+        f"app.kubernetes.io/component=metrics-service`, or set teams.kueue.releaseName to the "
+        f"Helm release of a Kueue installed with its chart"])
 
 
 def test_the_preview_refuses_a_kueue_of_another_minor(platform):
@@ -161,3 +170,77 @@ def test_a_teams_gpu_jobs_are_queued_admitted_and_packed(platform):
                "Kueue to consider the job beyond the quota", timeout=30)
     assert (workload_condition(kube, TEAM, "beyond", "QuotaReserved") or {})["status"] == "False"
     assert not running_on(kube, TEAM, "beyond")
+
+
+def queue_of(kube, name: str) -> str:
+    """The ClusterQueue that admitted the Job's workload, or "" while none has."""
+    workload = workload_of(kube, TEAM, name) or {}
+    return ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue", "")
+
+
+def gpus_reserved(kube, queue: str) -> int:
+    status_ = kube.get(API_VERSION, "ClusterQueue", queue).get("status") or {}
+    return sum(int(resource["total"]) for flavor in status_.get("flavorsReservation") or []
+               for resource in flavor["resources"] if resource["name"] == GPU_RESOURCE)
+
+
+def test_a_teams_own_queue_moves_to_the_platforms_with_nothing_lost_or_counted_twice(platform):
+    """docs/operators/teams.md#moving-a-teams-own-queues-to-the-platform, step by step."""
+    kube, scheduler = platform.cp.admin, platform.settings.scheduler.name
+    for name in ("first", "second", "beyond"):
+        kube.delete("batch/v1", "Job", name, TEAM, propagation="Background")
+    # The team's own queue before the platform: a flavor of its own and 4 GPUs.
+    kube.create({"apiVersion": API_VERSION, "kind": "ResourceFlavor",
+                 "metadata": {"name": "on-demand"},
+                 "spec": {"tolerations": [t.toleration()
+                                          for t in platform.settings.gpu_nodes.taints]}})
+    kube.create({"apiVersion": API_VERSION, "kind": "ClusterQueue",
+                 "metadata": {"name": "research-old"},
+                 "spec": {"namespaceSelector": {}, "resourceGroups": [{
+                     "coveredResources": [GPU_RESOURCE], "flavors": [{
+                         "name": "on-demand", "resources": [
+                             {"name": GPU_RESOURCE, "nominalQuota": "4"}]}]}]}})
+    kube.create({"apiVersion": API_VERSION, "kind": "LocalQueue",
+                 "metadata": {"name": "research-queue", "namespace": TEAM},
+                 "spec": {"clusterQueue": "research-old"}})
+
+    def old_job(name: str, gpus: int) -> dict:
+        template = pod_template({"app": name}, gpus=gpus)
+        template["spec"]["schedulerName"] = scheduler
+        labelled = job(name, TEAM, template, parallelism=1, completions=1)
+        labelled["metadata"]["labels"] = {QUEUE_LABEL: "research-queue"}
+        return labelled
+
+    kube.create(old_job("old-running", 4))
+    wait_until(lambda: running_on(kube, TEAM, "old-running"), "the old queue's job to run",
+               timeout=60)
+    kube.create(old_job("old-waiting", 2))
+    wait_until(lambda: workload_condition(kube, TEAM, "old-waiting", "QuotaReserved"),
+               "Kueue to consider the waiting job", timeout=30)
+    assert queue_of(kube, "old-waiting") == ""
+    # Step 1: the preview names the workloads of the team's own queue.
+    [warning] = [w for w in existing_kueue.existing_kueue_findings(platform.preview).warnings
+                 if "name queues the platform does not manage" in w]
+    assert f"{TEAM}/research-queue (2)" in warning
+    # Step 2: what waits moves to the team's queue by its label; what runs stays where it was
+    # admitted.
+    kube.merge_patch("batch/v1", "Job", "old-waiting",
+                     {"metadata": {"labels": {QUEUE_LABEL: "default"}}}, TEAM)
+    wait_until(lambda: running_on(kube, TEAM, "old-waiting"), "the moved job to run",
+               timeout=60)
+    assert queue_of(kube, "old-waiting") == TEAM
+    assert queue_of(kube, "old-running") == "research-old"
+    # Each workload counts once, against the queue that admitted it.
+    wait_until(lambda: (gpus_reserved(kube, "research-old"), gpus_reserved(kube, TEAM)) == (4, 2),
+               "each queue to count its own workload", timeout=30,
+               explain=lambda: str([kube.get(API_VERSION, "ClusterQueue", q).get("status")
+                                    for q in ("research-old", TEAM)]))
+    # Step 3: once the old queue's work is done, the old queue goes.
+    kube.delete("batch/v1", "Job", "old-running", TEAM, propagation="Background")
+    wait_until(lambda: gpus_reserved(kube, "research-old") == 0,
+               "the old queue to hold nothing", timeout=60)
+    kube.delete(API_VERSION, "LocalQueue", "research-queue", TEAM)
+    kube.delete(API_VERSION, "ClusterQueue", "research-old")
+    assert not [w for w in existing_kueue.existing_kueue_findings(platform.preview).warnings
+                if "name queues the platform does not manage" in w]
+    assert gpus_reserved(kube, TEAM) == 2

@@ -49,13 +49,14 @@ EFA = "vpc.amazonaws.com/efa"
 CAPACITY = {GPU_RESOURCE: "8", EFA: "32", "cpu": "192", "memory": "2048Gi", "pods": "110"}
 
 
-def stack(topology: dict | None) -> dict:
+def stack(topology: dict | None, gpus: int = 8 * len(NODES)) -> dict:
+    """The stack of these nodes and one team with a quota of `gpus` GPUs."""
     return with_changes(
         gpuNodes={"names": list(NODES)},
         teams={"enabled": True, "waitForPodsReady": "120s",
                **({"topology": topology} if topology else {}),
                "teams": [{"name": TEAM, "namespaces": [TEAM],
-                          "quota": {"gpu": {GPU_RESOURCE: 8 * len(NODES)}}}]})
+                          "quota": {"gpu": {GPU_RESOURCE: gpus}}}]})
 
 
 STACK = stack(None)

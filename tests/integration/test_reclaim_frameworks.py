@@ -23,6 +23,7 @@ from test_frameworks import (
     example,
     owner,
     platform,  # noqa: F401 (the module's fixture)
+    stack,
     workload_of,
 )
 
@@ -31,6 +32,8 @@ from controlplane import wait_until
 from declared_objects import apply_declared, find
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+# A quota of two whole nodes: the JobSet below holds it all.
+STACK = stack(None, gpus=16)
 
 
 def running(kube, job: str) -> list[dict]:
@@ -52,7 +55,7 @@ def test_an_idle_jobset_goes_back_to_its_queue_whole_and_the_waiting_job_runs(pl
     try:
         # The users' queued JobSet: two 8-GPU workers, the team's whole quota; of the Job's
         # priority (one of a higher priority, queued again, would preempt the Job to get back).
-        manifest = example("queued/jobset.yaml")
+        manifest = example(platform, "queued/jobset.yaml")
         del manifest["metadata"]["labels"]
         created = cp.impersonating(USER).create(manifest)
         assert created["spec"]["suspend"] is True, "Kueue's webhook did not suspend the JobSet"
@@ -77,7 +80,7 @@ def test_an_idle_jobset_goes_back_to_its_queue_whole_and_the_waiting_job_runs(pl
         names = [p["metadata"]["name"] for p in pods]
 
         # A Job queued behind it waits: the quota is the JobSet's.
-        waiting = cp.impersonating(USER).create(example("queued/job.yaml"))
+        waiting = cp.impersonating(USER).create(example(platform, "queued/job.yaml"))
         wait_until(lambda: (w := workload_of(kube, waiting["metadata"]["name"])) and not
                    condition(w, "QuotaReserved") and w.get("status", {}).get("conditions"),
                    "the waiting Job's Workload to be pending", timeout=60)
