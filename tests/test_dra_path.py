@@ -10,13 +10,10 @@ import tools
 from components import gpu_operator, teams
 from components.base.facts import (
     COMPUTE_DOMAIN_LABEL,
-    GFD_CLIQUE_LABEL,
-    TOPOGRAPH_ACCELERATOR_LABEL,
 )
 from components.base.model import minor_release
 from components.binpack_scheduler.preemption import NO_DRA_PREEMPTION_THROUGH
 from components.opa_admission.compute_domains import compute_domain_policy
-from components.teams.settings import TopologySettings
 from harness import admission_of, operator_of
 
 DRA = settings_of(kubernetesVersion="1.37.2",
@@ -100,15 +97,6 @@ def test_pods_joining_a_compute_domain_are_decided_by_the_api_server_on_the_dra_
                         admission={"mode": "audit", "failurePolicy": "Ignore"})
     assert compute_domain_policy(admission_of(audit))[1]["spec"]["validationActions"] == [
         "Warn", "Audit"]
-
-
-def test_kueue_keeps_a_team_s_pods_in_one_nvlink_domain_only_at_a_level_within_one():
-    def levels(topology: dict) -> list[str]:
-        return TopologySettings(**topology).nvlink_levels
-    assert levels({"preset": "nvlink-clique"}) == [GFD_CLIQUE_LABEL, "kubernetes.io/hostname"]
-    assert levels({"preset": "topograph"}) == [TOPOGRAPH_ACCELERATOR_LABEL,
-                                                "kubernetes.io/hostname"]
-    assert levels({"preset": "gke"}) == levels({}) == []
 
 
 def test_a_preemptible_class_on_the_dra_path_is_named_in_a_warning_on_every_run():

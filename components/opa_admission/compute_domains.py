@@ -10,9 +10,9 @@ API server evaluates with the namespace's ComputeDomain templates as parameters 
 carry the controller's label), where OPA sees the pod alone.
 
 A pod is placed in one NVLink domain when it selects one by node label (`nodeSelector` on a
-label of NVLINK_DOMAIN_LABELS), or, in a team namespace, when Kueue is asked to keep its pod
-set in one domain of a level within an NVLink domain (`teams.topology`, which then must have
-such a level). Anything else is refused, naming the ComputeDomain's template and both ways."""
+label of NVLINK_DOMAIN_LABELS); Kueue cannot keep a team's pods in one on the DRA path, where
+its topology-aware scheduling counts no GPU (the settings refuse `teams.topology` there).
+Anything else is refused, naming the ComputeDomain's template and the way."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from ..base.facts import (
     ADMISSION_COMPONENT,
     COMPUTE_DOMAIN_LABEL,
     NVLINK_DOMAIN_LABELS,
-    REQUIRED_TOPOLOGY,
 )
 from .conditions import cel_list
 from .inputs import OpaAdmissionInputs
@@ -36,28 +35,16 @@ def compute_domain_policy(inputs: OpaAdmissionInputs) -> list[dict]:
     """The ValidatingAdmissionPolicy and its binding; none on the device plugin path."""
     if inputs.gpu_path != "dra":
         return []
-    teams = inputs.teams
-    team_namespaces = sorted(teams.namespaces) if teams else []
-    kueue_levels = teams.nvlink_levels if teams else []
-    annotations = "(has(object.metadata.annotations) ? object.metadata.annotations : {})"
     selectors = "(has(object.spec.nodeSelector) ? object.spec.nodeSelector : {})"
-    by_kueue = (f"object.metadata.namespace in {cel_list(team_namespaces)} && "
-                f"'{REQUIRED_TOPOLOGY}' in {annotations} && "
-                f"{annotations}['{REQUIRED_TOPOLOGY}'] in {cel_list(kueue_levels)}")
     joins = ("object.spec.resourceClaims.exists(c, has(c.resourceClaimTemplateName) && "
              "c.resourceClaimTemplateName == params.metadata.name)")
     # CEL string literals in single quotes: the texts have none.
-    kueue_way = (f"in a team namespace, have Kueue keep the pod set in one NVLink domain (the "
-                 f"annotation {REQUIRED_TOPOLOGY}: {kueue_levels[0]} on the pod template)"
-                 if kueue_levels else
-                 "teams.topology has no level within an NVLink domain, so Kueue cannot keep "
-                 "the pods of a team in one (the nvlink-clique and topograph presets have one)")
     message = (f"'pod ' + object.metadata.namespace + '/' + (has(object.metadata.name) && "
                f"object.metadata.name != '' ? object.metadata.name : "
                f"object.metadata.generateName + '*') + ' joins the ComputeDomain of claim "
                f"template ' + params.metadata.name + ', whose IMEX channels reach only within "
                f"one multi-node NVLink domain, but nothing keeps the pod in one: select one "
-               f"(nodeSelector on {' or '.join(NVLINK_DOMAIN_LABELS)}), or {kueue_way}'")
+               f"(nodeSelector on {' or '.join(NVLINK_DOMAIN_LABELS)})'")
     meta = {"labels": manifests.labels(POLICY_NAME, ADMISSION_COMPONENT)}
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
@@ -74,8 +61,7 @@ def compute_domain_policy(inputs: OpaAdmissionInputs) -> list[dict]:
                               ".exists(c, has(c.resourceClaimTemplateName))"}],
             "validations": [{
                 "expression": (f"!({joins}) || {selectors}.exists(k, k in "
-                               f"{cel_list(NVLINK_DOMAIN_LABELS)}) || "
-                               f"({by_kueue})"),
+                               f"{cel_list(NVLINK_DOMAIN_LABELS)})"),
                 "messageExpression": message,
                 "reason": "Forbidden"}],
         },

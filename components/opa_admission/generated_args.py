@@ -138,9 +138,6 @@ class AdmittedTeams(TypedDict):
     frameworks: NotRequired[list[str]]
     ("Kueue's framework integrations (`teams.frameworks`): a team's workload of those kinds "
      "is started by Kueue alone. Default: `[]`.")
-    nvlink_levels: NotRequired[list[str]]
-    ("The topology levels within one multi-node NVLink domain (from `teams.topology`): a "
-     "team's pod that joins a ComputeDomain must require one domain of these. Default: `[]`.")
     topology_levels: NotRequired[list[str]]
     ("The topology's levels above the node (from `teams.topology`): Kueue keeps only a pod "
      "set that asks for GPUs to one domain of these, so a workload whose pod set without "

@@ -32,11 +32,6 @@ class AdmittedTeams(Model):
         default_factory=list,
         description="Kueue's framework integrations (`teams.frameworks`): a team's workload "
                     "of those kinds is started by Kueue alone.")
-    nvlink_levels: list[str] = Field(
-        default_factory=list,
-        description="The topology levels within one multi-node NVLink domain (from "
-                    "`teams.topology`): a team's pod that joins a ComputeDomain must require one "
-                    "domain of these.")
     topology_levels: list[str] = Field(
         default_factory=list,
         description="The topology's levels above the node (from `teams.topology`): Kueue keeps "

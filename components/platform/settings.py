@@ -157,6 +157,21 @@ class StackSettings(Model):
         return self
 
     @model_validator(mode="after")
+    def topology_counts_gpus_where_nodes_list_them(self) -> StackSettings:
+        if self.teams.enabled and self.teams.topology.node_levels \
+                and self.gpu_operator.gpu_path == "dra":
+            raise Invalid("Kueue's topology-aware scheduling (v0.19) counts a node's GPUs from "
+                          "its status' allocatable, which on the DRA path (gpuOperator.gpuPath: "
+                          "dra) lists none, so no team workload that asks for nvidia.com/gpu "
+                          "would be admitted",
+                          "no topology on the DRA path (a ComputeDomain's pods select an NVLink "
+                          "clique with a nodeSelector), or gpuOperator.gpuPath devicePlugin",
+                          at=("teams", "topology"),
+                          value=self.teams.topology.preset if self.teams.topology.preset != "none"
+                          else self.teams.topology.levels, has_value=True)
+        return self
+
+    @model_validator(mode="after")
     def compaction_counts_gpus_where_nodes_list_them(self) -> StackSettings:
         if self.compaction.enabled and self.gpu_operator.gpu_path == "dra":
             raise Invalid("the descheduler and the compaction plan count a node's GPUs from "

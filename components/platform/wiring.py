@@ -118,7 +118,6 @@ def component_inputs(settings: StackSettings, secret_sections: Collection[str] =
                          kueue_user=teams.kueue.controller_user,
                          workload_controllers=list(teams.workload_controllers),
                          frameworks=list(teams.frameworks),
-                         nvlink_levels=teams.topology.nvlink_levels,
                          topology_levels=teams.topology.node_levels[:-1])
                    if teams.enabled else None),
             gpu_path=op.gpu_path,

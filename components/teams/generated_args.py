@@ -154,7 +154,8 @@ class TeamsSettings(TypedDict):
     topology: NotRequired[TopologySettings]
     ("The network levels of the GPU nodes: with a topology, Kueue admits a job that requires "
      "or prefers one domain of a level only where all its pods fit, and chooses every pod's "
-     "node (docs/concepts/topology.md).")
+     "node (docs/concepts/topology.md). On the device plugin path only: on the DRA path "
+     "Kueue counts no GPU by node.")
     gpu_pods_outside_teams: NotRequired[str]
     ("A GPU pod in a namespace of no team: `refuse` (its GPUs would count against no quota), "
      "or `admit` as without teams, for a migration period. Allowed: `refuse`, `admit`. "

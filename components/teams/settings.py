@@ -10,7 +10,6 @@ from ..base.facts import (
     FRAMEWORK_INTEGRATIONS,
     GFD_CLIQUE_LABEL,
     NVIDIA_RESOURCES,
-    NVLINK_DOMAIN_LABELS,
     TOPOGRAPH_ACCELERATOR_LABEL,
     kueue_controller_user,
 )
@@ -136,14 +135,6 @@ class TopologySettings(Model):
         if not levels:
             return []
         return levels if levels[-1] == HOSTNAME_LABEL else [*levels, HOSTNAME_LABEL]
-
-    @property
-    def nvlink_levels(self) -> list[str]:
-        """The levels within one multi-node NVLink domain: the first level that is one, and the
-        levels below it. A job that requires one domain of these has all its pods in one."""
-        levels = self.node_levels
-        return next((levels[i:] for i, label in enumerate(levels)
-                     if label in NVLINK_DOMAIN_LABELS), [])
 
 
 Quota = dict[str, dict[str, int]]
@@ -327,7 +318,9 @@ class TeamsSettings(Model):
         default_factory=TopologySettings,
         description="The network levels of the GPU nodes: with a topology, Kueue admits a "
                     "job that requires or prefers one domain of a level only where all its "
-                    "pods fit, and chooses every pod's node (docs/concepts/topology.md).")
+                    "pods fit, and chooses every pod's node (docs/concepts/topology.md). On "
+                    "the device plugin path only: on the DRA path Kueue counts no GPU by "
+                    "node.")
     gpu_pods_outside_teams: Literal["refuse", "admit"] = Field(
         default="refuse",
         description="A GPU pod in a namespace of no team: `refuse` (its GPUs would count "

@@ -96,11 +96,11 @@ def nvidia_resource_slice(node: str, gpus: int, product: str = "NVIDIA H100 80GB
 
 
 def create_dra_gpu_node(kube: Kube, settings: StackSettings, name: str, gpus: int,
-                        driver: Kube) -> dict:
-    """A Ready GPU node of the DRA path: the platform's GPU taints and labels, CPU and memory
-    but no GPU in its status, and its GPUs in a ResourceSlice that `driver` (NVIDIA's driver's
-    identity) publishes."""
-    node = create_gpu_node(kube, settings, name, gpus, capacity={
+                        driver: Kube, labels: dict[str, str] | None = None) -> dict:
+    """A Ready GPU node of the DRA path: the platform's GPU taints and labels (and `labels`),
+    CPU and memory but no GPU in its status, and its GPUs in a ResourceSlice that `driver`
+    (NVIDIA's driver's identity) publishes."""
+    node = create_gpu_node(kube, settings, name, gpus, labels=labels, capacity={
         "cpu": str(gpus * CPU_PER_GPU), "memory": f"{gpus * MEMORY_GIB_PER_GPU}Gi",
         "pods": "110"})
     driver.create(nvidia_resource_slice(name, gpus))

@@ -1,6 +1,6 @@
 """Pods that join a ComputeDomain (multi-node NVLink) on the DRA path, decided by the API server
 itself: kube-apiserver 1.37.2 with the ValidatingAdmissionPolicy and binding the program declares
-for a stack with teams on an NVLink-clique topology. The claim templates are shaped as NVIDIA's
+for a stack with teams on the DRA path. The claim templates are shaped as NVIDIA's
 compute-domain controller makes them (kubernetes-sigs/dra-driver-nvidia-gpu: its label with the
 domain's UID, a channel request, the ComputeDomainChannelConfig); no OPA, Kueue or driver runs,
 as the policy reads only the pod and the namespace's templates."""
@@ -17,8 +17,9 @@ from components.base.facts import (
     COMPUTE_DOMAIN_TARGET_LABEL,
     GFD_CLIQUE_LABEL,
     GPU_RESOURCE,
+    REQUIRED_TOPOLOGY,
 )
-from components.opa_admission.compute_domains import POLICY_NAME, REQUIRED_TOPOLOGY
+from components.opa_admission.compute_domains import POLICY_NAME
 from controlplane import ApiError, Kube, wait_until
 from declared_objects import TEST_MANAGER, TestCertificates, declared
 from nodes_and_pods import ensure_namespace
@@ -28,12 +29,10 @@ TEAM, NO_TEAM = "research", "team-a"
 TEMPLATE = "imex-channel"
 
 
-def stack(topology: dict) -> dict:
-    return with_changes(
-        kubernetesVersion=KUBERNETES, gpuOperator={"gpuPath": "dra"},
-        teams={"enabled": True, "gpuPodsOutsideTeams": "admit", "topology": topology,
-               "teams": [{"name": TEAM, "namespaces": [TEAM],
-                          "quota": {"gpu": {GPU_RESOURCE: 8}}}]})
+STACK_FILE = with_changes(
+    kubernetesVersion=KUBERNETES, gpuOperator={"gpuPath": "dra"},
+    teams={"enabled": True, "gpuPodsOutsideTeams": "admit",
+           "teams": [{"name": TEAM, "namespaces": [TEAM], "quota": {"gpu": {GPU_RESOURCE: 8}}}]})
 
 
 def policy_objects(settings_file: dict) -> list[dict]:
@@ -49,8 +48,7 @@ def kube(control_plane) -> Iterator[Kube]:
     for namespace in (TEAM, NO_TEAM):
         ensure_namespace(kube, namespace)
         kube.create(channel_template(namespace))
-    apply_policy(kube, stack({"preset": "nvlink-clique"}),
-                 f"{REQUIRED_TOPOLOGY}: {GFD_CLIQUE_LABEL}")
+    apply_policy(kube, STACK_FILE, f"nodeSelector on {GFD_CLIQUE_LABEL}")
     yield kube
 
 
@@ -110,9 +108,9 @@ def test_a_pod_that_joins_a_compute_domain_without_a_domain_of_its_own_is_refuse
     refusal = refused_or_empty(kube, pod("train-0", NO_TEAM))
     assert "joins the ComputeDomain of claim template imex-channel" in refusal
     assert f"nodeSelector on {GFD_CLIQUE_LABEL}" in refusal
-    assert f"{REQUIRED_TOPOLOGY}: {GFD_CLIQUE_LABEL} on the pod template" in refusal
-    # A team's pod asking Kueue for a rack-wide or no domain is refused the same way.
-    assert refused_or_empty(kube, pod("train-0", TEAM))
+    # A team's pod too, whatever it asks Kueue for: on the DRA path Kueue places no GPU pod.
+    assert refused_or_empty(kube, pod("train-0", TEAM, annotations={
+        REQUIRED_TOPOLOGY: GFD_CLIQUE_LABEL}))
 
 
 def test_a_pod_in_one_nvlink_clique_is_admitted(kube):
@@ -120,15 +118,9 @@ def test_a_pod_in_one_nvlink_clique_is_admitted(kube):
                                       node_selector={GFD_CLIQUE_LABEL: "9a7c.1"})) == ""
 
 
-def test_a_team_pod_kueue_keeps_in_one_clique_is_admitted_and_only_in_a_team_namespace(kube):
-    within = {REQUIRED_TOPOLOGY: GFD_CLIQUE_LABEL}
-    assert refused_or_empty(kube, pod("train-0", TEAM, annotations=within)) == ""
-    # The node level is within a clique too.
-    assert refused_or_empty(kube, pod("train-0", TEAM, annotations={
-        REQUIRED_TOPOLOGY: "kubernetes.io/hostname"})) == ""
-    # Outside the teams' namespaces no Kueue places it: the annotation keeps nothing together.
-    assert "joins the ComputeDomain" in refused_or_empty(kube, pod("train-0", NO_TEAM,
-                                                                   annotations=within))
+def test_a_team_pod_in_one_nvlink_clique_is_admitted(kube):
+    assert refused_or_empty(kube, pod("train-0", TEAM,
+                                      node_selector={GFD_CLIQUE_LABEL: "9a7c.1"})) == ""
 
 
 def test_claims_on_other_templates_are_not_its_business(kube):
@@ -138,9 +130,3 @@ def test_claims_on_other_templates_are_not_its_business(kube):
     assert refused_or_empty(kube, pod("single", NO_TEAM, template="one-gpu")) == ""
 
 
-def test_without_an_nvlink_level_the_refusal_says_kueue_cannot_keep_team_pods_together(kube):
-    no_nvlink = "teams.topology has no level within an NVLink domain"
-    apply_policy(kube, stack({"levels": ["example.com/rack"]}), no_nvlink)
-    refusal = refused_or_empty(kube, pod("train-0", TEAM, annotations={
-        REQUIRED_TOPOLOGY: "example.com/rack"}))
-    assert no_nvlink in refusal

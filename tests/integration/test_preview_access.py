@@ -2,7 +2,7 @@
 servers of both Kubernetes releases the suite runs (the example stack's and the DRA path's), for
 a matrix of stacks that between them declare every kind the program can: the example stack, the
 minimal one and those of each kind of cluster, teams with a topology and idle reclaim, the
-existing monitoring stack and Kueue, the DRA path in mutate mode with an NVLink topology.
+existing monitoring stack and Kueue, the DRA path with teams in mutate mode.
 
 For each stack: every object it declares is accepted by the API server (server-side apply, as a
 dry run and for real); its identity dry-runs every object, creating it and then changing it, and
@@ -66,13 +66,12 @@ STACKS: dict[str, dict[str, str] | None] = {
                  "namespaces": ["notebooks"]}),
     "existing-stacks": _stack(monitoring={"stack": "existing"},
                               teams={**TEAMS, "kueue": {"mode": "existing"}}),
-    "dra-mutate-nvlink": harness.stack_file_config(with_changes(
+    "dra-mutate": harness.stack_file_config(with_changes(
         kubernetesVersion=tools.DRA_KUBERNETES_VERSION, gpuOperator={"gpuPath": "dra"},
-        admission={"mode": "mutate"},
-        teams={**TEAMS, "topology": {"preset": "nvlink-clique"}})),
+        admission={"mode": "mutate"}, teams=TEAMS)),
 }
 # Only the DRA path's release serves what its stack declares.
-ON_1_36 = [name for name in STACKS if name != "dra-mutate-nvlink"]
+ON_1_36 = [name for name in STACKS if name != "dra-mutate"]
 
 
 # Registered for real, they would send what later stacks apply to an OPA that does not run here:
