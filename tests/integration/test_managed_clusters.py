@@ -66,12 +66,27 @@ def test_critical_pods_are_admitted_only_with_the_declared_quota(gke_like, decla
     # The API server answers 500 here, with the quota plugin's message.
     assert "insufficient quota to match these scopes" in refused.value.message
     cp.admin.apply(quota, TEST_MANAGER)
+    admitted_once_the_quota_is_seen(cp, pod_of(deployment, "with-quota"))
     replicas = deployment["spec"]["replicas"]
     # Every replica, and as many again while a rolling update replaces them; OPA's, a third
     # time, while a new generation starts beside one still handing over.
     copies = 3 if deployment_name == "opa" else 2
     for index in range(copies * replicas):
         cp.admin.create(pod_of(deployment, f"replica-{index}"))
+
+
+def admitted_once_the_quota_is_seen(cp: ControlPlane, pod: dict) -> None:
+    """The quota admission plugin reads quotas from its informer's cache, which a busy API
+    server fills a moment after the quota is applied: wait until a dry run is admitted."""
+    def admitted() -> bool:
+        try:
+            cp.admin.create(pod, dry_run=True)
+            return True
+        except ApiError as error:
+            if "insufficient quota to match these scopes" not in error.message:
+                raise
+            return False
+    wait_until(admitted, "the API server to see the quota", timeout=30)
 
 
 def operand(namespace: str, name: str, priority_class: str) -> dict:
@@ -93,6 +108,8 @@ def test_the_operators_critical_pods_are_admitted_only_with_the_declared_quota(
                                 manifests.NODE_CRITICAL_PRIORITY), dry_run=True)
     assert "insufficient quota to match these scopes" in refused.value.message
     cp.admin.apply(quota, TEST_MANAGER)
+    admitted_once_the_quota_is_seen(cp, operand(namespace, "toolkit-with-quota",
+                                                manifests.NODE_CRITICAL_PRIORITY))
     # As many pods as the chart runs for the example stack are admitted, whichever critical
     # class they name; the quota is sized for exactly that, so one more is refused (counted
     # once the quota controller has given the quota its status).
