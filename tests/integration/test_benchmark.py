@@ -21,6 +21,9 @@ import report  # noqa: E402
 import teams  # noqa: E402
 import workload  # noqa: E402
 
+# Its figures need the machine to itself: `bash tests/run integration` runs it alone.
+pytestmark = pytest.mark.serial
+
 NODES = workload.CLUSTERS["homogeneous"](4)
 TRACE = workload.generate("synthetic", seed=1, jobs=64, total_gpus=32, load=0.9)
 # The same draw with batch jobs only. Inference replicas are not preemptible, and on four nodes

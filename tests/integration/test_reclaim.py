@@ -29,6 +29,9 @@ from declared_objects import apply_declared, find
 from fake_kubelet import gpu_workloads
 from nodes_and_pods import ensure_namespace, job, pod, pod_template
 
+# Its figures need the machine to itself: `bash tests/run integration` runs it alone.
+pytestmark = pytest.mark.serial
+
 # research opts in through its team, serving by name; vision's team and `other` do not.
 NAMESPACES = ("research", "serving", "vision", "other")
 

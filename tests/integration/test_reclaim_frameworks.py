@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 
+import pytest
 from reclaim_run import IDLE_FOR, ExporterStandIn, Prometheus, declared_reclaim, reclaim_run
 from test_frameworks import (
     APISERVER_ARGS,  # noqa: F401 (the module's API server flags)
@@ -30,6 +31,9 @@ from test_frameworks import (
 from components.gpu_reclaim.settings import ReclaimSettings
 from controlplane import wait_until
 from declared_objects import apply_declared, find
+
+# Its figures need the machine to itself: `bash tests/run integration` runs it alone.
+pytestmark = pytest.mark.serial
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 # A quota of two whole nodes: the JobSet below holds it all.

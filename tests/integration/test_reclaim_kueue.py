@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from reclaim_run import ExporterStandIn, Prometheus, declared_reclaim, reclaim_run
 from test_kueue import (
     GPUS_PER_TEAM,
@@ -27,6 +28,9 @@ from components.gpu_reclaim.settings import ReclaimSettings
 from controlplane import wait_until
 from declared_objects import apply_declared, find
 from fake_kubelet import running_pods
+
+# Its figures need the machine to itself: `bash tests/run integration` runs it alone.
+pytestmark = pytest.mark.serial
 
 # Webhooks are called at their Services' ready endpoints (conftest.control_plane).
 APISERVER_ARGS = ("--enable-aggregator-routing=true",)

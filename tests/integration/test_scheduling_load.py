@@ -4,12 +4,16 @@ binds again within the lease. Both run with the declared KubeSchedulerConfigurat
 ServiceAccount's token, so the declared RBAC, leader election included, is what they work
 with."""
 
+import pytest
 import yaml
 from load import bind_burst, failover
 
 from components import binpack_scheduler
 from components.base.validation import go_duration_seconds
 from declared_objects import WEBHOOK_KINDS, apply_declared, find
+
+# Its figures need the machine to itself: `bash tests/run integration` runs it alone.
+pytestmark = pytest.mark.serial
 
 # What the shipped client rate (scheduler.clientConnection) promises for a burst of pending
 # 1-GPU pods, with room for a slower machine: docs/benchmarks/scheduling.md has the measured

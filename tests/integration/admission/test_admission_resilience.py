@@ -18,6 +18,9 @@ from controlplane import ApiError, wait_until
 from declared_objects import TEST_MANAGER
 from nodes_and_pods import ensure_namespace, placement, pod
 
+# Its figures need the machine to itself: `bash tests/run integration` runs it alone.
+pytestmark = pytest.mark.serial
+
 # How soon OPA decides again after its container or pod restarts: it loads the policy from the
 # pod's volumes in well under a second; the rest is the kubelet's restart and readiness probe.
 RESTART_SECONDS = 10
