@@ -38,16 +38,14 @@ import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import requests
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from components.base.facts import AUDIT_LABEL  # noqa: E402
-from components.opa_admission.webhooks import PROBE_LABEL, REACHABILITY_PROBE  # noqa: E402
-from components.platform import stack_cluster  # noqa: E402
-from components.platform.settings import ClusterSettings  # noqa: E402
+from components.base.facts import AUDIT_LABEL
+from components.opa_admission.webhooks import PROBE_LABEL, REACHABILITY_PROBE
+from components.platform import stack_cluster
+from components.platform.settings import ClusterSettings
 
 # What the platform's webhooks put before each violation in audit mode.
 AUDIT_PREFIX = "gpu-platform audit: "

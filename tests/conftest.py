@@ -1,16 +1,12 @@
-import sys
+"""Fixtures both suites share: the example stack run once, its settings and deployed policy,
+and the tools the unit suite runs."""
+
 from pathlib import Path
 
 import pulumi
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-import harness  # noqa: E402
-import policy_harness  # noqa: E402
-import tools  # noqa: E402
+from tests.kit import harness, policy_harness, tools
 
 
 @pytest.fixture(scope="session")

@@ -4,9 +4,9 @@ busy, so that GPU pods fill nodes up instead of leaving a few free GPUs stranded
 import pulumi
 
 from ..base.component import Component, declare, declare_all
-from .generated_args import BinpackSchedulerArgs
 from .inputs import BinpackSchedulerInputs
 from .manifests import scheduler_objects
+from .zz_generated_args import BinpackSchedulerArgs
 
 
 class BinpackScheduler(Component[BinpackSchedulerInputs]):

@@ -10,9 +10,9 @@ that cannot place it again. Evictions go through the eviction API, so PodDisrupt
 import pulumi
 
 from ..base.component import Component, declare, declare_all
-from .generated_args import GpuCompactionArgs
 from .inputs import GpuCompactionInputs
 from .manifests import compaction_objects
+from .zz_generated_args import GpuCompactionArgs
 
 
 class GpuCompaction(Component[GpuCompactionInputs]):

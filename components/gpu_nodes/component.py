@@ -11,8 +11,8 @@ over, for nodes whose existing taints have been copied into `extraTaints`.
 import pulumi
 
 from ..base.component import Component, declare
-from .generated_args import GpuNodesArgs
 from .inputs import GpuNodesInputs
+from .zz_generated_args import GpuNodesArgs
 
 # Field manager of the node patches, so `kubectl get node -o yaml --show-managed-fields` shows
 # which fields the platform owns.

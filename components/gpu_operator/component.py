@@ -7,9 +7,9 @@ from ..base.component import Component, declare, declare_all
 from ..base.model import to_snake
 from ..base.validation import Subject
 from .dra import DRA_ADMIN_ACCESS_LABEL, device_class_shapes, device_classes, served_resources
-from .generated_args import GpuOperatorArgs
 from .inputs import GpuOperatorInputs
 from .values import CHART, COMPONENT, chart_values, check_chart_values
+from .zz_generated_args import GpuOperatorArgs
 
 # Facts of the pinned chart (v26.7.0): every pod it runs in the operator's namespace has the
 # priority system-node-critical (operator.priorityClassName, daemonsets.priorityClassName for

@@ -8,9 +8,9 @@ import pulumi
 
 from ..base.component import Component, declare, declare_all
 from ..base.validation import Invalid, SettingsError, Subject, describe_invalid
-from .generated_args import GpuReclaimArgs
 from .inputs import GpuReclaimInputs
 from .manifests import reclaim_objects
+from .zz_generated_args import GpuReclaimArgs
 
 
 class GpuReclaim(Component[GpuReclaimInputs]):

@@ -7,7 +7,6 @@ from ..base import charts, manifests
 from ..base.component import Component, declare
 from ..base.validation import Subject
 from . import rules
-from .generated_args import MonitoringArgs
 from .inputs import MonitoringInputs
 from .monitors import (
     COMPONENT,
@@ -19,6 +18,7 @@ from .monitors import (
     scheduler_service_monitor,
 )
 from .values import CHART, chart_values, check_chart_values, grafana_service
+from .zz_generated_args import MonitoringArgs
 
 
 class Monitoring(Component[MonitoringInputs]):

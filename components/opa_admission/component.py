@@ -18,7 +18,6 @@ from ..base import manifests
 from ..base.component import Component, declare
 from ..base.facts import ADMISSION_COMPONENT, OPA_SERVICE
 from .compute_domains import compute_domain_policy
-from .generated_args import OpaAdmissionArgs
 from .inputs import OpaAdmissionInputs
 from .policy import loaded_files
 from .server import (
@@ -36,6 +35,7 @@ from .webhooks import (
     reachability_probe,
     webhook_configuration,
 )
+from .zz_generated_args import OpaAdmissionArgs
 
 
 class OpaAdmission(Component[OpaAdmissionInputs]):

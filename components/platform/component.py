@@ -21,11 +21,11 @@ from .cluster_survey import check_conflicts
 from .config import check_secret_keys, load_settings, retired_settings
 from .existing_stacks import check_existing_stacks
 from .framework_crds import report_framework_crds
-from .generated_args import GpuPlatformArgs
 from .inputs import GpuPlatformInputs, platform_inputs
 from .preview_access import preview_access_yaml
 from .stack_cluster import check_cluster
 from .wiring import check_platform, component_inputs, required_charts, required_images
+from .zz_generated_args import GpuPlatformArgs
 
 # The platform's name in a program that declares one.
 PLATFORM_NAME = "gpu-platform"

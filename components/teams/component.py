@@ -15,7 +15,6 @@ from ..base import charts, manifests
 from ..base.component import Component, declare, declare_all
 from ..base.facts import KUEUE_CHART
 from ..base.validation import Subject
-from .generated_args import TeamsArgs
 from .inputs import TeamsInputs
 from .kueue import chart_values, check_chart_values
 from .queues import (
@@ -28,6 +27,7 @@ from .queues import (
     topologies,
     workload_priority_classes,
 )
+from .zz_generated_args import TeamsArgs
 
 
 class Teams(Component[TeamsInputs]):

@@ -1,22 +1,18 @@
 """Fixtures of the integration suite: a fresh local control plane per test module, and the
 example stack's declared objects with real certificates."""
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import declared_objects  # noqa: E402
-from controlplane import ControlPlane  # noqa: E402
-from harness import admission_of  # noqa: E402
-from kube_components import (  # noqa: E402
+from tests.kit.cluster import declared_objects
+from tests.kit.cluster.controlplane import ControlPlane
+from tests.kit.cluster.kube_components import (
     DEFAULT_SCHEDULER,
     Scheduler,
     scheduler_with_strategy,
     start_binpack_scheduler,
 )
+from tests.kit.harness import admission_of
 
 
 @pytest.fixture(scope="module")

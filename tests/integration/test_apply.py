@@ -6,9 +6,9 @@ import copy
 import pytest
 
 from components import opa_admission
-from controlplane import ApiError
-from declared_objects import TEST_MANAGER, apply_declared, read_back_differences
-from nodes_and_pods import create_node
+from tests.kit.cluster.controlplane import ApiError
+from tests.kit.cluster.declared_objects import TEST_MANAGER, apply_declared, read_back_differences
+from tests.kit.cluster.nodes_and_pods import create_node
 
 
 @pytest.fixture(scope="module")

@@ -8,21 +8,10 @@ in test_scheduling.py, owned workloads in test_workloads.py; the full benchmark 
 against the queues the platform declares, it runs about as much GPU-time as without teams, and a
 team asking within its quota is admitted at once, by reclaim where need be."""
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmark"))
-import binpack  # noqa: E402
-import real_cluster  # noqa: E402
-import replay_setup  # noqa: E402
-import report  # noqa: E402
-import teams  # noqa: E402
-import workload  # noqa: E402
-
-# Its figures need the machine to itself: `bash tests/run integration` runs it alone.
-pytestmark = pytest.mark.serial
+from benchmark import binpack, real_cluster, replay_setup, report, teams, workload
 
 NODES = workload.CLUSTERS["homogeneous"](4)
 TRACE = workload.generate("synthetic", seed=1, jobs=64, total_gpus=32, load=0.9)

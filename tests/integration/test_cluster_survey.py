@@ -13,9 +13,9 @@ import yaml
 from components.gpu_nodes.settings import GpuNodesSettings
 from components.platform.cluster_survey import CHECKS, ClusterConflicts, check_conflicts
 from components.platform.settings import ClusterSettings, StackSettings
-from controlplane import ControlPlane
-from declared_objects import TEST_MANAGER
-from nodes_and_pods import create_gpu_node, ensure_namespace
+from tests.kit.cluster.controlplane import ControlPlane
+from tests.kit.cluster.declared_objects import TEST_MANAGER
+from tests.kit.cluster.nodes_and_pods import create_gpu_node, ensure_namespace
 
 ACCESS = Path(__file__).resolve().parents[2] / "docs" / "operators" / "preview-access.yaml"
 # In the order the error lists them.

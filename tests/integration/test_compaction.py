@@ -14,10 +14,10 @@ import time
 import pytest
 
 from components import gpu_compaction
-from controlplane import wait_until
-from declared_objects import find
-from descheduler import compaction_run
-from fake_kubelet import (
+from tests.kit.cluster.controlplane import wait_until
+from tests.kit.cluster.declared_objects import find
+from tests.kit.cluster.descheduler import compaction_run
+from tests.kit.cluster.fake_kubelet import (
     cordon,
     deploy_on_nodes,
     gpu_workloads,
@@ -26,8 +26,8 @@ from fake_kubelet import (
     settled,
     succeed,
 )
-from harness import compaction_of
-from nodes_and_pods import create_node, job, pod_template
+from tests.kit.cluster.nodes_and_pods import create_node, job, pod_template
+from tests.kit.harness import compaction_of
 
 NAMESPACE = "serving"
 NODES = ("gpu-1", "gpu-2", "gpu-3", "gpu-4")

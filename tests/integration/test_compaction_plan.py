@@ -17,11 +17,11 @@ from contextlib import contextmanager
 import pytest
 
 from components import gpu_compaction
-from controlplane import ControlPlane, wait_until
-from descheduler import compaction_run
-from fake_kubelet import deploy_on_nodes, gpu_workloads, gpus_used, settled
-from harness import compaction_of
-from nodes_and_pods import create_gpu_node
+from tests.kit.cluster.controlplane import ControlPlane, wait_until
+from tests.kit.cluster.descheduler import compaction_run
+from tests.kit.cluster.fake_kubelet import deploy_on_nodes, gpu_workloads, gpus_used, settled
+from tests.kit.cluster.nodes_and_pods import create_gpu_node
+from tests.kit.harness import compaction_of
 
 NAMESPACE = "planned"
 NODES = ("p-a", "p-b", "p-c", "p-d", "p-e")

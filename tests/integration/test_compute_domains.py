@@ -8,10 +8,7 @@ as the policy reads only the pod and the namespace's templates."""
 from collections.abc import Iterator
 
 import pytest
-from test_settings import with_changes
 
-import harness
-import tools
 from components.base.facts import (
     COMPUTE_DOMAIN_LABEL,
     COMPUTE_DOMAIN_TARGET_LABEL,
@@ -20,9 +17,11 @@ from components.base.facts import (
     REQUIRED_TOPOLOGY,
 )
 from components.opa_admission.compute_domains import POLICY_NAME
-from controlplane import ApiError, Kube, wait_until
-from declared_objects import TEST_MANAGER, TestCertificates, declared
-from nodes_and_pods import ensure_namespace
+from tests.kit import harness, tools
+from tests.kit.cluster.controlplane import ApiError, Kube, wait_until
+from tests.kit.cluster.declared_objects import TEST_MANAGER, TestCertificates, declared
+from tests.kit.cluster.nodes_and_pods import ensure_namespace
+from tests.kit.stacks import with_changes
 
 KUBERNETES = tools.DRA_KUBERNETES_VERSION
 TEAM, NO_TEAM = "research", "team-a"

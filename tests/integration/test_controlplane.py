@@ -4,10 +4,10 @@ version, and leaves no process or directory behind."""
 import os
 import time
 
-import tools
 from components.platform import stack_cluster
 from components.platform.settings import ClusterSettings
-from controlplane import ControlPlane
+from tests.kit import tools
+from tests.kit.cluster.controlplane import ControlPlane
 
 
 def test_starts_quickly_serves_the_stack_version_and_leaves_nothing_behind():

@@ -16,21 +16,20 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 import pytest
-from kueue import API_VERSION
-from test_settings import with_changes
 
-import tools
 from components import gpu_operator
 from components.base.facts import GPU_RESOURCE
 from components.gpu_operator.dra import NVIDIA_DRA_DRIVER, NVIDIA_DRA_KUBELET_PLUGIN
 from components.platform.settings import StackSettings
 from components.platform.wiring import component_inputs
-from controlplane import ApiError, ControlPlane, Kube, wait_until
-from declared_objects import (
+from tests.kit import tools
+from tests.kit.cluster.controlplane import ApiError, ControlPlane, Kube, wait_until
+from tests.kit.cluster.declared_objects import (
     TEST_MANAGER,
 )
-from fake_kubelet import cordon
-from nodes_and_pods import (
+from tests.kit.cluster.fake_kubelet import cordon
+from tests.kit.cluster.kueue import API_VERSION
+from tests.kit.cluster.nodes_and_pods import (
     create_dra_gpu_node,
     ensure_namespace,
     job,
@@ -39,7 +38,8 @@ from nodes_and_pods import (
     pod,
     pod_template,
 )
-from running_platform import refusal, run_platform, update_refusal
+from tests.kit.cluster.running_platform import refusal, run_platform, update_refusal
+from tests.kit.stacks import with_changes
 
 KUBERNETES = tools.DRA_KUBERNETES_VERSION
 # Webhooks are called at their Services' ready endpoints (conftest.control_plane).

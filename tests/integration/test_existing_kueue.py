@@ -12,18 +12,18 @@ from dataclasses import dataclass
 
 import pytest
 import yaml
-from kueue import API_VERSION, NAMESPACE, QUEUE_LABEL, SERVICE_ACCOUNT, Kueue
-from test_settings import with_changes
-from test_teams import running_on, status, workload_condition, workload_of
 
 from components.base.facts import GPU_RESOURCE
 from components.platform import existing_kueue
 from components.platform.settings import StackSettings
 from components.teams import TEAM_LABEL
-from controlplane import ControlPlane, wait_until
-from declared_objects import TEST_MANAGER
-from nodes_and_pods import create_gpu_node, job, pod_template
-from running_platform import run_platform
+from tests.integration.test_teams import running_on, status, workload_condition, workload_of
+from tests.kit.cluster.controlplane import ControlPlane, wait_until
+from tests.kit.cluster.declared_objects import TEST_MANAGER
+from tests.kit.cluster.kueue import API_VERSION, NAMESPACE, QUEUE_LABEL, SERVICE_ACCOUNT, Kueue
+from tests.kit.cluster.nodes_and_pods import create_gpu_node, job, pod_template
+from tests.kit.cluster.running_platform import run_platform
+from tests.kit.stacks import with_changes
 
 TEAM = "research"
 GPU_NODES = ("gpu-node-1", "gpu-node-2")

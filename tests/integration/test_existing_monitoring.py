@@ -7,7 +7,16 @@ import json
 from dataclasses import dataclass
 
 import pytest
-from prometheus_operator import (
+
+from components.monitoring import existing_stack
+from components.monitoring.settings import CHART_ONLY
+from components.platform import existing_stacks
+from components.platform.settings import ClusterSettings, StackSettings
+from components.platform.stack_cluster import ClusterReader
+from tests.kit import harness
+from tests.kit.cluster.controlplane import ControlPlane, wait_until
+from tests.kit.cluster.declared_objects import TEST_MANAGER, apply_declared
+from tests.kit.cluster.prometheus_operator import (
     NAMESPACE,
     NODE_EXPORTER,
     NODE_EXPORTER_PORT,
@@ -22,15 +31,6 @@ from prometheus_operator import (
     rule_files,
     scrape_jobs,
 )
-
-import harness
-from components.monitoring import existing_stack
-from components.monitoring.settings import CHART_ONLY
-from components.platform import existing_stacks
-from components.platform.settings import ClusterSettings, StackSettings
-from components.platform.stack_cluster import ClusterReader
-from controlplane import ControlPlane, wait_until
-from declared_objects import TEST_MANAGER, apply_declared
 
 MONITORING_KEY = "gpu-platform:monitoring"
 MONITORING_COMPONENT = "gpu-platform:index:Monitoring"

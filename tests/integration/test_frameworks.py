@@ -25,17 +25,17 @@ from typing import Any
 
 import pytest
 import yaml
-from kueue import API_VERSION, source
-from test_settings import with_changes
 
-import tools
 from components.base.facts import GPU_RESOURCE, PODSET_LABEL
 from components.teams.settings import TOPOLOGY_PRESETS, WORKLOAD_CONTROLLERS
-from controlplane import ApiError, Kube, wait_until
-from declared_objects import TEST_MANAGER
-from fake_kubelet import succeed
-from nodes_and_pods import create_gpu_node
-from running_platform import RunningPlatform, run_platform
+from tests.kit import tools
+from tests.kit.cluster.controlplane import ApiError, Kube, wait_until
+from tests.kit.cluster.declared_objects import TEST_MANAGER
+from tests.kit.cluster.fake_kubelet import succeed
+from tests.kit.cluster.kueue import API_VERSION, source
+from tests.kit.cluster.nodes_and_pods import create_gpu_node
+from tests.kit.cluster.running_platform import RunningPlatform, run_platform
+from tests.kit.stacks import with_changes
 
 TEAM = "research"
 # Seven 8-GPU nodes with their EFA interfaces, as p5.48xlarge instances: under two network

@@ -3,7 +3,7 @@ preset): every pod set that asks for no GPU (a Ray head and submitter, an MPI la
 TrainJob's initializers) is admitted with the job and runs off the GPU nodes, and the GPU pod sets
 that require one network node land in one."""
 
-from test_frameworks import (  # noqa: F401  (the tests and their fixture, run on this STACK)
+from tests.integration.test_frameworks import (  # noqa: F401  (the tests and their fixture, run on this STACK)
     platform,
     stack,
     test_a_launcher_and_its_gpu_workers_are_admitted_together,

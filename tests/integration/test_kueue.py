@@ -13,7 +13,19 @@ import re
 from collections.abc import Iterator
 
 import pytest
-from kueue import (
+
+from components import teams
+from components.base.facts import GPU_PRESENT_LABEL
+from components.platform.config import load_settings
+from tests.kit.cluster.controlplane import Kube, wait_until
+from tests.kit.cluster.fake_kubelet import running_pods, workloads_running
+from tests.kit.cluster.kube_components import (
+    DEFAULT_SCHEDULER,
+    PodWatch,
+    Scheduler,
+    scheduler_with_strategy,
+)
+from tests.kit.cluster.kueue import (
     ADMISSION_GATE,
     API_VERSION,
     MANAGED_LABEL,
@@ -23,16 +35,16 @@ from kueue import (
     WEBHOOK_SECRET,
     Kueue,
 )
-from test_settings import raw, with_changes
-
-from components import teams
-from components.base.facts import GPU_PRESENT_LABEL
-from components.platform.config import load_settings
-from controlplane import Kube, wait_until
-from fake_kubelet import running_pods, workloads_running
-from harness import inputs_of
-from kube_components import DEFAULT_SCHEDULER, PodWatch, Scheduler, scheduler_with_strategy
-from nodes_and_pods import GPU, create_gpu_node, create_node, ensure_namespace, job, pod_template
+from tests.kit.cluster.nodes_and_pods import (
+    GPU,
+    create_gpu_node,
+    create_node,
+    ensure_namespace,
+    job,
+    pod_template,
+)
+from tests.kit.harness import inputs_of
+from tests.kit.stacks import raw, with_changes
 
 TEAM_A, TEAM_B, UNMANAGED = "team-a", "team-b", "platform-jobs"
 TEAM_A_QUEUE = "gpus"

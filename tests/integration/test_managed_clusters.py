@@ -11,14 +11,14 @@ import copy
 
 import pytest
 import yaml
-from load import create_concurrently
 
 from components import gpu_operator
 from components.base import manifests
-from controlplane import ApiError, ControlPlane, wait_until
-from declared_objects import TEST_MANAGER, apply_declared, find
-from harness import operator_of
-from kube_components import ControllerManager
+from tests.kit.cluster.controlplane import ApiError, ControlPlane, wait_until
+from tests.kit.cluster.declared_objects import TEST_MANAGER, apply_declared, find
+from tests.kit.cluster.kube_components import ControllerManager
+from tests.kit.cluster.load import create_concurrently
+from tests.kit.harness import operator_of
 
 # The ResourceQuota admission configuration as GKE documents it for critical priorities.
 LIMITED_CRITICAL_PRIORITIES = {

@@ -9,10 +9,10 @@ import pytest
 import requests
 
 from components.monitoring import dashboard
-from controlplane import ApiError, wait_until
-from declared_objects import TEST_MANAGER
-from fake_kubelet import cordon, gpu_workloads, running_pods
-from nodes_and_pods import ensure_namespace, job, pod_template
+from tests.kit.cluster.controlplane import ApiError, wait_until
+from tests.kit.cluster.declared_objects import TEST_MANAGER
+from tests.kit.cluster.fake_kubelet import cordon, gpu_workloads, running_pods
+from tests.kit.cluster.nodes_and_pods import ensure_namespace, job, pod_template
 
 NAMESPACE = "training"
 NODES = ("gpu-1", "gpu-2", "gpu-3")

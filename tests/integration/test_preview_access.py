@@ -18,14 +18,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import prometheus_operator
 import pytest
 import yaml
-from kueue import crds as kueue_crds
-from test_settings import TEAMS, with_changes
 
-import harness
-import tools
 from components.base.component import _KINDS
 from components.base.facts import KUEUE_API
 from components.monitoring import existing_stack
@@ -35,9 +30,13 @@ from components.platform.framework_crds import CRD_READS
 from components.platform.preview_access import NAME, NAMESPACE, preview_reads, resource_of
 from components.platform.settings import ClusterSettings, StackSettings
 from components.platform.stack_cluster import ClusterReader
-from controlplane import ApiError, ControlPlane, Kube, wait_until
-from declared_objects import TEST_MANAGER, TestCertificates, declared
-from nodes_and_pods import create_node
+from tests.kit import harness, tools
+from tests.kit.cluster import prometheus_operator
+from tests.kit.cluster.controlplane import ApiError, ControlPlane, Kube, wait_until
+from tests.kit.cluster.declared_objects import TEST_MANAGER, TestCertificates, declared
+from tests.kit.cluster.kueue import crds as kueue_crds
+from tests.kit.cluster.nodes_and_pods import create_node
+from tests.kit.stacks import TEAMS, with_changes
 
 EXAMPLES = harness.ROOT / "docs" / "operators" / "examples"
 # A preview applies as the field manager that `pulumi up` used.

@@ -14,7 +14,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from reclaim_run import (
+
+from components import gpu_reclaim
+from tests.kit.cluster.controlplane import ApiError, wait_until
+from tests.kit.cluster.declared_objects import apply_declared, find
+from tests.kit.cluster.fake_kubelet import gpu_workloads
+from tests.kit.cluster.nodes_and_pods import ensure_namespace, job, pod, pod_template
+from tests.kit.cluster.reclaim_run import (
     NODE,
     ExporterStandIn,
     Prometheus,
@@ -22,15 +28,6 @@ from reclaim_run import (
     reclaim_run,
     reclaim_settings,
 )
-
-from components import gpu_reclaim
-from controlplane import ApiError, wait_until
-from declared_objects import apply_declared, find
-from fake_kubelet import gpu_workloads
-from nodes_and_pods import ensure_namespace, job, pod, pod_template
-
-# Its figures need the machine to itself: `bash tests/run integration` runs it alone.
-pytestmark = pytest.mark.serial
 
 # research opts in through its team, serving by name; vision's team and `other` do not.
 NAMESPACES = ("research", "serving", "vision", "other")

@@ -12,9 +12,8 @@ from __future__ import annotations
 import copy
 import json
 
-import pytest
-from reclaim_run import IDLE_FOR, ExporterStandIn, Prometheus, declared_reclaim, reclaim_run
-from test_frameworks import (
+from components.gpu_reclaim.settings import ReclaimSettings
+from tests.integration.test_frameworks import (
     APISERVER_ARGS,  # noqa: F401 (the module's API server flags)
     JOBSET_CONTROLLER,
     NODES,
@@ -27,13 +26,15 @@ from test_frameworks import (
     stack,
     workload_of,
 )
-
-from components.gpu_reclaim.settings import ReclaimSettings
-from controlplane import wait_until
-from declared_objects import apply_declared, find
-
-# Its figures need the machine to itself: `bash tests/run integration` runs it alone.
-pytestmark = pytest.mark.serial
+from tests.kit.cluster.controlplane import wait_until
+from tests.kit.cluster.declared_objects import apply_declared, find
+from tests.kit.cluster.reclaim_run import (
+    IDLE_FOR,
+    ExporterStandIn,
+    Prometheus,
+    declared_reclaim,
+    reclaim_run,
+)
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 # A quota of two whole nodes: the JobSet below holds it all.

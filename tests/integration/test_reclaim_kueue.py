@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
-from reclaim_run import ExporterStandIn, Prometheus, declared_reclaim, reclaim_run
-from test_kueue import (
+from components.gpu_reclaim.settings import ReclaimSettings
+from tests.integration.test_kueue import (
     GPUS_PER_TEAM,
     SETTINGS,
     TEAM_A,
@@ -23,14 +22,10 @@ from test_kueue import (
     pending,
     workload_of,
 )
-
-from components.gpu_reclaim.settings import ReclaimSettings
-from controlplane import wait_until
-from declared_objects import apply_declared, find
-from fake_kubelet import running_pods
-
-# Its figures need the machine to itself: `bash tests/run integration` runs it alone.
-pytestmark = pytest.mark.serial
+from tests.kit.cluster.controlplane import wait_until
+from tests.kit.cluster.declared_objects import apply_declared, find
+from tests.kit.cluster.fake_kubelet import running_pods
+from tests.kit.cluster.reclaim_run import ExporterStandIn, Prometheus, declared_reclaim, reclaim_run
 
 # Webhooks are called at their Services' ready endpoints (conftest.control_plane).
 APISERVER_ARGS = ("--enable-aggregator-routing=true",)

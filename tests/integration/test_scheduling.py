@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from kube_components import DEFAULT_SCHEDULER as DEFAULT
-from nodes_and_pods import create_gpu_node, ensure_namespace, placement, pod
+from tests.kit.cluster.kube_components import DEFAULT_SCHEDULER as DEFAULT
+from tests.kit.cluster.nodes_and_pods import create_gpu_node, ensure_namespace, placement, pod
 
 NAMESPACE = "training"
 

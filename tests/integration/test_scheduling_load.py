@@ -6,11 +6,11 @@ with."""
 
 import pytest
 import yaml
-from load import bind_burst, failover
 
 from components import binpack_scheduler
 from components.base.validation import go_duration_seconds
-from declared_objects import WEBHOOK_KINDS, apply_declared, find
+from tests.kit.cluster.declared_objects import WEBHOOK_KINDS, apply_declared, find
+from tests.kit.cluster.load import bind_burst, failover
 
 # Its figures need the machine to itself: `bash tests/run integration` runs it alone.
 pytestmark = pytest.mark.serial

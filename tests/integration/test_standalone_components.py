@@ -1,23 +1,23 @@
-"""Components declared alone (tests/test_components_alone.py) on a real kube-apiserver: what the
-binpack scheduler's program and admission's program declare is server-side applied, as the
+"""Components declared alone (tests/unit/test_components_alone.py) on a real kube-apiserver: what
+the binpack scheduler's program and admission's program declare is server-side applied, as the
 platform's objects are, and the scheduler runs from what its program declared and packs GPU
 pods."""
 
 import pytest
-from test_components_alone import (
+
+from components import opa_admission
+from components.binpack_scheduler.inputs import BinpackSchedulerInputs
+from components.opa_admission.inputs import OpaAdmissionInputs
+from tests.kit import harness
+from tests.kit.cluster.declared_objects import TestCertificates, apply_declared, declared
+from tests.kit.cluster.kube_components import start_binpack_scheduler
+from tests.kit.cluster.nodes_and_pods import create_gpu_node, ensure_namespace, placement, pod
+from tests.unit.test_components_alone import (
     ADMISSION_ALONE,
     ADMISSION_ARGS,
     SCHEDULER_ALONE,
     SCHEDULER_ARGS,
 )
-
-import harness
-from components import opa_admission
-from components.binpack_scheduler.inputs import BinpackSchedulerInputs
-from components.opa_admission.inputs import OpaAdmissionInputs
-from declared_objects import TestCertificates, apply_declared, declared
-from kube_components import start_binpack_scheduler
-from nodes_and_pods import create_gpu_node, ensure_namespace, placement, pod
 
 WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 NAMESPACE = "team-a"

@@ -13,19 +13,18 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 import pytest
-from kueue import API_VERSION, Kueue
-from test_settings import with_changes
 
 from components import opa_admission
 from components.base import facts
 from components.base.facts import GPU_RESOURCE
 from components.platform.settings import StackSettings
-from controlplane import ControlPlane, Kube, wait_until
-from declared_objects import (
+from tests.kit.cluster.controlplane import ControlPlane, Kube, wait_until
+from tests.kit.cluster.declared_objects import (
     read_back_differences,
 )
-from fake_kubelet import cordon
-from nodes_and_pods import (
+from tests.kit.cluster.fake_kubelet import cordon
+from tests.kit.cluster.kueue import API_VERSION, Kueue
+from tests.kit.cluster.nodes_and_pods import (
     GPU,
     create_gpu_node,
     ensure_namespace,
@@ -34,7 +33,8 @@ from nodes_and_pods import (
     pod,
     pod_template,
 )
-from running_platform import refusal, run_platform, update_refusal
+from tests.kit.cluster.running_platform import refusal, run_platform, update_refusal
+from tests.kit.stacks import with_changes
 
 RESEARCH, VISION, SPEECH, NO_TEAM = "research", "vision", "speech", "team-a"
 GPU_NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3")

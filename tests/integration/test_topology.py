@@ -9,13 +9,13 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
-from kueue import API_VERSION
-from test_settings import with_changes
 
 from components.base.facts import GPU_RESOURCE
-from controlplane import ApiError, Kube, wait_until
-from nodes_and_pods import create_gpu_node, job, pod, pod_template
-from running_platform import run_platform
+from tests.kit.cluster.controlplane import ApiError, Kube, wait_until
+from tests.kit.cluster.kueue import API_VERSION
+from tests.kit.cluster.nodes_and_pods import create_gpu_node, job, pod, pod_template
+from tests.kit.cluster.running_platform import run_platform
+from tests.kit.stacks import with_changes
 
 TEAM = "research"
 RACK_LABEL = "example.com/rack"

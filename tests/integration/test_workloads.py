@@ -14,10 +14,16 @@ from dataclasses import dataclass
 import pytest
 
 from components.platform.settings import StackSettings
-from controlplane import Kube, wait_until
-from fake_kubelet import FakeKubelet, succeed, workloads_running
-from kube_components import DEFAULT_SCHEDULER
-from nodes_and_pods import create_gpu_node, ensure_namespace, job, pod, pod_template
+from tests.kit.cluster.controlplane import Kube, wait_until
+from tests.kit.cluster.fake_kubelet import FakeKubelet, succeed, workloads_running
+from tests.kit.cluster.kube_components import DEFAULT_SCHEDULER
+from tests.kit.cluster.nodes_and_pods import (
+    create_gpu_node,
+    ensure_namespace,
+    job,
+    pod,
+    pod_template,
+)
 
 NAMESPACE = "inference"
 HOSTNAME = "kubernetes.io/hostname"

@@ -10,7 +10,7 @@
 # decided by the templates webhook's decision (a workload's pod templates; warnings only): its
 # "warned" fragments come back in enforce and audit, and its "mutate" says what mutate still
 # warns of ({"warned": [fragments]}) or that it warns of nothing ({"admitted": true}). Each
-# group's test file keeps its cases in `cases`, which tests/test_policy.py reads as well, to
+# group's test file keeps its cases in `cases`, which tests/unit/test_policy.py reads as well, to
 # check the webhooks' prefilter against them.
 package gpuplatform.admission_test
 

@@ -5,17 +5,26 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
-from kubelet import ProcessKubelet
 
-import tools
-from admission.opa import USER_NAMESPACE, Admission, gpu_pod_admitted_on, kubelet_state
 from components import opa_admission
-from controlplane import ControlPlane, wait_until
-from declared_objects import TEST_MANAGER, WEBHOOK_KINDS, apply_declared, find
-from fake_kubelet import workloads_running
-from harness import admission_of
-from kube_components import Scheduler, scheduler_with_strategy, start_binpack_scheduler
-from nodes_and_pods import create_gpu_node, create_node, ensure_namespace
+from tests.integration.admission.opa import (
+    USER_NAMESPACE,
+    Admission,
+    gpu_pod_admitted_on,
+    kubelet_state,
+)
+from tests.kit import tools
+from tests.kit.cluster.controlplane import ControlPlane, wait_until
+from tests.kit.cluster.declared_objects import TEST_MANAGER, WEBHOOK_KINDS, apply_declared, find
+from tests.kit.cluster.fake_kubelet import workloads_running
+from tests.kit.cluster.kube_components import (
+    Scheduler,
+    scheduler_with_strategy,
+    start_binpack_scheduler,
+)
+from tests.kit.cluster.kubelet import ProcessKubelet
+from tests.kit.cluster.nodes_and_pods import create_gpu_node, create_node, ensure_namespace
+from tests.kit.harness import admission_of
 
 # Webhooks are called at their Services' ready endpoints, as on a cluster: a ClusterIP would need
 # a proxy to route it.

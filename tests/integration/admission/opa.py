@@ -12,18 +12,18 @@ from dataclasses import dataclass
 
 import pytest
 import requests
-from kubelet import ProcessKubelet, RunningPod
 
 from components import opa_admission
 from components.base import facts
 from components.opa_admission.inputs import OpaAdmissionInputs
 from components.platform.settings import StackSettings
-from controlplane import ApiError, ControlPlane, wait_until
-from declared_objects import TEST_MANAGER, find
-from harness import admission_of
-from nodes_and_pods import pod
-from running_platform import ready_endpoints
-from running_platform import refusal as dry_run_refusal
+from tests.kit.cluster.controlplane import ApiError, ControlPlane, wait_until
+from tests.kit.cluster.declared_objects import TEST_MANAGER, find
+from tests.kit.cluster.kubelet import ProcessKubelet, RunningPod
+from tests.kit.cluster.nodes_and_pods import pod
+from tests.kit.cluster.running_platform import ready_endpoints
+from tests.kit.cluster.running_platform import refusal as dry_run_refusal
+from tests.kit.harness import admission_of
 
 USER_NAMESPACE = "team-a"
 

@@ -5,7 +5,7 @@ import pytest
 import requests
 import urllib3
 
-from admission.opa import (
+from tests.integration.admission.opa import (
     USER_NAMESPACE,
     admitted,
     create_pods,
@@ -15,10 +15,10 @@ from admission.opa import (
     refusal,
     roll_out,
 )
-from controlplane import ApiError, wait_until
-from declared_objects import TEST_MANAGER, find
-from harness import admission_of
-from nodes_and_pods import ensure_namespace, placement, pod
+from tests.kit.cluster.controlplane import ApiError, wait_until
+from tests.kit.cluster.declared_objects import TEST_MANAGER, find
+from tests.kit.cluster.nodes_and_pods import ensure_namespace, placement, pod
+from tests.kit.harness import admission_of
 
 
 def test_opa_runs_with_no_credentials_and_loads_its_policy_from_the_pods_volumes(

@@ -4,7 +4,8 @@ debug container where node pools taint the GPU nodes; and the reachability probe
 
 import pytest
 
-from admission.opa import (
+from components.base.facts import AUDIT_LABEL
+from tests.integration.admission.opa import (
     USER_NAMESPACE,
     admitted,
     bare_gpu_pod,
@@ -14,10 +15,9 @@ from admission.opa import (
     roll_out,
     switch_mode,
 )
-from components.base.facts import AUDIT_LABEL
-from controlplane import ApiError, wait_until
-from declared_objects import TEST_MANAGER
-from nodes_and_pods import placement, pod
+from tests.kit.cluster.controlplane import ApiError, wait_until
+from tests.kit.cluster.declared_objects import TEST_MANAGER
+from tests.kit.cluster.nodes_and_pods import placement, pod
 
 
 def test_mutate_fixes_a_gpu_pod_that_the_binpack_scheduler_then_binds(admission,

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from admission.opa import (
+from tests.integration.admission.opa import (
     USER_NAMESPACE,
     create_pods,
     gpu_pod_admitted,
@@ -14,9 +14,9 @@ from admission.opa import (
     probe_of_a_later_run,
     roll_out,
 )
-from controlplane import ApiError, wait_until
-from declared_objects import TEST_MANAGER
-from nodes_and_pods import ensure_namespace, placement, pod
+from tests.kit.cluster.controlplane import ApiError, wait_until
+from tests.kit.cluster.declared_objects import TEST_MANAGER
+from tests.kit.cluster.nodes_and_pods import ensure_namespace, placement, pod
 
 # Its figures need the machine to itself: `bash tests/run integration` runs it alone.
 pytestmark = pytest.mark.serial

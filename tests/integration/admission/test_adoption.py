@@ -6,7 +6,8 @@ import json
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-from admission.opa import (
+from scripts import admission_report
+from tests.integration.admission.opa import (
     USER_NAMESPACE,
     Admission,
     admitted,
@@ -15,10 +16,9 @@ from admission.opa import (
     roll_out,
     switch_mode,
 )
-from controlplane import wait_until
-from declared_objects import TEST_MANAGER
-from nodes_and_pods import ensure_namespace, job, pod, pod_template
-from scripts import admission_report
+from tests.kit.cluster.controlplane import wait_until
+from tests.kit.cluster.declared_objects import TEST_MANAGER
+from tests.kit.cluster.nodes_and_pods import ensure_namespace, job, pod, pod_template
 
 REPORT_SECTIONS = ("refused", "not_checked", "labelled_earlier_admitted_now")
 

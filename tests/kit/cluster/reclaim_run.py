@@ -1,0 +1,163 @@
+"""Idle reclaim as the declared CronJob runs it, and what it reads: one run of the CronJob's pod
+(the script from the declared ConfigMap, with the ServiceAccount's token, as the kubelet would run
+it), the real Prometheus (built from the module of the suite's promtool) evaluating the usage
+rules, and an exporter stand-in that serves GPUs as the pinned DCGM exporter labels them.
+
+Compressed in time: the exporter is scraped every second, the usage rules evaluate every 2 s
+instead of every minute, and `reclaim.idleFor` is set without validation to 40 s (the settings
+allow 10 minutes or more). The rules and the query are otherwise what the stack deploys."""
+
+from __future__ import annotations
+
+import http.server
+import subprocess
+import sys
+import threading
+import time
+
+import requests
+import yaml
+
+from components import gpu_reclaim
+from components.monitoring import usage
+from components.platform.wiring import component_inputs
+from tests.kit import tools
+from tests.kit.cluster.controlplane import ControlPlane, free_port, wait_until
+from tests.kit.cluster.declared_objects import find
+from tests.kit.cluster.descheduler import LocalContainer
+from tests.kit.harness import monitoring_of
+
+NODE = "r-gpu-1"
+IDLE_FOR = "40s"
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def reclaim_settings(settings, **changes):
+    """The example stack with reclaim on for the team research and the namespace serving."""
+    reclaim = settings.reclaim.model_copy(update={
+        "enabled": True, "teams": ["research"], "namespaces": ["serving"], "idle_for": IDLE_FOR,
+        "max_evictions_per_run": 2, **changes})
+    return settings.model_copy(update={"reclaim": reclaim})
+
+
+def declared_reclaim(settings) -> list[dict]:
+    return gpu_reclaim.reclaim_objects(component_inputs(settings).reclaim)
+
+
+class ExporterStandIn:
+    """Serves /metrics as the DCGM exporter would for one node: a GPU per pod, each with its
+    engine activity (DCGM_FI_PROF_GR_ENGINE_ACTIVE, 0..1) and utilization (percent)."""
+
+    def __init__(self):
+        self.activity: dict[tuple[str, str], float] = {}
+        self.pulsing: set[tuple[str, str]] = set()
+        self.lock = threading.Lock()
+        stand_in = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):   # noqa: N802 (the name http.server calls)
+                body = stand_in.metrics().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format, *args):   # noqa: A002 (the name the base class uses)
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def set(self, namespace: str, name: str, activity: float) -> None:
+        with self.lock:
+            self.activity[(namespace, name)] = activity
+
+    def pulse(self, namespace: str, name: str) -> None:
+        """The pod's GPU works for 3 s of every 20 s (otherwise idle): never idle for a whole
+        window of 40 s."""
+        with self.lock:
+            self.pulsing.add((namespace, name))
+
+    def metrics(self) -> str:
+        working = time.time() % 20 < 3
+        with self.lock:
+            gpus = sorted((key, 0.6 if key in self.pulsing and working else activity)
+                          for key, activity in self.activity.items())
+        lines = {"DCGM_FI_PROF_GR_ENGINE_ACTIVE": ["# HELP DCGM_FI_PROF_GR_ENGINE_ACTIVE Ratio "
+                                                   "of time the graphics engine is active.",
+                                                   "# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge"],
+                 "DCGM_FI_DEV_GPU_UTIL": ["# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).",
+                                          "# TYPE DCGM_FI_DEV_GPU_UTIL gauge"]}
+        for index, ((namespace, name), activity) in enumerate(gpus):
+            labels = (f'gpu="{index}",UUID="GPU-{NODE}-{index}",'
+                      f'pci_bus_id="00000000:{index + 16:02X}:00.0",device="nvidia{index}",'
+                      f'modelName="{H100}",Hostname="{NODE}",'
+                      f'DCGM_FI_DRIVER_VERSION="595.91.07",container="main",'
+                      f'namespace="{namespace}",pod="{name}"')
+            lines["DCGM_FI_PROF_GR_ENGINE_ACTIVE"].append(
+                f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{labels}}} {activity:.6f}")
+            lines["DCGM_FI_DEV_GPU_UTIL"].append(
+                f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} {round(activity * 100)}")
+        return "\n".join(line for block in lines.values() for line in block) + "\n"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Prometheus:
+    """The real Prometheus, scraping the stand-in as the platform's ServiceMonitor would (its
+    job name, and `node` from the exporter pod's node) and evaluating the usage rules."""
+
+    def __init__(self, cp: ControlPlane, settings, exporter_port: int):
+        group = usage.usage_group(monitoring_of(settings))
+        group["interval"] = "2s"        # compressed in time (the module's docstring)
+        directory = cp.dir / "prometheus"
+        rules = cp.write("prometheus/rules.yaml", yaml.safe_dump({"groups": [group]}))
+        config = cp.write("prometheus/prometheus.yaml", yaml.safe_dump({
+            "global": {"scrape_interval": "1s", "evaluation_interval": "2s"},
+            "rule_files": [str(rules)],
+            "scrape_configs": [{"job_name": "nvidia-dcgm-exporter", "static_configs": [{
+                "targets": [f"127.0.0.1:{exporter_port}"], "labels": {"node": NODE}}]}]}))
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = cp.start_process("prometheus", [
+            str(tools.prometheus()), f"--config.file={config}",
+            f"--storage.tsdb.path={directory / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}"])
+        wait_until(self.ready, "Prometheus to be ready", timeout=60, explain=self.process.tail)
+
+    def ready(self) -> bool:
+        try:
+            return requests.get(f"{self.url}/-/ready", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def idle(self, query: str) -> set[tuple[str, str]]:
+        answer = requests.get(f"{self.url}/api/v1/query", params={"query": query},
+                              timeout=10).json()
+        assert answer["status"] == "success", answer
+        return {(s["metric"]["namespace"], s["metric"]["pod"])
+                for s in answer["data"]["result"]}
+
+
+def reclaim_run(cp: ControlPlane, objects: list[dict], settings, prometheus: Prometheus) -> str:
+    """One run of the declared CronJob's pod, as the kubelet would run it: its command with the
+    declared ConfigMap's files, the ServiceAccount's token, and Prometheus here rather than at
+    its Service."""
+    reclaim = settings.reclaim
+    cron_job = find(objects, "CronJob", reclaim.name)
+    job_spec = {"metadata": cron_job["metadata"], "spec": cron_job["spec"]["jobTemplate"]["spec"]}
+    container = LocalContainer(cp, objects, job_spec, "reclaim", ports={})
+    token = cp.write(f"volumes/{reclaim.name}/token",
+                     cp.service_account_token(reclaim.namespace, reclaim.name))
+    args = container.args()
+    assert args[0] == "python3"
+    run = subprocess.run([sys.executable, *args[1:], f"--server={cp.server}",
+                          f"--token-file={token}", f"--ca-file={cp.ca_file}",
+                          f"--prometheus-url={prometheus.url}"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, f"the reclaim run failed\n{run.stdout}\n{run.stderr}"
+    return run.stdout
