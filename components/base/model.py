@@ -5,6 +5,7 @@ them."""
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Protocol
@@ -29,6 +30,22 @@ class Model(BaseModel):
 
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True,
                               frozen=True)
+
+
+def described(model: type[BaseModel]) -> str:
+    """A settings model's description: its docstring, as one paragraph."""
+    return " ".join(inspect.cleandoc(model.__doc__ or "").split())
+
+
+def section(model: type[BaseModel], *, required: bool = False, switched: bool = False) -> Any:
+    """The field of a settings section, in the stack settings or a component's inputs: the
+    section's docstring describes it, once. `switched`: in a component's inputs, a section whose
+    `enabled` is the platform's switch, which the component itself does not read."""
+    description = described(model) + (" (`enabled` is GpuPlatform's switch: this component "
+                                      "always declares what it configures)" if switched else "")
+    if required:
+        return Field(description=description)
+    return Field(default_factory=model, description=description)
 
 
 def check_kubernetes_version(value: str) -> str:
@@ -134,6 +151,21 @@ class Taint(Model):
         if self.value:
             taint["value"] = self.value
         return taint
+
+
+def refuse_chart_settings(settings: Model, chart_only: tuple[str, ...], chart: str,
+                          switch: str, kept: str) -> None:
+    """With an existing install instead of the chart (`switch`, as `key: value`): a setting of
+    `chart_only` that is set would be silently ignored, so it is refused (Invalid naming it);
+    `kept`, what stays the existing install's."""
+    key, _, _ = switch.partition(":")
+    for setting in chart_only:
+        if to_snake(setting) in settings.model_fields_set:
+            value = getattr(settings, to_snake(setting))
+            raise Invalid(f"set, but it configures the {chart} chart, which `{switch}` does "
+                          f"not install", f"unset ({kept}), or `{key}: install`", at=(setting,),
+                          value=value.model_dump(by_alias=True) if isinstance(value, Model)
+                          else value, has_value=True)
 
 
 class ReleaseProtection(Model):

@@ -183,6 +183,29 @@ def duration_seconds(duration: str) -> float:
                for n, unit in re.findall(r"([0-9]+)(ms|s|m|h|d|w|y)", duration))
 
 
+def release_name_field(default: str):
+    return Field(default=default, description="Helm release name.")
+
+
+def chart_repository_field(default: str):
+    return Field(default=default, description="Helm repository of the chart: https://, or an "
+                                              "oci:// registry (a mirror, for example).")
+
+
+def chart_version_field(default: str):
+    return Field(default=default, description="Pinned chart version.")
+
+
+def extra_values_field():
+    return Field(default_factory=dict,
+                 description="Further chart values, merged over the generated ones; keys that "
+                             "other settings own are refused.")
+
+
+def cron_job_namespace_field(default: str):
+    return Field(default=default, description="Namespace of the CronJob.")
+
+
 def chart_path_field():
     return Field(default=None,
                  description="Install from this local chart (a directory from `helm pull "

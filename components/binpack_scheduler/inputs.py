@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-
-from ..base.model import KubernetesVersion, PulledImages, kubernetes_version_field
+from ..base.model import KubernetesVersion, PulledImages, kubernetes_version_field, section
 from ..base.scoring import MigResources, ResourceWeight, mig_resources_field, scored_resources
 from .settings import SchedulerSettings
 
@@ -13,10 +11,7 @@ class BinpackSchedulerInputs(PulledImages):
     """The binpack scheduler, with the Kubernetes version that picks its image and the MIG
     resources it packs as it packs GPUs."""
 
-    scheduler: SchedulerSettings = Field(
-        default_factory=SchedulerSettings,
-        description="The binpack scheduler, a second kube-scheduler that packs GPU pods, and "
-                    "the PriorityClass of preemptible GPU pods.")
+    scheduler: SchedulerSettings = section(SchedulerSettings)
     kubernetes_version: KubernetesVersion = kubernetes_version_field()
     mig_resources: MigResources = mig_resources_field()
 

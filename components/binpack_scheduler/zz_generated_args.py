@@ -111,7 +111,7 @@ class BinpackSchedulerArgs(TypedDict):
      "becomes `<mirror>/nvidia/gpu-operator`). Unset: the images' own registries. The "
      "`images` output lists what to mirror.")
     scheduler: NotRequired[SchedulerSettings]
-    ("The binpack scheduler, a second kube-scheduler that packs GPU pods, and the "
+    ("The binpack scheduler: a second kube-scheduler that packs GPU pods, and the "
      "PriorityClass of preemptible GPU pods.")
     kubernetes_version: str
     ("Kubernetes version of the cluster, MAJOR.MINOR.PATCH (required; 1.30 or newer). "

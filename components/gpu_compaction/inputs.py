@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from ..base.model import PulledImages
+from ..base.model import PulledImages, section
 from ..base.scoring import (
     MigResources,
     ResourceWeight,
@@ -20,11 +20,7 @@ class GpuCompactionInputs(PulledImages):
     """Compaction with the descheduler, with the binpack scheduler that places every run and
     the evicted pods, and its scoring."""
 
-    compaction: CompactionSettings = Field(
-        default_factory=CompactionSettings,
-        description="Moving opted-in GPU pods off lightly used GPU nodes with the descheduler, "
-                    "so whole nodes come free (`enabled` is GpuPlatform's switch: this "
-                    "component always declares compaction).")
+    compaction: CompactionSettings = section(CompactionSettings, switched=True)
     scheduler_name: DnsLabel = Field(
         description="The binpack scheduler's name (the BinpackScheduler component's "
                     "`schedulerName` output): it places every run, and the pods a run evicts.")

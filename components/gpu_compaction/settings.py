@@ -12,6 +12,7 @@ from ..base.validation import (
     Invalid,
     OwnNamespace,
     check_cron_schedule,
+    cron_job_namespace_field,
     go_duration_seconds,
     is_label_value,
     is_qualified_name,
@@ -32,8 +33,7 @@ class CompactionSettings(Model):
     name: DnsLabel = Field(default="gpu-compaction",
                            description="Names the CronJob, its ServiceAccount, ClusterRole and "
                                        "policy ConfigMap.")
-    namespace: OwnNamespace = Field(default="gpu-compaction",
-                                    description="Namespace of the CronJob.")
+    namespace: OwnNamespace = cron_job_namespace_field("gpu-compaction")
     image: ImageSettings = Field(
         default_factory=lambda: ImageSettings(repository="registry.k8s.io/descheduler/descheduler",
                                               tag="v0.36.0"),

@@ -75,8 +75,8 @@ class GpuCompactionArgs(TypedDict):
      "`images` output lists what to mirror.")
     compaction: NotRequired[CompactionSettings]
     ("Moving opted-in GPU pods off lightly used GPU nodes with the descheduler, so whole "
-     "nodes come free (`enabled` is GpuPlatform's switch: this component always declares "
-     "compaction).")
+     "nodes come free. (`enabled` is GpuPlatform's switch: this component always declares "
+     "what it configures)")
     scheduler_name: str
     ("The binpack scheduler's name (the BinpackScheduler component's `schedulerName` "
      "output): it places every run, and the pods a run evicts.")

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-
-from ..base.model import Model
+from ..base.model import Model, section
 from .settings import GpuNodesSettings
 
 
 class GpuNodesInputs(Model):
     """The GPU nodes to taint and label."""
 
-    gpu_nodes: GpuNodesSettings = Field(description="The GPU nodes and their taints and labels.")
+    gpu_nodes: GpuNodesSettings = section(GpuNodesSettings, required=True)

@@ -54,4 +54,4 @@ class GpuNodesSettings(TypedDict):
 class GpuNodesArgs(TypedDict):
     "The args of GpuNodes. The GPU nodes to taint and label."
     gpu_nodes: GpuNodesSettings
-    "The GPU nodes and their taints and labels."
+    "The GPU nodes: which they are, who taints them, and their taints and labels."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from ..base.model import GpuNodeFacts, PulledImages, gpu_nodes_field
+from ..base.model import GpuNodeFacts, PulledImages, gpu_nodes_field, section
 from .settings import GpuOperatorSettings
 
 
@@ -12,10 +12,7 @@ class GpuOperatorInputs(PulledImages):
     """NVIDIA's GPU Operator, with the GPU nodes' taints its operands tolerate and the GPU
     nodes' names that size its namespace's quota."""
 
-    gpu_operator: GpuOperatorSettings = Field(
-        default_factory=GpuOperatorSettings,
-        description="NVIDIA's GPU Operator: its Helm release and the operands it runs on GPU "
-                    "nodes.")
+    gpu_operator: GpuOperatorSettings = section(GpuOperatorSettings)
     gpu_nodes: GpuNodeFacts = gpu_nodes_field()
     secret_values: bool = Field(
         default=False,

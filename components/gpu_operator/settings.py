@@ -16,7 +16,10 @@ from ..base.validation import (
     OwnNamespace,
     Repository,
     chart_path_field,
+    chart_repository_field,
+    chart_version_field,
     is_qualified_name,
+    release_name_field,
 )
 
 
@@ -90,13 +93,11 @@ class TimeSlicingSettings(Model):
 class GpuOperatorSettings(Model):
     """NVIDIA's GPU Operator: its Helm release and the operands it runs on GPU nodes."""
 
-    release_name: DnsLabel = Field(default="gpu-operator", description="Helm release name.")
+    release_name: DnsLabel = release_name_field("gpu-operator")
     namespace: OwnNamespace = Field(default="gpu-operator",
                                     description="Namespace of the operator.")
-    repository: Repository = Field(default="https://helm.ngc.nvidia.com/nvidia",
-                                   description="Helm repository of the chart: https://, or an "
-                                               "oci:// registry (a mirror, for example).")
-    chart_version: str = Field(default="v26.7.0", description="Pinned chart version.")
+    repository: Repository = chart_repository_field("https://helm.ngc.nvidia.com/nvidia")
+    chart_version: str = chart_version_field("v26.7.0")
     chart_path: ChartPath = chart_path_field()
     gpu_path: Literal["devicePlugin", "dra"] = Field(
         default="devicePlugin",

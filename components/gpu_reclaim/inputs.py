@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from ..base.model import PulledImages
+from ..base.model import PulledImages, section
 from ..base.validation import NamespaceNames
 from .settings import ReclaimSettings
 
@@ -13,11 +13,7 @@ class GpuReclaimInputs(PulledImages):
     """Idle GPU reclaim, with the Prometheus it reads, the query that says which pods are idle,
     and the namespaces it must never touch."""
 
-    reclaim: ReclaimSettings = Field(
-        default_factory=ReclaimSettings,
-        description="Idle GPU reclaim: pods whose GPUs did no work for a while are reported to "
-                    "their owners and, where the stack says so, evicted (`enabled` is "
-                    "GpuPlatform's switch: this component always declares reclaim).")
+    reclaim: ReclaimSettings = section(ReclaimSettings, switched=True)
     prometheus_url: str = Field(
         description="The Prometheus HTTP API the runs query, as the CronJob's pod reaches it "
                     "(`reclaim.prometheusUrl`, else the Monitoring component's Prometheus).")

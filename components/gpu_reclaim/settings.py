@@ -16,6 +16,7 @@ from ..base.validation import (
     OwnNamespace,
     check_cron_schedule,
     check_qualified_name,
+    cron_job_namespace_field,
     duration_seconds,
 )
 
@@ -37,8 +38,7 @@ class ReclaimSettings(Model):
     name: DnsLabel = Field(default="gpu-reclaim",
                            description="Names the CronJob, its ServiceAccount, Roles and "
                                        "ConfigMap.")
-    namespace: OwnNamespace = Field(default="gpu-reclaim",
-                                    description="Namespace of the CronJob.")
+    namespace: OwnNamespace = cron_job_namespace_field("gpu-reclaim")
     action: Literal["report", "evict"] = Field(
         default="report",
         description="`report`: an idle pod gets an event (on it and on its controller) and an "

@@ -82,8 +82,9 @@ class GpuReclaimArgs(TypedDict):
      "`images` output lists what to mirror.")
     reclaim: NotRequired[ReclaimSettings]
     ("Idle GPU reclaim: pods whose GPUs did no work for a while are reported to their owners "
-     "and, where the stack says so, evicted (`enabled` is GpuPlatform's switch: this "
-     "component always declares reclaim).")
+     "and, where the stack says so, evicted so that others can use the GPUs. Opt-in per "
+     "namespace or team; report only unless `action` is `evict`. (`enabled` is GpuPlatform's "
+     "switch: this component always declares what it configures)")
     prometheus_url: str
     ("The Prometheus HTTP API the runs query, as the CronJob's pod reaches it "
      "(`reclaim.prometheusUrl`, else the Monitoring component's Prometheus).")

@@ -16,6 +16,7 @@ from ..base.model import (
     PulumiInput,
     gpu_nodes_field,
     kubernetes_version_field,
+    section,
 )
 from .settings import MonitoringSettings
 
@@ -103,9 +104,7 @@ class MonitoringInputs(PulledImages):
     """kube-prometheus-stack, the GPU dashboard, rules and alerts, with the components they
     watch."""
 
-    monitoring: MonitoringSettings = Field(
-        default_factory=MonitoringSettings,
-        description="kube-prometheus-stack, the GPU dashboard, recording rules and alerts.")
+    monitoring: MonitoringSettings = section(MonitoringSettings)
     kubernetes_version: KubernetesVersion = kubernetes_version_field()
     cluster: KubectlContext = Field(
         description="The cluster the commands it outputs (`grafanaPortForward`) reach.")

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ..base.model import Labels, Model, ReleaseProtection, to_snake
+from ..base.model import Labels, Model, ReleaseProtection, refuse_chart_settings, to_snake
 from ..base.validation import (
     ChartPath,
     DnsLabel,
@@ -17,8 +17,12 @@ from ..base.validation import (
     OwnNamespace,
     Repository,
     chart_path_field,
+    chart_repository_field,
+    chart_version_field,
     duration_seconds,
+    extra_values_field,
     is_dns_subdomain,
+    release_name_field,
 )
 
 
@@ -291,13 +295,11 @@ class MonitoringSettings(Model):
         default_factory=ExistingStackSettings,
         description="With `stack: existing`: the stack the platform joins.")
 
-    release_name: DnsLabel = Field(default="kube-prometheus-stack",
-                                   description="Helm release name.")
+    release_name: DnsLabel = release_name_field("kube-prometheus-stack")
     namespace: OwnNamespace = Field(default="monitoring", description="Namespace of the stack.")
-    repository: Repository = Field(default="https://prometheus-community.github.io/helm-charts",
-                                   description="Helm repository of the chart: https://, or an "
-                                               "oci:// registry (a mirror, for example).")
-    chart_version: str = Field(default="88.5.3", description="Pinned chart version.")
+    repository: Repository = chart_repository_field(
+        "https://prometheus-community.github.io/helm-charts")
+    chart_version: str = chart_version_field("88.5.3")
     chart_path: ChartPath = chart_path_field()
     scrape_interval: Duration = Field(default="15s", description="Prometheus scrape interval of "
                                                                  "the DCGM exporter.")
@@ -321,24 +323,13 @@ class MonitoringSettings(Model):
         description="As for the operator (`gpuOperator.protection`); not protected by "
                     "default: replacing the release loses no workload (with storage on, its "
                     "volumes are claims of their own).")
-    extra_values: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Further chart values, merged over the generated ones; keys that other "
-                    "settings own are refused.")
+    extra_values: dict[str, Any] = extra_values_field()
 
     @model_validator(mode="after")
     def chart_settings_need_the_chart(self) -> MonitoringSettings:
-        # A setting of the chart the program does not install would be silently ignored.
         if self.stack == "existing":
-            for key in CHART_ONLY:
-                if to_snake(key) in self.model_fields_set:
-                    value = getattr(self, to_snake(key))
-                    raise Invalid("set, but it configures the kube-prometheus-stack chart, "
-                                  "which `stack: existing` does not install", "unset (alert "
-                                  "routes, Grafana and storage stay the existing stack's), or "
-                                  "`stack: install`", at=(key,),
-                                  value=value.model_dump(by_alias=True)
-                                  if isinstance(value, Model) else value, has_value=True)
+            refuse_chart_settings(self, CHART_ONLY, "kube-prometheus-stack", "stack: existing",
+                                  "alert routes, Grafana and storage stay the existing stack's")
         return self
 
     @model_validator(mode="after")

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ..base.model import GpuNodeFacts, GpuPath, Model, PulledImages, gpu_nodes_field
+from ..base.model import GpuNodeFacts, GpuPath, Model, PulledImages, gpu_nodes_field, section
 from ..base.validation import DnsLabel, NamespaceNames
 from .facts import ALWAYS_EXEMPT
 from .settings import AdmissionSettings
@@ -74,10 +74,7 @@ class OpaAdmissionInputs(PulledImages):
     scheduler's name, the preemptible class, the GPU nodes' taints and names, and the
     namespaces of the platform's other components."""
 
-    admission: AdmissionSettings = Field(
-        default_factory=AdmissionSettings,
-        description="OPA behind the admission webhooks: which pods are GPU pods and what is "
-                    "refused.")
+    admission: AdmissionSettings = section(AdmissionSettings)
     scheduler_name: DnsLabel = Field(
         description="The schedulerName GPU pods must name: the binpack scheduler's (the "
                     "BinpackScheduler component's `schedulerName` output).")

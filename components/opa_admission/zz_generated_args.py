@@ -154,7 +154,7 @@ class OpaAdmissionArgs(TypedDict):
      "becomes `<mirror>/nvidia/gpu-operator`). Unset: the images' own registries. The "
      "`images` output lists what to mirror.")
     admission: NotRequired[AdmissionSettings]
-    "OPA behind the admission webhooks: which pods are GPU pods and what is refused."
+    "OPA behind the admission webhooks: which pods are GPU pods, and what is refused."
     scheduler_name: str
     ("The schedulerName GPU pods must name: the binpack scheduler's (the BinpackScheduler "
      "component's `schedulerName` output).")

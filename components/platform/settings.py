@@ -21,6 +21,7 @@ from ..base.model import (
     kubernetes_version_field,
     minor_release,
     mirror_field,
+    section,
     to_snake,
 )
 from ..base.validation import CONFIG_NAMESPACE, Invalid, duration_seconds
@@ -63,36 +64,17 @@ class ClusterSettings(Model):
 class StackSettings(Model):
     """A stack's settings: every section of the stack file."""
 
-    cluster: ClusterSettings = Field(description="The cluster the stack deploys to (required).")
+    cluster: ClusterSettings = section(ClusterSettings, required=True)
     image_registry_mirror: RegistryMirror = mirror_field()
     kubernetes_version: KubernetesVersion = kubernetes_version_field()
-    gpu_nodes: GpuNodesSettings = Field(description="GPU nodes (required).")
-    gpu_operator: GpuOperatorSettings = Field(
-        default_factory=GpuOperatorSettings,
-        description="NVIDIA's GPU Operator: its Helm release and the operands it runs on GPU "
-                    "nodes.")
-    scheduler: SchedulerSettings = Field(
-        default_factory=SchedulerSettings,
-        description="The binpack scheduler, a second kube-scheduler that packs GPU pods, and "
-                    "the PriorityClass of preemptible GPU pods.")
-    admission: AdmissionSettings = Field(
-        default_factory=AdmissionSettings,
-        description="OPA behind the admission webhooks: which pods are GPU pods and what is "
-                    "refused.")
-    monitoring: MonitoringSettings = Field(
-        default_factory=MonitoringSettings,
-        description="kube-prometheus-stack, the GPU dashboard, recording rules and alerts.")
-    compaction: CompactionSettings = Field(
-        default_factory=CompactionSettings,
-        description="Moving opted-in GPU pods off lightly used GPU nodes with the descheduler, "
-                    "so whole nodes come free.")
-    teams: TeamsSettings = Field(
-        default_factory=TeamsSettings,
-        description="Teams that share the GPUs through Kueue: a quota and a queue per team.")
-    reclaim: ReclaimSettings = Field(
-        default_factory=ReclaimSettings,
-        description="Idle GPU reclaim: idle GPU pods of opted-in namespaces and teams reported "
-                    "to their owners and, with `action: evict`, evicted after a grace period.")
+    gpu_nodes: GpuNodesSettings = section(GpuNodesSettings, required=True)
+    gpu_operator: GpuOperatorSettings = section(GpuOperatorSettings)
+    scheduler: SchedulerSettings = section(SchedulerSettings)
+    admission: AdmissionSettings = section(AdmissionSettings)
+    monitoring: MonitoringSettings = section(MonitoringSettings)
+    compaction: CompactionSettings = section(CompactionSettings)
+    teams: TeamsSettings = section(TeamsSettings)
+    reclaim: ReclaimSettings = section(ReclaimSettings)
 
 
     @model_validator(mode="after")

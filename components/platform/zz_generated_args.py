@@ -41,7 +41,7 @@ class GpuPlatformArgs(TypedDict):
     ("The args of GpuPlatform. The whole platform: every section of the stack settings, and "
      "which hold a secret.")
     cluster: ClusterSettings
-    "The cluster the stack deploys to (required)."
+    "The cluster the stack deploys to: a context of a kubeconfig."
     image_registry_mirror: NotRequired[str | None]
     ("Registry (`host[:port][/path]`) that mirrors every image the platform runs: each "
      "image's registry host is replaced by it, the path kept (`nvcr.io/nvidia/gpu-operator` "
@@ -51,24 +51,26 @@ class GpuPlatformArgs(TypedDict):
     ("Kubernetes version of the cluster, MAJOR.MINOR.PATCH (required; 1.30 or newer). "
      "Selects the kube-scheduler image.")
     gpu_nodes: GpuNodesSettings
-    "GPU nodes (required)."
+    "The GPU nodes: which they are, who taints them, and their taints and labels."
     gpu_operator: NotRequired[GpuOperatorSettings]
     "NVIDIA's GPU Operator: its Helm release and the operands it runs on GPU nodes."
     scheduler: NotRequired[SchedulerSettings]
-    ("The binpack scheduler, a second kube-scheduler that packs GPU pods, and the "
+    ("The binpack scheduler: a second kube-scheduler that packs GPU pods, and the "
      "PriorityClass of preemptible GPU pods.")
     admission: NotRequired[AdmissionSettings]
-    "OPA behind the admission webhooks: which pods are GPU pods and what is refused."
+    "OPA behind the admission webhooks: which pods are GPU pods, and what is refused."
     monitoring: NotRequired[MonitoringSettings]
     "kube-prometheus-stack, the GPU dashboard, recording rules and alerts."
     compaction: NotRequired[CompactionSettings]
     ("Moving opted-in GPU pods off lightly used GPU nodes with the descheduler, so whole "
      "nodes come free.")
     teams: NotRequired[TeamsSettings]
-    "Teams that share the GPUs through Kueue: a quota and a queue per team."
+    ("Teams that share the GPUs through Kueue: a quota per team, borrowing and reclaim, fair "
+     "sharing and all-or-nothing admission.")
     reclaim: NotRequired[ReclaimSettings]
-    ("Idle GPU reclaim: idle GPU pods of opted-in namespaces and teams reported to their "
-     "owners and, with `action: evict`, evicted after a grace period.")
+    ("Idle GPU reclaim: pods whose GPUs did no work for a while are reported to their owners "
+     "and, where the stack says so, evicted so that others can use the GPUs. Opt-in per "
+     "namespace or team; report only unless `action` is `evict`.")
     secret_sections: NotRequired[list[str]]
     ("Sections that hold a secret (a credential in extra chart values, the Grafana "
      "password): their Helm release's values are stored as a secret. Allowed: a list of "

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from ..base.model import GpuNodeFacts, PulledImages, gpu_nodes_field
+from ..base.model import GpuNodeFacts, PulledImages, gpu_nodes_field, section
 from .settings import TeamsSettings
 
 
 class TeamsInputs(PulledImages):
     """Kueue and the teams' queues, with the GPU nodes' taints their flavors tolerate."""
 
-    teams: TeamsSettings = Field(
-        description="Teams that share the GPUs through Kueue: a quota and a queue per team "
-                    "(`enabled` is GpuPlatform's switch: this component always declares them).")
+    teams: TeamsSettings = section(TeamsSettings, required=True, switched=True)
     gpu_nodes: GpuNodeFacts = gpu_nodes_field()
     device_classes: dict[str, list[str]] = Field(
         default_factory=dict,

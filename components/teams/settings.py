@@ -13,7 +13,13 @@ from ..base.facts import (
     TOPOGRAPH_ACCELERATOR_LABEL,
     kueue_controller_user,
 )
-from ..base.model import ImageSettings, Labels, Model, ReleaseProtection, to_snake
+from ..base.model import (
+    ImageSettings,
+    Labels,
+    Model,
+    ReleaseProtection,
+    refuse_chart_settings,
+)
 from ..base.validation import (
     ChartPath,
     DnsLabel,
@@ -24,7 +30,10 @@ from ..base.validation import (
     OwnNamespace,
     Repository,
     chart_path_field,
+    chart_repository_field,
+    chart_version_field,
     check_qualified_name,
+    extra_values_field,
 )
 
 # What Kueue calls things, as the platform uses them (sigs.k8s.io/kueue v0.19.2), and the
@@ -248,10 +257,8 @@ class KueueSettings(Model):
         default="kueue-system",
         description="Namespace of Kueue: where the program installs it, or where the cluster's "
                     "Kueue runs (`mode: existing`; Kueue's own manifests use this one).")
-    repository: Repository = Field(default="oci://registry.k8s.io/kueue/charts",
-                                   description="Helm repository of the chart: https://, or an "
-                                               "oci:// registry (a mirror, for example).")
-    chart_version: str = Field(default="0.19.2", description="Pinned chart version.")
+    repository: Repository = chart_repository_field("oci://registry.k8s.io/kueue/charts")
+    chart_version: str = chart_version_field("0.19.2")
     chart_path: ChartPath = chart_path_field()
     image: ImageSettings = Field(
         default_factory=lambda: ImageSettings(repository="registry.k8s.io/kueue/kueue",
@@ -265,21 +272,13 @@ class KueueSettings(Model):
         default_factory=lambda: ReleaseProtection(protect=True),
         description="Protected by default: the chart holds Kueue's CRDs, so uninstalling it "
                     "deletes every queue and the workloads queued in them.")
-    extra_values: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Further chart values, merged over the generated ones; keys that other "
-                    "settings own are refused.")
+    extra_values: dict[str, Any] = extra_values_field()
 
     @model_validator(mode="after")
     def chart_settings_need_the_chart(self) -> KueueSettings:
-        # A setting of the chart the program does not install would be silently ignored.
         if self.mode == "existing":
-            for key in CHART_ONLY:
-                if to_snake(key) in self.model_fields_set:
-                    raise Invalid("set, but it configures the Kueue chart, which `mode: "
-                                  "existing` does not install", "unset (the cluster's Kueue "
-                                  "keeps its own), or `mode: install`", at=(key,),
-                                  value=getattr(self, to_snake(key)), has_value=True)
+            refuse_chart_settings(self, CHART_ONLY, "Kueue", "mode: existing",
+                                  "the cluster's Kueue keeps its own")
         return self
 
     @property

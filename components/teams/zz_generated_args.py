@@ -201,8 +201,9 @@ class TeamsArgs(TypedDict):
      "becomes `<mirror>/nvidia/gpu-operator`). Unset: the images' own registries. The "
      "`images` output lists what to mirror.")
     teams: TeamsSettings
-    ("Teams that share the GPUs through Kueue: a quota and a queue per team (`enabled` is "
-     "GpuPlatform's switch: this component always declares them).")
+    ("Teams that share the GPUs through Kueue: a quota per team, borrowing and reclaim, fair "
+     "sharing and all-or-nothing admission. (`enabled` is GpuPlatform's switch: this "
+     "component always declares what it configures)")
     gpu_nodes: GpuNodeFacts
     "The GPU nodes: their taints and, when known, their names."
     device_classes: NotRequired[dict[str, list[str]]]

@@ -88,3 +88,31 @@ def test_no_hand_written_file_is_longer_than_a_reader_can_hold():
     long = {str(path.relative_to(harness.ROOT)): n for path in hand_written()
             if (n := len(path.read_text().splitlines())) > LONGEST}
     assert not long, f"over {LONGEST} lines: {long}"
+
+
+def descriptions(path: Path) -> list[tuple[str, int]]:
+    """Each description written in a module: the docstring of a settings or inputs model (a
+    class with fields), and each literal `description=` of a field, as one paragraph."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ClassDef) and (doc := ast.get_docstring(node)) and any(
+                isinstance(item, ast.AnnAssign) for item in node.body):
+            found.append((" ".join(doc.split()), node.lineno))
+        elif (isinstance(node, ast.keyword) and node.arg == "description"
+              and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            found.append((" ".join(node.value.value.split()), node.lineno))
+    return found
+
+
+def test_every_description_is_written_once():
+    """A setting's or input's description exists in one place; every other field that means
+    the same takes it from there (base.model.section, the field helpers of base)."""
+    where: dict[str, list[str]] = {}
+    for path in sorted(COMPONENTS.rglob("*.py")):
+        if path.name.startswith("zz_generated"):
+            continue
+        for text, line in descriptions(path):
+            where.setdefault(text, []).append(f"{path.relative_to(harness.ROOT)}:{line}")
+    copies = {text: places for text, places in where.items() if len(places) > 1}
+    assert not copies, "written more than once:\n" + "\n".join(
+        f"  {text[:70]}...: {', '.join(places)}" for text, places in copies.items())
