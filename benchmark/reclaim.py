@@ -170,7 +170,7 @@ class ReclaimCluster(RealCluster):
         self.reclaimed: list[Reclaimed] = []
         self.outcomes: Counter = Counter()
         self.runs, self.run_seconds = 0, 0.0
-        self.actor_config: dict | None = None
+        self.actor_config: actor.Config | None = None
         self.window = settings.reclaim.idle_for_seconds / 3600
         if mode.changes is not None:
             inputs = component_inputs(settings).reclaim

@@ -7,6 +7,7 @@ from pathlib import Path
 from ..base import manifests
 from ..base.facts import KUEUE_API
 from .actor import gpu_reclaim
+from .actor.gpu_reclaim import Config
 from .inputs import GpuReclaimInputs
 
 COMPONENT = "reclaim"
@@ -28,32 +29,31 @@ RUN_DEADLINE_SECONDS = 600
 CONFIG_HASH_ANNOTATION = "gpu-platform.io/reclaim-config-sha256"
 
 
-def actor_config(inputs: GpuReclaimInputs) -> dict:
+def actor_config(inputs: GpuReclaimInputs) -> Config:
     """What a run reads: the query, the policy and where it applies."""
     reclaim = inputs.reclaim
-    return {
-        "prometheusUrl": inputs.prometheus_url,
-        "query": inputs.idle_query,
-        "action": reclaim.action,
-        "idleBelow": reclaim.idle_below,
-        "idleFor": reclaim.idle_for,
-        "idleForSeconds": reclaim.idle_for_seconds,
-        "gracePeriod": reclaim.grace_period,
-        "gracePeriodSeconds": reclaim.grace_period_seconds,
-        "namespaces": inputs.opted_in_namespaces,
-        "exemptNamespaces": sorted(inputs.exempt_namespaces),
-        "keepAnnotation": reclaim.keep_annotation,
-        "allowKeep": reclaim.allow_keep,
-        "maxEvictionsPerRun": reclaim.max_evictions_per_run,
-        "reportedAnnotation": REPORTED_ANNOTATION,
-        "controller": CONTROLLER,
+    return Config(
+        prometheusUrl=inputs.prometheus_url,
+        query=inputs.idle_query,
+        action=reclaim.action,
+        idleBelow=reclaim.idle_below,
+        idleFor=reclaim.idle_for,
+        idleForSeconds=reclaim.idle_for_seconds,
+        gracePeriod=reclaim.grace_period,
+        gracePeriodSeconds=reclaim.grace_period_seconds,
+        namespaces=inputs.opted_in_namespaces,
+        exemptNamespaces=sorted(inputs.exempt_namespaces),
+        keepAnnotation=reclaim.keep_annotation,
+        allowKeep=reclaim.allow_keep,
+        maxEvictionsPerRun=reclaim.max_evictions_per_run,
+        reportedAnnotation=REPORTED_ANNOTATION,
+        controller=CONTROLLER,
         # In a team namespace a pod Kueue admitted goes back to its queue with its workload.
-        "teamNamespaces": sorted(set(inputs.team_namespaces) & set(inputs.opted_in_namespaces)),
-        "workloadsApi": f"/apis/{KUEUE_API}",
-        "ownerResources": inputs.workload_owners,
-        "requeuedAnnotation": REQUEUED_ANNOTATION,
-        "requeueWaitSeconds": REQUEUE_WAIT_SECONDS,
-    }
+        teamNamespaces=sorted(set(inputs.team_namespaces) & set(inputs.opted_in_namespaces)),
+        workloadsApi=f"/apis/{KUEUE_API}",
+        ownerResources=inputs.workload_owners,
+        requeuedAnnotation=REQUEUED_ANNOTATION,
+        requeueWaitSeconds=REQUEUE_WAIT_SECONDS)
 
 
 def reclaim_rules(inputs: GpuReclaimInputs) -> list[dict]:

@@ -42,7 +42,7 @@ def inputs_of(**reclaim):
     return component_inputs(settings_of(**reclaim)).reclaim
 
 
-def config_of(**reclaim) -> dict:
+def config_of(**reclaim) -> actor.Config:
     return gpu_reclaim.actor_config(inputs_of(**reclaim))
 
 
@@ -66,7 +66,7 @@ def pod(name: str, namespace: str = "research", *, age: float = 3 * HOUR,
     return {"metadata": meta, "status": {"phase": phase, "startTime": stamp(NOW - age)}}
 
 
-def decided(config: dict, idle: dict, pods: list[dict]) -> dict[str, tuple[str, str]]:
+def decided(config: actor.Config, idle: dict, pods: list[dict]) -> dict[str, tuple[str, str]]:
     return {f"{d.namespace}/{d.pod}": (d.action, d.why)
             for d in actor.decide(config, idle, pods, NOW)}
 
@@ -114,7 +114,8 @@ def test_pods_outside_the_opted_in_namespaces_are_never_touched():
 
 
 def test_an_exempt_namespace_is_never_touched_even_if_named():
-    config = config_of() | {"namespaces": ["research", "kube-system"]}
+    config = config_of()
+    config["namespaces"] = ["research", "kube-system"]
     assert "kube-system" in config["exemptNamespaces"]
     idle = {("kube-system", "p"): 1}
     assert decided(config, idle, [pod("p", "kube-system", reported=NOW - 10 * HOUR)]) == {}

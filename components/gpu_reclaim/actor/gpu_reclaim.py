@@ -41,6 +41,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypedDict
 
 IN_CLUSTER = "/var/run/secrets/kubernetes.io/serviceaccount"
 IDLE, EVICTED, REFUSED = "GpuIdle", "GpuIdleEvicted", "GpuIdleEvictionRefused"
@@ -49,6 +50,32 @@ NOTE_BYTES = 1024
 # Owners followed up from a pod's controller to find its Workload: a TrainJob's pod is its
 # JobSet's Job's, two hops above the Job.
 MAX_OWNER_HOPS = 2
+
+
+class Config(TypedDict):
+    """What a run reads (its config.json): components/gpu_reclaim/manifests.py writes it from
+    the stack's settings, typed by this one definition."""
+
+    prometheusUrl: str
+    query: str                      # the idle pods, as Prometheus answers it
+    action: str                     # report or evict
+    idleBelow: float
+    idleFor: str
+    idleForSeconds: float
+    gracePeriod: str
+    gracePeriodSeconds: float
+    namespaces: list[str]           # opted in
+    exemptNamespaces: list[str]
+    keepAnnotation: str
+    allowKeep: bool
+    maxEvictionsPerRun: int
+    reportedAnnotation: str
+    controller: str                 # the events' reportingController
+    teamNamespaces: list[str]       # where a pod Kueue admitted goes back to its queue
+    workloadsApi: str
+    ownerResources: dict[str, str]  # `<group>/<kind>` of a workload's owner: its resource
+    requeuedAnnotation: str
+    requeueWaitSeconds: int
 
 
 @dataclass(frozen=True)
@@ -99,13 +126,13 @@ def idle_set(result: list[dict]) -> dict[tuple[str, str], int]:
     return idle
 
 
-def kept(pod: dict, config: dict) -> bool:
+def kept(pod: dict, config: Config) -> bool:
     """The owner asked to keep the pod's GPUs (whether or not the stack honours it)."""
     value = (pod["metadata"].get("annotations") or {}).get(config["keepAnnotation"])
     return value is not None and value.strip().lower() != "false"
 
 
-def judge(config: dict, pod: dict, reported_at: float | None, now: float) -> tuple[str, str]:
+def judge(config: Config, pod: dict, reported_at: float | None, now: float) -> tuple[str, str]:
     """(action, why) for one idle pod of an opted-in namespace."""
     meta, status = pod["metadata"], pod.get("status") or {}
     started = parse_time(status.get("startTime") or "")
@@ -125,7 +152,7 @@ def judge(config: dict, pod: dict, reported_at: float | None, now: float) -> tup
     return "evict", "idle after its grace period"
 
 
-def decide(config: dict, idle: dict[tuple[str, str], int], pods: list[dict],
+def decide(config: Config, idle: dict[tuple[str, str], int], pods: list[dict],
            now: float) -> list[Decision]:
     """What a run does with each pod of `pods` that is idle or was reported, given the idle set
     Prometheus answered. Only pods of the opted-in namespaces, less the exempt ones, are
@@ -160,7 +187,7 @@ def decide(config: dict, idle: dict[tuple[str, str], int], pods: list[dict],
     return decisions
 
 
-def report_note(config: dict, decision: Decision, pod: dict) -> str:
+def report_note(config: Config, decision: Decision, pod: dict) -> str:
     """The first report's message: how long the pod has been idle, what the policy will do,
     and how to keep it."""
     name = f"{decision.namespace}/{decision.pod}"
@@ -188,7 +215,7 @@ def controller(pod: dict) -> dict | None:
                  if ref.get("controller")), None)
 
 
-def event(config: dict, regarding: dict, namespace: str, reason: str, kind: str,
+def event(config: Config, regarding: dict, namespace: str, reason: str, kind: str,
           action: str, note: str, now: float) -> dict:
     """An events.k8s.io/v1 Event about `regarding` (an object reference)."""
     micro = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -261,7 +288,7 @@ def condition_true(obj: dict, kind: str) -> bool:
                for c in (obj.get("status") or {}).get("conditions") or [])
 
 
-def kueue_workload(api: Api, config: dict, pod: dict) -> dict | None:
+def kueue_workload(api: Api, config: Config, pod: dict) -> dict | None:
     """The Kueue Workload that holds a team pod's GPUs: the one owned by the pod or by an object
     up its chain of controllers (its Job; a JobSet's Job and the JobSet; a TrainJob's JobSet; a
     RayJob's RayCluster...), followed through the kinds of `ownerResources` only. None for a
@@ -289,7 +316,7 @@ def kueue_workload(api: Api, config: dict, pod: dict) -> dict | None:
     return None
 
 
-def controller_of(api: Api, config: dict, namespace: str, ref: dict) -> dict | None:
+def controller_of(api: Api, config: Config, namespace: str, ref: dict) -> dict | None:
     """The controller of the object an owner reference names, where it is of a kind in
     `ownerResources` and still there."""
     group = ref.get("apiVersion", "").rpartition("/")[0]
@@ -306,7 +333,7 @@ def controller_of(api: Api, config: dict, namespace: str, ref: dict) -> dict | N
     return controller(obj)
 
 
-def workloads(api: Api, config: dict, namespace: str) -> list[dict]:
+def workloads(api: Api, config: Config, namespace: str) -> list[dict]:
     """The namespace's Kueue Workloads; none where the API server serves none (no Kueue)."""
     status, listed = api.call("GET", f"{config['workloadsApi']}/namespaces/{namespace}/workloads")
     if status == 404:
@@ -317,19 +344,19 @@ def workloads(api: Api, config: dict, namespace: str) -> list[dict]:
     return listed["items"]
 
 
-def workload_path(config: dict, workload: dict) -> str:
+def workload_path(config: Config, workload: dict) -> str:
     meta = workload["metadata"]
     return f"{config['workloadsApi']}/namespaces/{meta['namespace']}/workloads/{meta['name']}"
 
 
-def put_back(api: Api, config: dict, workload: dict) -> None:
+def put_back(api: Api, config: Config, workload: dict) -> None:
     """Back in its queue: Kueue admits it again when the quota has room."""
     api.ok("PATCH", workload_path(config, workload), {
         "metadata": {"annotations": {config["requeuedAnnotation"]: None}},
         "spec": {"active": True}}, "application/merge-patch+json")
 
 
-def requeue(api: Api, config: dict, workload: dict, now: float) -> bool:
+def requeue(api: Api, config: Config, workload: dict, now: float) -> bool:
     """Takes the Workload off its queue (Kueue then stops it and frees its quota) and, once
     Kueue has, puts it back; False if Kueue had not within the run's wait, when the next run
     puts it back (put_back_left)."""
@@ -346,7 +373,7 @@ def requeue(api: Api, config: dict, workload: dict, now: float) -> bool:
     return True
 
 
-def put_back_left(api: Api, config: dict) -> list[str]:
+def put_back_left(api: Api, config: Config) -> list[str]:
     """The Workloads an earlier run took off their queue and did not put back, once Kueue has
     freed their quota."""
     done = []
@@ -372,7 +399,7 @@ def annotate(api: Api, path: str, annotations: dict) -> bool:
     return True
 
 
-def act(api: Api, config: dict, decision: Decision, pod: dict, now: float,
+def act(api: Api, config: Config, decision: Decision, pod: dict, now: float,
         requeued: set[str]) -> str:
     """Carry out one decision; what happened, for the log. `requeued`: the Workloads this run
     put back in their queue already (with every pod of theirs)."""
@@ -437,7 +464,7 @@ def act(api: Api, config: dict, decision: Decision, pod: dict, now: float,
     return decision.why
 
 
-def run(api: Api, config: dict, idle: dict[tuple[str, str], int], now: float) -> dict[str, int]:
+def run(api: Api, config: Config, idle: dict[tuple[str, str], int], now: float) -> dict[str, int]:
     """One run's decisions on the opted-in namespaces' pods, given the idle set Prometheus
     answered, carried out at `now` (seconds since the epoch); how many pods had each outcome."""
     pods = [pod for namespace in sorted(set(config["namespaces"]) -
