@@ -44,8 +44,8 @@ import requests
 
 from components.base.facts import AUDIT_LABEL
 from components.opa_admission.webhooks import PROBE_LABEL, REACHABILITY_PROBE
-from components.platform import stack_cluster
 from components.platform.settings import ClusterSettings
+from components.preview import cluster as stack_cluster
 
 # What the platform's webhooks put before each violation in audit mode.
 AUDIT_PREFIX = "gpu-platform audit: "

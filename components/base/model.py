@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -256,6 +256,20 @@ class PulledImages(Model):
 
 
 GpuPath = Literal["devicePlugin", "dra"]
+
+
+@dataclass
+class Findings:
+    """What a preview finds of an existing stack the platform joins (the cluster's monitoring
+    stack, its Kueue): what stops the preview (problems) and what it only warns of."""
+
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def add(self, other: Findings) -> Findings:
+        self.problems += other.problems
+        self.warnings += other.warnings
+        return self
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from ..base.model import ClusterReads, Read
+from ..base.model import ClusterReads, Findings, Read
 from .inputs import MonitoringInputs
 from .monitors import prometheus_objects
 from .values import ksm_labels
@@ -147,19 +147,21 @@ def reads(inputs: MonitoringInputs) -> dict[str, Read]:
             "deployments": Read("apps/v1", "deployments")}
 
 
-def survey(reader: ClusterReads, inputs: MonitoringInputs) -> tuple[list[str], list[str]]:
-    """(problems, warnings) of joining the existing stack: a problem stops the preview."""
+def survey(reader: ClusterReads, inputs: MonitoringInputs) -> Findings:
+    """What joining the existing stack would not do (problems, which stop the preview) and
+    would do less well (warnings)."""
     mon, read = inputs.monitoring, reads(inputs)
     prometheus = reader.get(read["prometheus"].path())
     if prometheus is None:
         found = [f"{p['metadata']['namespace']}/{p['metadata']['name']}"
                  for p in reader.items(read["prometheuses"].path())]
-        return ([f"monitoring.existing.prometheus: no Prometheus {mon.namespace}/"
-                 f"{mon.existing.prometheus} (monitoring.namespace/monitoring.existing."
-                 f"prometheus); the cluster has {', '.join(found) or 'none'}"], [])
+        return Findings(problems=[
+            f"monitoring.existing.prometheus: no Prometheus {mon.namespace}/"
+            f"{mon.existing.prometheus} (monitoring.namespace/monitoring.existing."
+            f"prometheus); the cluster has {', '.join(found) or 'none'}"])
     namespace = reader.get(read["namespace"].path()) or {}
     labels = (namespace.get("metadata") or {}).get("labels") or {}
     problems = unselected(prometheus, labels, prometheus_objects(inputs))
     warnings = kube_state_metrics_warnings(
         reader.items(read["deployments"].path(), labelSelector=KSM_NAME_LABEL), inputs)
-    return problems, warnings
+    return Findings(problems, warnings)

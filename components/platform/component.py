@@ -1,13 +1,11 @@
 """The whole GPU platform: its components, declared from the stack's settings in the order of
 the design's dependencies."""
 
-from collections.abc import Collection, Mapping
-from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from ..base.component import Component
+from ..base.component import Component, Declared
 from ..base.validation import Subject
 from ..binpack_scheduler.component import BinpackScheduler
 from ..gpu_compaction.component import GpuCompaction
@@ -17,13 +15,7 @@ from ..gpu_reclaim.component import GpuReclaim
 from ..monitoring.component import Monitoring
 from ..opa_admission.component import OpaAdmission
 from ..teams.component import Teams
-from .cluster_survey import check_conflicts
-from .config import check_secret_keys, load_settings, retired_settings
-from .existing_stacks import check_existing_stacks
-from .framework_crds import report_framework_crds
-from .inputs import GpuPlatformInputs, platform_inputs
-from .preview_access import preview_access_yaml
-from .stack_cluster import check_cluster
+from .inputs import GpuPlatformInputs
 from .wiring import check_platform, component_inputs, required_charts, required_images
 from .zz_generated_args import GpuPlatformArgs
 
@@ -60,9 +52,6 @@ class GpuPlatform(Component[GpuPlatformInputs]):
     "Every image the platform runs, as the nodes pull them: what a mirror must hold."
     charts: list[str]
     "The Helm charts it installs, and where from."
-    preview_access: str
-    ("The pull-request preview identity's objects, for `kubectl apply`: it may read and dry-run "
-     "what the platform declares and what its preview reads, nothing else.")
 
     def __init__(self, name: str, args: GpuPlatformArgs,
                  opts: pulumi.ResourceOptions | None = None):
@@ -135,11 +124,6 @@ class GpuPlatform(Component[GpuPlatformInputs]):
         self.compaction_schedule = self.compaction.schedule if self.compaction else None
         self.images = required_images(components)
         self.charts = required_charts(components)
-        self.preview_access = preview_access_yaml(
-            [declared for component in (self.nodes, self.operator, self.scheduler, self.teams,
-                                        self.admission, self.monitoring, self.compaction,
-                                        self.reclaim) if component
-             for declared in component.declared], settings)
         self.outputs = {
             "clusterContext": self.cluster_context,
             "schedulerName": self.scheduler_name,
@@ -154,26 +138,13 @@ class GpuPlatform(Component[GpuPlatformInputs]):
             # What a mirror must hold before an air-gapped install.
             "images": self.images,
             "charts": self.charts,
-            # What the pull-request preview identity needs, for `kubectl apply`.
-            "previewAccess": self.preview_access,
         }
         self.register_outputs(self.outputs)
 
-
-def deploy(config: Mapping[str, Any], secret_keys: Collection[str] = ()) -> GpuPlatform:
-    """Read the settings (once), check the cluster (in previews), then declare the platform and
-    export its outputs."""
-    # A secret where values reach the cluster in plain text is named before anything else.
-    check_secret_keys(secret_keys)
-    settings = load_settings(config)
-    for warning in retired_settings(config) + settings.warnings:
-        pulumi.log.warn(warning)
-    if pulumi.runtime.is_dry_run():
-        check_cluster(settings)
-        check_conflicts(settings)
-        check_existing_stacks(settings)
-        report_framework_crds(settings)
-    platform = GpuPlatform.from_inputs(PLATFORM_NAME, platform_inputs(settings, secret_keys))
-    for key, value in platform.outputs.items():
-        pulumi.export(key, value)
-    return platform
+    @property
+    def declarations(self) -> list[Declared]:
+        """Every object and release its components declare."""
+        return [declared for component in (self.nodes, self.operator, self.scheduler,
+                                           self.teams, self.admission, self.monitoring,
+                                           self.compaction, self.reclaim) if component
+                for declared in component.declared]

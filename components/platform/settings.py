@@ -37,7 +37,7 @@ from ..opa_admission.settings import AdmissionSettings
 from ..teams.settings import KUEUE_MIN_KUBERNETES, TeamsSettings
 
 # What `pulumi preview` finds running on the cluster beside what the stack would install, each
-# by the id its message names (components/platform/cluster_survey.py looks for each).
+# by the id its message names (components/preview/conflicts.py looks for each).
 ConflictId = Literal["other-device-plugin", "preinstalled-driver", "preinstalled-toolkit",
                      "other-prometheus-operator", "other-node-exporter", "other-kueue",
                      "untainted-gpu-nodes", "more-nodes-than-quota"]

@@ -42,8 +42,8 @@ from ..opa_admission.inputs import (
 )
 from ..teams import kueue
 from ..teams.inputs import TeamsInputs
+from .kubeconfig import kubeconfig_problem
 from .settings import StackSettings
-from .stack_cluster import kubeconfig_problem
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """With `teams.kueue.mode: existing`: whether the Kueue the cluster runs can take the teams'
-queues. Pure checks of what a preview read (components/platform/existing_kueue.py reads it):
+queues. Pure checks of what a preview read (components/preview/existing_kueue.py reads it):
 Kueue's version, from its image, and its Configuration, against the one the program would give
 a Kueue it installs (kueue.kueue_configuration). What the teams cannot work without is a
 problem (the preview stops); what only makes a feature weaker is a warning."""
@@ -18,6 +18,7 @@ from ..base.facts import (
     kueue_metrics_service_labels,
 )
 from ..base.manifests import PART_OF
+from ..base.model import Findings
 from ..base.validation import go_duration_seconds
 from .inputs import TeamsInputs
 from .kueue import kueue_configuration
@@ -39,19 +40,6 @@ SUPPORTED = f"v{SUPPORTED_MINOR[0]}.{SUPPORTED_MINOR[1]}.x (tested: {TESTED_VERS
 _VERSION_TAG = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
 NAME_LABEL = "kubernetes.io/metadata.name"
 MODE = "teams.kueue.mode: existing"
-
-
-@dataclass
-class Findings:
-    """What stops the preview (problems) and what it only warns of."""
-
-    problems: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-    def add(self, other: Findings) -> Findings:
-        self.problems += other.problems
-        self.warnings += other.warnings
-        return self
 
 
 @dataclass(frozen=True)

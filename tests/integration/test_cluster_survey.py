@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from components.gpu_nodes.settings import GpuNodesSettings
-from components.platform.cluster_survey import CHECKS, ClusterConflicts, check_conflicts
 from components.platform.settings import ClusterSettings, StackSettings
+from components.preview.conflicts import CHECKS, ClusterConflicts, check_conflicts
 from tests.kit.cluster.controlplane import ControlPlane
 from tests.kit.cluster.declared_objects import TEST_MANAGER
 from tests.kit.cluster.nodes_and_pods import create_gpu_node, ensure_namespace

@@ -4,8 +4,8 @@ version, and leaves no process or directory behind."""
 import os
 import time
 
-from components.platform import stack_cluster
 from components.platform.settings import ClusterSettings
+from components.preview import cluster as stack_cluster
 from tests.kit import tools
 from tests.kit.cluster.controlplane import ControlPlane
 

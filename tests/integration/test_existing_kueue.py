@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from components.base.facts import GPU_RESOURCE
-from components.platform import existing_kueue
 from components.platform.settings import StackSettings
+from components.preview import existing_kueue
 from components.teams import TEAM_LABEL
 from tests.integration.test_teams import running_on, status, workload_condition, workload_of
 from tests.kit.cluster.controlplane import ControlPlane, wait_until

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 
 import pytest
 
+from components.base.model import Findings
 from components.monitoring import existing_stack
 from components.monitoring.settings import CHART_ONLY
-from components.platform import existing_stacks
 from components.platform.settings import ClusterSettings, StackSettings
-from components.platform.stack_cluster import ClusterReader
+from components.preview import existing_stacks
+from components.preview.cluster import ClusterReader
 from tests.kit import harness
 from tests.kit.cluster.controlplane import ControlPlane, wait_until
 from tests.kit.cluster.declared_objects import TEST_MANAGER, apply_declared
@@ -207,9 +208,9 @@ def test_the_platform_s_rules_are_in_the_rule_files_prometheus_loads(control_pla
 
 def test_the_preview_finds_nothing_wrong_with_the_chart_s_prometheus(joined):
     with ClusterReader(joined.settings.cluster) as reader:
-        problems, warnings = existing_stack.survey(
+        found = existing_stack.survey(
             reader, harness.inputs_of(joined.settings).monitoring)
-    assert problems == [] and warnings == []
+    assert found == Findings()
     assert preview_problems(joined.settings) == []
 
 

@@ -24,12 +24,12 @@ import yaml
 from components.base.component import _KINDS
 from components.base.facts import KUEUE_API
 from components.monitoring import existing_stack
-from components.platform.cluster_survey import survey
-from components.platform.existing_kueue import KueueReads, read_kueue
-from components.platform.framework_crds import CRD_READS
-from components.platform.preview_access import NAME, NAMESPACE, preview_reads, resource_of
 from components.platform.settings import ClusterSettings, StackSettings
-from components.platform.stack_cluster import ClusterReader
+from components.preview.access import NAME, NAMESPACE, preview_reads, resource_of
+from components.preview.cluster import ClusterReader
+from components.preview.conflicts import survey
+from components.preview.existing_kueue import KueueReads, read_kueue
+from components.preview.framework_crds import CRD_READS
 from tests.kit import harness, tools
 from tests.kit.cluster import prometheus_operator
 from tests.kit.cluster.controlplane import ApiError, ControlPlane, Kube, wait_until
@@ -90,7 +90,7 @@ def stack(name: str) -> Stack:
     config = STACKS[name]
     run = harness.run_program(config)
     settings = harness.example_settings() if config is None else harness.settings_of(config)
-    [access] = [o["previewAccess"] for o in run.outputs.values() if "previewAccess" in o]
+    access = run.exports["previewAccess"]
     objects = declared(run, TestCertificates(harness.inputs_of(settings).admission))
     return Stack(settings, objects.objects + objects.node_patches,
                  [o for o in yaml.safe_load_all(access) if o])

@@ -16,6 +16,7 @@ from typing import Any
 import pulumi
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
+from pulumi.runtime.settings import get_root_resource
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
@@ -80,6 +81,9 @@ class Registration:
 class Recording:
     registrations: list[Registration] = field(default_factory=list)
     outputs: dict[str, dict] = field(default_factory=dict)   # registered outputs, by URN
+    # The stack's exports as the program made them (the mocks register the stack's outputs
+    # before the program runs, so they are read from the stack itself).
+    exports: dict[str, Any] = field(default_factory=dict)
 
     def of_type(self, type_: str) -> list[Registration]:
         return [r for r in self.registrations if r.type == type_]
@@ -294,4 +298,6 @@ def run_program(config: dict[str, str] | None = None,
         exec(compile(source, str(ROOT / "__main__.py"), "exec"), {"__name__": "__main__"})
 
     _sync_await(run_pulumi_func(program))
+    root = get_root_resource()
+    recording.exports = dict(getattr(root, "outputs", {}))
     return recording

@@ -15,7 +15,7 @@ import yaml
 
 from components.base.facts import AUDIT_LABEL
 from components.opa_admission.webhooks import PROBE_LABEL
-from components.platform import stack_cluster
+from components.preview import cluster as stack_cluster
 from scripts import admission_report
 
 OPA_NAMESPACE = "gpu-admission"

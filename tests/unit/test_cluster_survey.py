@@ -11,7 +11,9 @@ import pytest
 import yaml
 
 from components.base.validation import SettingsError
-from components.platform.cluster_survey import (
+from components.platform.settings import StackSettings
+from components.preview.cluster import ClusterReader, NotAllowed
+from components.preview.conflicts import (
     CHECKS,
     CONFLICT_IDS,
     DAEMONSETS,
@@ -25,8 +27,6 @@ from components.platform.cluster_survey import (
     Read,
     check_conflicts,
 )
-from components.platform.settings import StackSettings
-from components.platform.stack_cluster import ClusterReader, NotAllowed
 from tests.kit import harness
 from tests.kit.stacks import KUBECONFIG
 

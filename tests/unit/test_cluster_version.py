@@ -8,9 +8,9 @@ import socket
 import pytest
 import yaml
 
-from components.platform import stack_cluster
 from components.platform.settings import ClusterSettings
-from components.platform.stack_cluster import ClusterError, check_cluster
+from components.preview import cluster as stack_cluster
+from components.preview.cluster import ClusterError, check_cluster
 from tests.kit import harness
 from tests.kit.stacks import KUBECONFIG
 

@@ -10,10 +10,10 @@ import yaml
 
 from components.base.facts import BUILTIN_INTEGRATIONS, KUEUE_API
 from components.base.validation import SettingsError
-from components.platform import existing_kueue, existing_stacks
 from components.platform.config import load_settings
-from components.platform.stack_cluster import NotAllowed
 from components.platform.wiring import component_inputs
+from components.preview import existing_kueue, existing_stacks
+from components.preview.cluster import NotAllowed
 from components.teams import existing_kueue as checks
 from components.teams import kueue_configuration
 from tests.kit.harness import ROOT, admission_of, run_program, stack_file_config

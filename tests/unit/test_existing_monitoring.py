@@ -5,11 +5,12 @@ evaluated as the Prometheus Operator evaluates them, and kube-state-metrics' exp
 
 import pytest
 
+from components.base.model import Findings
 from components.base.validation import SettingsError
 from components.monitoring import existing_stack
-from components.platform import existing_stacks
 from components.platform.config import load_settings
-from components.platform.stack_cluster import NotAllowed
+from components.preview import existing_stacks
+from components.preview.cluster import NotAllowed
 from tests.kit.harness import monitoring_of, run_program, stack_file_config
 from tests.kit.stacks import raw, with_changes
 
@@ -115,13 +116,13 @@ def test_chart_settings_are_refused_with_an_existing_stack(setting):
 # --- the existing Prometheus' selectors ----------------------------------------------------------
 
 def test_the_chart_s_default_prometheus_selects_everything_the_platform_declares():
-    problems, warnings = existing_stack.survey(cluster(), monitoring_of(SETTINGS))
-    assert problems == [] and warnings == []
+    found = existing_stack.survey(cluster(), monitoring_of(SETTINGS))
+    assert found == Findings()
 
 
 def test_a_selector_that_does_not_match_is_named_with_the_fix():
     narrowed = with_spec(ruleSelector={"matchLabels": {"team": "observability"}})
-    problems, _ = existing_stack.survey(cluster(narrowed), monitoring_of(SETTINGS))
+    problems = existing_stack.survey(cluster(narrowed), monitoring_of(SETTINGS)).problems
     assert len(problems) == 1
     assert "spec.ruleSelector {'matchLabels': {'team': 'observability'}} does not select " \
            "PrometheusRule monitoring/gpu-platform," in problems[0]
@@ -129,7 +130,7 @@ def test_a_selector_that_does_not_match_is_named_with_the_fix():
     matching = load_settings(raw(with_changes(monitoring={
         "stack": "existing", "existing": {"labels": {"release": "kube-prometheus-stack",
                                                      "team": "observability"}}})))
-    assert existing_stack.survey(cluster(narrowed), monitoring_of(matching))[0] == []
+    assert existing_stack.survey(cluster(narrowed), monitoring_of(matching)).problems == []
 
 
 def test_a_null_selector_selects_nothing_and_a_null_namespace_selector_only_its_namespace():
@@ -164,24 +165,24 @@ def test_label_selectors_match_as_kubernetes_matches_them(selector, labels, sele
 
 
 def test_ignored_namespace_selectors_are_a_problem():
-    problems, _ = existing_stack.survey(cluster(with_spec(ignoreNamespaceSelectors=True)),
-                                        monitoring_of(SETTINGS))
+    problems = existing_stack.survey(cluster(with_spec(ignoreNamespaceSelectors=True)),
+                                     monitoring_of(SETTINGS)).problems
     assert any("spec.ignoreNamespaceSelectors" in p for p in problems)
 
 
 def test_a_prometheus_denying_file_access_rejects_the_monitors_that_read_the_token():
     denying = with_spec(arbitraryFSAccessThroughSMs={"deny": True})
-    problems, _ = existing_stack.survey(cluster(denying), monitoring_of(SETTINGS))
+    problems = existing_stack.survey(cluster(denying), monitoring_of(SETTINGS)).problems
     assert len(problems) == 1
     assert "spec.arbitraryFSAccessThroughSMs.deny, so the operator rejects ServiceMonitor " \
            "monitoring/gpu-binpack-scheduler," in problems[0]
     assert "set it to false" in problems[0]
     allowing = with_spec(arbitraryFSAccessThroughSMs={"deny": False})
-    assert existing_stack.survey(cluster(allowing), monitoring_of(SETTINGS))[0] == []
+    assert existing_stack.survey(cluster(allowing), monitoring_of(SETTINGS)).problems == []
 
 
 def test_a_missing_prometheus_names_those_the_cluster_has():
-    problems, _ = existing_stack.survey(cluster(prometheus=None), monitoring_of(SETTINGS))
+    problems = existing_stack.survey(cluster(prometheus=None), monitoring_of(SETTINGS)).problems
     assert problems == ["monitoring.existing.prometheus: no Prometheus monitoring/"
                         "kube-prometheus-stack-prometheus (monitoring.namespace/monitoring."
                         "existing.prometheus); the cluster has observability/k8s"]
@@ -190,14 +191,15 @@ def test_a_missing_prometheus_names_those_the_cluster_has():
 # --- kube-state-metrics --------------------------------------------------------------------------
 
 def test_without_kube_state_metrics_the_preview_says_what_stays_empty():
-    _, warnings = existing_stack.survey(cluster(deployments=()), monitoring_of(SETTINGS))
+    warnings = existing_stack.survey(cluster(deployments=()), monitoring_of(SETTINGS)).warnings
     assert len(warnings) == 1 and "no kube-state-metrics Deployment found" in warnings[0]
 
 
 def test_labels_kube_state_metrics_does_not_export_are_named():
     plain = {**KSM, "spec": {"template": {"spec": {"containers": [
         {"name": "kube-state-metrics", "args": ["--port=8080"]}]}}}}
-    _, warnings = existing_stack.survey(cluster(deployments=(plain,)), monitoring_of(SETTINGS))
+    warnings = existing_stack.survey(cluster(deployments=(plain,)),
+                                     monitoring_of(SETTINGS)).warnings
     assert len(warnings) == 1
     assert ("does not export the labels pods=[gpu-platform.io/admission-audit],"
             "nodes=[nvidia.com/gpu.present]") in warnings[0]

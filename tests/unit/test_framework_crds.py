@@ -1,8 +1,8 @@
 """The preview says which of `teams.frameworks` the cluster lacks, and which served framework the
 teams' queues leave out."""
 
-from components.platform import framework_crds
-from components.platform.stack_cluster import ClusterReader, NotAllowed
+from components.preview import framework_crds
+from components.preview.cluster import ClusterReader, NotAllowed
 from tests.unit.test_cluster_survey import stack
 
 RAY = ("rayjobs.ray.io", "rayclusters.ray.io")

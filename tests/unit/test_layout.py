@@ -14,9 +14,10 @@ import pytest
 from tests.kit import harness
 
 COMPONENTS = harness.ROOT / "components"
-# The packages of one concern each; base is below them all, platform wires them together.
-CONCERNS = sorted(p.name for p in COMPONENTS.iterdir()
-                  if (p / "__init__.py").exists() and p.name not in ("base", "platform"))
+# The packages of one concern each; base is below them all, platform wires them together, and
+# preview reads the stack's cluster before anything is declared.
+CONCERNS = sorted(p.name for p in COMPONENTS.iterdir() if (p / "__init__.py").exists()
+                  and p.name not in ("base", "platform", "preview"))
 
 
 def imported_packages(path: Path) -> set[str]:
@@ -51,6 +52,13 @@ def test_a_component_imports_no_other_component(package):
     for path in sorted((COMPONENTS / package).rglob("*.py")):
         others = imported_packages(path) - {package, "base"}
         assert not others, f"{path.relative_to(harness.ROOT)} imports components.{others}"
+
+
+def test_the_composition_reads_no_cluster():
+    """Declaring the platform needs no cluster: what reads it at preview is apart, in preview/,
+    and only the program (components/program.py) runs both."""
+    for path in sorted((COMPONENTS / "platform").rglob("*.py")):
+        assert "preview" not in imported_packages(path), path.relative_to(harness.ROOT)
 
 
 def test_base_imports_no_component():

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 from components.base import charts, validation
 from components.opa_admission.settings import AdmissionSettings
-from components.platform import stack_cluster
+from components.platform import kubeconfig
 from tests.kit import harness
 from tests.kit.stacks import with_changes
 
@@ -46,7 +46,7 @@ def test_pulumi_up_validates_each_setting_once():
     config = harness.stack_file_config(with_changes(
         scheduler={"name": SCHEDULER}, admission={"webhookName": WEBHOOK}))
     webhook_rule = vars(AdmissionSettings)["webhook_name_is_qualified"].__func__
-    with calls_of(validation.check_dns_label, webhook_rule, stack_cluster.kubeconfig_problem,
+    with calls_of(validation.check_dns_label, webhook_rule, kubeconfig.kubeconfig_problem,
                   charts.check_extra_values) as seen:
         recording = harness.run_program(config)
     # The run declared the platform with those names.

@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from components.platform.stack_cluster import api_warnings
+from components.preview.cluster import api_warnings
 from tests.kit import tools
 
 ADMIN_USER = "gpu-platform-test-admin"

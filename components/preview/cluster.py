@@ -22,8 +22,8 @@ import pulumi
 import requests
 import yaml
 
-from ..base.validation import CONFIG_NAMESPACE, Invalid
-from .settings import ClusterSettings, StackSettings
+from ..base.validation import CONFIG_NAMESPACE
+from ..platform.settings import ClusterSettings, StackSettings
 
 _GIT_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
 TIMEOUT_SECONDS = 10
@@ -288,29 +288,6 @@ def preview_warnings(settings: StackSettings) -> list[str]:
                 f"version, so version skew against kubernetesVersion "
                 f"{settings.kubernetes_version} was not checked"]
     return skew_warnings(settings.kubernetes_version, version)
-
-
-def kubeconfig_problem(cluster: ClusterSettings) -> Invalid | None:
-    """Why `cluster.kubeconfig`, when set, cannot take the program to `cluster.context`: read
-    from the file, once, with the settings (a model's validator reads no files)."""
-    if cluster.kubeconfig is None:
-        return None
-    path = Path(cluster.kubeconfig).expanduser()
-    if not path.is_file():
-        return Invalid("no such kubeconfig file", "the path of a kubeconfig file on the "
-                       "machine that runs pulumi, or unset for $KUBECONFIG / ~/.kube/config",
-                       at=("kubeconfig",), value=cluster.kubeconfig, has_value=True)
-    try:
-        config = yaml.safe_load(path.read_text()) or {}
-        contexts = [c["name"] for c in config.get("contexts") or []]
-    except (yaml.YAMLError, KeyError, TypeError, AttributeError):
-        return Invalid("not a kubeconfig file", "a kubeconfig (YAML with contexts)",
-                       at=("kubeconfig",), value=cluster.kubeconfig, has_value=True)
-    if cluster.context not in contexts:
-        return Invalid(f"no such context in {cluster.kubeconfig}",
-                       f"one of {', '.join(contexts) or '(none defined)'}", at=("context",),
-                       value=cluster.context, has_value=True)
-    return None
 
 
 def check_cluster(settings: StackSettings) -> None:

@@ -8,7 +8,7 @@ what its preview reads, so that a kind the program comes to declare or read cann
   admission policy takes its parameters from, which writing the policy needs;
 - on a Secret, only on the Secrets the stack declares, by name; where it installs a Helm
   release, the release records Helm keeps as Secrets of the release's namespace;
-- each read of the preview's survey (components/platform/cluster_survey.py and the existing
+- each read of the preview's survey (components/preview/conflicts.py and the existing
   stacks' reads), by name where it reads one object.
 
 RBAC cannot tell a dry run from a write, so a ValidatingAdmissionPolicy refuses every request of
@@ -26,11 +26,11 @@ from ..base.charts import HELM_RELEASE
 from ..base.component import Declared
 from ..base.model import Read
 from ..monitoring import existing_stack
-from .cluster_survey import CHECKS
+from ..platform.settings import StackSettings
+from ..platform.wiring import component_inputs
+from .conflicts import CHECKS
 from .existing_kueue import KueueReads
 from .framework_crds import framework_reads
-from .settings import StackSettings
-from .wiring import component_inputs
 
 NAME = "gpu-platform-preview"
 NAMESPACE = NAME

@@ -21,9 +21,9 @@ from ..base.model import Read
 from ..base.validation import CONFIG_NAMESPACE
 from ..binpack_scheduler.sizing import dra_fleet_advice
 from ..gpu_operator import critical_pods
-from .settings import ConflictId, StackSettings
-from .stack_cluster import ClusterError, ClusterReader, ClusterUnreachable, NotAllowed
-from .wiring import component_inputs
+from ..platform.settings import ConflictId, StackSettings
+from ..platform.wiring import component_inputs
+from .cluster import ClusterError, ClusterReader, ClusterUnreachable, NotAllowed
 
 ACKNOWLEDGE = f"{CONFIG_NAMESPACE}:cluster.acknowledgedConflicts"
 # Where the kubelet's device plugins register (the device plugin API): every device plugin

@@ -14,6 +14,8 @@ import yaml
 
 from ..base.facts import KUEUE_API
 from ..base.model import ClusterReads, Read
+from ..platform.settings import StackSettings
+from ..platform.wiring import component_inputs
 from ..teams.existing_kueue import (
     CONFIGURATION_KEY,
     MANAGER_CONTAINER,
@@ -23,10 +25,8 @@ from ..teams.existing_kueue import (
     findings,
     topology_findings,
 )
-from .cluster_survey import NODES
-from .settings import StackSettings
-from .stack_cluster import ClusterError, ClusterReader, ClusterUnreachable, NotAllowed
-from .wiring import component_inputs
+from .cluster import ClusterError, ClusterReader, ClusterUnreachable, NotAllowed
+from .conflicts import NODES
 
 
 class KueueReads:

@@ -10,8 +10,8 @@ import pulumi
 from ..base.facts import FRAMEWORK_INTEGRATIONS
 from ..base.model import Read
 from ..base.validation import CONFIG_NAMESPACE
-from .settings import StackSettings
-from .stack_cluster import ClusterError, ClusterReader, ClusterUnreachable, NotAllowed
+from ..platform.settings import StackSettings
+from .cluster import ClusterError, ClusterReader, ClusterUnreachable, NotAllowed
 
 # The frameworks' CRDs, by name (`<resource>.<group>`), each a read of the preview.
 CRD_READS = {f"{f.resource}.{f.group}": Read("apiextensions.k8s.io/v1",

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import pulumi
 
+from ..base.model import Findings
 from ..base.validation import CONFIG_NAMESPACE
 from ..monitoring import existing_stack
+from ..platform.settings import StackSettings
+from ..platform.wiring import component_inputs
+from .cluster import ClusterError, ClusterReader, ClusterUnreachable, NotAllowed
 from .existing_kueue import existing_kueue_findings
-from .settings import StackSettings
-from .stack_cluster import ClusterError, ClusterReader, ClusterUnreachable, NotAllowed
-from .wiring import component_inputs
 
 # What the preview identity needs to read an existing monitoring stack
 # (the stack's previewAccess output grants it).
@@ -28,18 +29,18 @@ class ExistingStackError(Exception):
                          "deployed):\n" + "\n".join(f"  - {p}" for p in problems))
 
 
-def monitoring_findings(settings: StackSettings) -> tuple[list[str], list[str]]:
-    """(problems, warnings) of joining the cluster's monitoring stack, if the stack does."""
+def monitoring_findings(settings: StackSettings) -> Findings:
+    """What the preview says of the cluster's monitoring stack, if the stack joins it."""
     if settings.monitoring.stack != "existing":
-        return [], []
+        return Findings()
     try:
         with ClusterReader(settings.cluster) as reader:
             return existing_stack.survey(reader, component_inputs(settings).monitoring)
     except NotAllowed as refused:
-        return [], [
+        return Findings(warnings=[
             f"monitoring.stack: existing: whether the existing Prometheus selects the "
             f"platform's monitors and rules was not checked ({refused}); the preview identity "
-            f"needs to {MONITORING_READS}"]
+            f"needs to {MONITORING_READS}"])
     except ClusterUnreachable as error:
         raise ClusterError(str(error)) from None
 
@@ -48,9 +49,8 @@ def check_existing_stacks(settings: StackSettings) -> None:
     """Refuses (ExistingStackError) what would not work beside the existing stacks the settings
     name, all at once, and warns of what would work less; says what it was not allowed to
     read."""
-    kueue = existing_kueue_findings(settings)
-    monitoring_problems, monitoring_warnings = monitoring_findings(settings)
-    for warning in [*monitoring_warnings, *kueue.warnings]:
+    found = monitoring_findings(settings).add(existing_kueue_findings(settings))
+    for warning in found.warnings:
         pulumi.log.warn(f"{CONFIG_NAMESPACE}: {warning}")
-    if problems := [*monitoring_problems, *kueue.problems]:
-        raise ExistingStackError(problems)
+    if found.problems:
+        raise ExistingStackError(found.problems)
