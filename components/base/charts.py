@@ -10,6 +10,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .component import Component, Declared
+from .descriptor import Deployable
 from .model import ReleaseProtection
 from .validation import SettingsError, Subject, setting_path
 
@@ -87,6 +88,14 @@ def chart_reference(chart: str, version: str, repository: str, chart_path: str |
     """Where the chart is installed from, as a person mirroring it reads it."""
     source, repo = chart_source(chart, repository, chart_path)
     return f"{source} (version {version})" if repo is None else f"{repo} {chart} {version}"
+
+
+def chart_deployable(chart: str, release: Any, brought_by: tuple[str, ...], deployed: bool
+                     ) -> Deployable:
+    """The chart a release of `release`'s settings (its version, repository, chart path)
+    installs, as the air-gapped lists show it."""
+    return Deployable(chart_reference(chart, release.chart_version, release.repository,
+                                      release.chart_path), brought_by, deployed)
 
 
 def release(name: str, *, chart: str, version: str, repository: str, namespace: str,

@@ -7,13 +7,13 @@ program declared it): each component's inputs are put together from them without
 any value again."""
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from ..base import charts
-from ..base.facts import KUEUE_CHART, kueue_integrations
+from ..base.descriptor import Deployable, Descriptor
+from ..base.facts import kueue_integrations
 from ..base.model import GpuNodeFacts
 from ..base.validation import SettingsError, Subject, describe_invalid
 from ..binpack_scheduler.inputs import BinpackSchedulerInputs
@@ -40,6 +40,7 @@ from ..opa_admission.inputs import (
     OpaAdmissionInputs,
     PlatformDeviceClass,
 )
+from ..registry import DESCRIPTORS
 from ..teams import kueue
 from ..teams.inputs import TeamsInputs
 from .kubeconfig import kubeconfig_problem
@@ -171,65 +172,24 @@ def check_platform(settings: StackSettings, subject: Subject) -> None:
     check_chart_values(component_inputs(settings), subject)
 
 
-@dataclass(frozen=True)
-class Deployable:
-    """An image or a Helm chart the platform can deploy: its reference, the settings that bring
-    it (all of them; none: every stack), and whether the stack's settings do."""
-
-    reference: str
-    brought_by: tuple[str, ...]
-    deployed: bool
-
-
-def _operator_options(image: gpu_operator_values.ChartImage) -> tuple[str, ...]:
-    """The settings that make the GPU Operator chart run one of its images."""
-    return tuple(option for option in (
-        image.switch and f"gpuOperator.{image.switch}.enabled",
-        image.gpu_path and f"gpuOperator.gpuPath: {image.gpu_path}") if option)
+def _each(inputs: ComponentInputs) -> list[tuple[Descriptor, Any]]:
+    """Each registered package, with its component's inputs."""
+    given = [getattr(inputs, field.name) for field in fields(inputs)]
+    return [(descriptor, component_inputs) for descriptor in DESCRIPTORS
+            for component_inputs in given if descriptor.accepts(component_inputs)]
 
 
 def deployable_images(inputs: ComponentInputs) -> list[Deployable]:
     """Every image the program and the charts can run, whichever settings bring it, as the
-    nodes pull them (from the mirror, when set). An image several operands run is listed once
-    for each of them."""
-    compaction, teams = inputs.compaction.compaction, inputs.teams.teams
-    operator = inputs.gpu_operator
-    every_stack = [inputs.scheduler.scheduler_image,
-                   inputs.admission.image(inputs.admission.admission.opa)]
-    installs_monitoring = inputs.monitoring.monitoring.stack == "install"
-    return [
-        *(Deployable(image, (), True) for image in every_stack),
-        *(Deployable(image, ("monitoring.stack: install",), installs_monitoring)
-          for image in monitoring_values.chart_images(inputs.monitoring)),
-        *(Deployable(image.ref(operator), _operator_options(image),
-                     image.deployed(operator.gpu_operator))
-          for image in gpu_operator_values.CHART_IMAGES),
-        Deployable(inputs.compaction.image(compaction.image), ("compaction.enabled",),
-                   compaction.enabled),
-        Deployable(inputs.compaction.image(compaction.plan_image),
-                   ("compaction.enabled", "compaction.planThreshold"),
-                   compaction.enabled and compaction.plan_threshold),
-        Deployable(inputs.teams.image(teams.kueue.image), ("teams.enabled",),
-                   teams.enabled and teams.kueue.installs_chart),
-        Deployable(inputs.reclaim.image(inputs.reclaim.reclaim.image), ("reclaim.enabled",),
-                   inputs.reclaim.reclaim.enabled),
-    ]
+    nodes pull them (from the mirror, when set), from each package's descriptor. An image
+    several operands run is listed once for each of them."""
+    return [image for descriptor, given in _each(inputs) for image in descriptor.images(given)]
 
 
 def deployable_charts(inputs: ComponentInputs) -> list[Deployable]:
-    """Every Helm chart the program can install, whichever settings bring it, and where from."""
-    def reference(chart: str, release: Any) -> str:
-        return charts.chart_reference(chart, release.chart_version, release.repository,
-                                      release.chart_path)
-    teams = inputs.teams.teams
-    return [
-        Deployable(reference(gpu_operator_values.CHART, inputs.gpu_operator.gpu_operator), (),
-                   True),
-        Deployable(reference(monitoring_values.CHART, inputs.monitoring.monitoring),
-                   ("monitoring.stack: install",), inputs.monitoring.monitoring.stack == "install"),
-        Deployable(reference(KUEUE_CHART, teams.kueue), ("teams.enabled",),
-                   teams.enabled and teams.kueue.installs_chart),
-    ]
+    """Every Helm chart the program can install, whichever settings bring it, and where from,
+    from each package's descriptor."""
+    return [chart for descriptor, given in _each(inputs) for chart in descriptor.charts(given)]
 
 
 def required_images(inputs: ComponentInputs) -> list[str]:

@@ -21,7 +21,7 @@ from components.binpack_scheduler.sizing import (
     SIZING_PAGE,
 )
 from components.platform.settings import StackSettings
-from scripts import generate
+from scripts import generate, reference
 from tests.kit import harness
 from tests.unit.test_settings import setting_paths
 
@@ -35,13 +35,13 @@ README_MAX_LINES = 200
 # --- generated pages ------------------------------------------------------------------------
 
 def test_settings_reference_names_every_setting():
-    page = generate.SETTINGS_PAGE.read_text()
+    page = reference.SETTINGS_PAGE.read_text()
     missing = [path for path in setting_paths(StackSettings) if f"| `{path}` |" not in page]
     assert not missing, f"docs/operators/settings.md lacks {missing}"
 
 
 def test_every_setting_has_a_description():
-    page = generate.render_settings()
+    page = reference.render_settings()
     undescribed = [line.split("|")[1].strip() for line in page.splitlines()
                    if line.startswith("| `") and line.rstrip().endswith("|  |")]
     assert not undescribed, f"settings without a Field description: {undescribed}"
@@ -246,7 +246,7 @@ def test_link_checker_finds_broken_links_and_anchors(tmp_path):
 
 
 def test_example_stack_points_to_sections_of_the_settings_reference():
-    page_anchors = anchors(generate.SETTINGS_PAGE.read_text())
+    page_anchors = anchors(reference.SETTINGS_PAGE.read_text())
     pointers = re.findall(r"docs/operators/settings\.md#([\w-]+)", harness.EXAMPLE_STACK
                           .read_text())
     assert pointers, "Pulumi.dev.yaml points to no section of the settings reference"

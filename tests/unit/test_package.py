@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from components.package import COMPONENTS, PACKAGE, VERSION
 from components.platform.settings import StackSettings
-from scripts import generate
+from scripts import reference
 from tests.kit import harness, tools
 
 PROVIDER = harness.ROOT / "provider"
@@ -97,7 +97,7 @@ def test_a_component_takes_its_section_of_the_stack_file_under_the_same_keys(ser
 def _settings_models() -> list[type[BaseModel]]:
     found: list[type[BaseModel]] = []
     for component in COMPONENTS:
-        generate._collect(component.inputs_model(), found)
+        reference._collect(component.inputs_model(), found)
     return found
 
 
@@ -111,7 +111,7 @@ def test_each_component_takes_the_args_generated_from_its_inputs():
 
 def test_no_generated_args_module_is_left_over():
     on_disk = set((harness.ROOT / "components").glob("*/zz_generated_args.py"))
-    assert on_disk == set(generate.render_args()), \
+    assert on_disk == set(reference.render_args()), \
         "a zz_generated_args.py no component's inputs need"
 
 
