@@ -10,7 +10,7 @@ import textwrap
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import annotated_types
 from pydantic import BaseModel
@@ -321,9 +321,14 @@ def _arg_type(annotation: Any, metadata: list, models: list) -> str:
     `models` (dependencies first)."""
     marker = next((m for m in metadata if isinstance(m, PulumiInput)), None)
     if marker is not None:
-        return f"pulumi.Input[{marker.type_.__name__}]"
+        known = marker.type_
+        name = known.__name__ if isinstance(known, type) else str(known).replace("typing.", "")
+        return f"pulumi.Input[{name}]"
     annotation = _without_none(annotation)
     origin = typing.get_origin(annotation)
+    if origin is Annotated:  # an item of a list that may be an Output
+        inner, *markers = typing.get_args(annotation)
+        return _arg_type(inner, markers, models)
     if origin is Literal:
         return type(_args(annotation)[0]).__name__
     if origin is list:

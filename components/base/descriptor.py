@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic
 
 from .component import Component, InputsT
+from .mixin import AlertSettings, Mixin
 
 
 @dataclass(frozen=True)
@@ -28,12 +29,15 @@ def _nothing(_: Any) -> list[Deployable]:
 
 @dataclass(frozen=True)
 class Descriptor(Generic[InputsT]):
-    """A component package: its component, and the images and charts it can deploy, from its
-    inputs (whichever settings bring them: the air-gapped lists show them all)."""
+    """A component package: its component; the images and charts it can deploy, from its
+    inputs (whichever settings bring them: the air-gapped lists show them all); and its mixin,
+    the alerts and scrapes Monitoring collects, from its inputs, the stack's alert thresholds
+    and, once declared, its component."""
 
     component: type[Component[InputsT]]
     images: Callable[[InputsT], Sequence[Deployable]] = field(default=_nothing)
     charts: Callable[[InputsT], Sequence[Deployable]] = field(default=_nothing)
+    mixin: Callable[[InputsT, AlertSettings, Any], Mixin] | None = None
 
     @property
     def package(self) -> str:

@@ -154,6 +154,16 @@ def kueue_controller_user(namespace: str, release: str) -> str:
     return f"system:serviceaccount:{namespace}:{kueue_deployment_name(release)}"
 
 
+# Kueue's quota gauges, from the replica that decides (every replica serves metrics; a follower's
+# are not current). GPU resources only: the queues count nothing else.
+KUEUE_GPUS = 'resource=~"nvidia[.]com/.*", replica_role!="follower"'
+
+
+def kueue_series(metric: str, by: str = "cluster_queue, resource", where: str = "") -> str:
+    """A Kueue gauge of GPU resources, summed `by`."""
+    return f"sum by ({by}) (kueue_{metric}{{{KUEUE_GPUS}{where}}})"
+
+
 def kueue_metrics_service_labels(release: str) -> dict[str, str]:
     """The labels of the chart's metrics Service (and of no other Service)."""
     return {"app.kubernetes.io/instance": release, "app.kubernetes.io/component": "metrics-service"}
@@ -172,6 +182,13 @@ def workloads_webhook(webhook_name: str) -> str:
 
 def claims_webhook(webhook_name: str) -> str:
     return f"dra.{webhook_name}"
+
+
+def refusing_webhooks(webhook_name: str, teams: bool) -> list[str]:
+    """The webhooks that refuse: every validating webhook admission registers (a team's Jobs
+    have one of their own when teams are on)."""
+    return [webhook_name, claims_webhook(webhook_name),
+            *([workloads_webhook(webhook_name)] if teams else [])]
 
 
 # The platform's own pods by their `app.kubernetes.io/name` and `component` labels, and the named

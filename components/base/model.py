@@ -206,7 +206,7 @@ class PulumiInput:
     """Marks an input that may be a pulumi Output (known only once another resource exists);
     the component applies over it. `type_` is its type once known."""
 
-    def __init__(self, type_: type):
+    def __init__(self, type_: Any):
         self.type_ = type_
 
 

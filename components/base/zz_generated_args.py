@@ -8,7 +8,9 @@ file. No `from __future__ import annotations` here: the analyzer reads the annot
 objects.
 """
 
-from typing import NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
+
+import pulumi
 
 
 class Taint(TypedDict):
@@ -82,6 +84,48 @@ class ImageSettings(TypedDict):
     "Release tag (never `latest`)."
 
 
+class AlertSettings(TypedDict):
+    "Thresholds of the GPU alerts."
+    gpu_temperature_celsius: NotRequired[int]
+    ("GpuTemperatureHigh fires above this GPU temperature, degrees Celsius. Allowed: "
+     "50..110. Default: `85`.")
+    gpu_temperature_for: NotRequired[str]
+    "...for this long (a duration), so a short burst under load does not page. Default: `10m`."
+    fatal_xid_codes: NotRequired[list[int]]
+    ("XID codes that mean the GPU needs draining and a reset (48 double-bit ECC, 79 fallen "
+     "off the bus, 94/95 contained/uncontained ECC): GpuFatalXidError, critical; any other "
+     "XID is GpuXidError, a warning. Default: `[48, 79, 94, 95]`.")
+    idle_utilization_percent: NotRequired[int]
+    ("GpuAllocatedIdle: a pod whose GPUs stay below this utilization, percent... Allowed: "
+     "1..100. Default: `5`.")
+    idle_for: NotRequired[str]
+    "...for this long (a duration). Default: `2h`."
+    pending_for: NotRequired[str]
+    ("GpuPodFragmentationPending: a GPU pod unschedulable this long although enough GPUs are "
+     "free in total (a duration). Default: `15m`.")
+    exporter_down_for: NotRequired[str]
+    ("GpuExporterDown: a GPU node without a healthy DCGM exporter this long (a duration). "
+     "Default: `10m`.")
+    unavailable_for: NotRequired[str]
+    ("BinpackSchedulerUnavailable, GpuAdmissionUnavailable: no available pod this long (a "
+     "duration). Default: `5m`.")
+    admission_rejections_per_hour: NotRequired[int]
+    ("GpuAdmissionRejectionsHigh: more requests than this refused by the policy in an hour "
+     "(someone's chart or pipeline keeps breaking the rules). Allowed: at least 1. Default: "
+     "`60`.")
+    compaction_stale_hours: NotRequired[int]
+    ("GpuCompactionNotRunning: no compaction run has succeeded for this many hours (with "
+     "compaction enabled; a run waits for the binpack scheduler). Allowed: 1..168. Default: "
+     "`2`.")
+    reclaim_stale_hours: NotRequired[int]
+    ("GpuReclaimNotRunning: no idle reclaim run has succeeded for this many hours (with "
+     "reclaim on; a run fails when Prometheus does not answer). Allowed: 1..168. Default: "
+     "`1`.")
+    pending_growth_for: NotRequired[str]
+    ("GpuPodsPendingGrowing: pending GPU pods more numerous than this long ago (a duration), "
+     "and not fewer since. Default: `30m`.")
+
+
 class GpuNodeFacts(TypedDict):
     "The GPU nodes, as other components need to know them."
     taints: list[Taint]
@@ -92,3 +136,35 @@ class GpuNodeFacts(TypedDict):
     names: NotRequired[list[str] | None]
     ("The GPU nodes' names (the GpuNodes component's `nodeNames` output); unset when node "
      "pools set the taint and the names are not known.")
+
+
+class Scrape(TypedDict):
+    ("An endpoint Prometheus scrapes: a ServiceMonitor or PodMonitor (in the monitoring "
+     "namespace) for one port of the Services or pods `selector` picks in `namespace`.")
+    kind: str
+    "The monitor's kind. Allowed: `ServiceMonitor`, `PodMonitor`."
+    name: str
+    "The monitor's name."
+    namespace: str
+    "Where the Services or pods are."
+    selector: dict[str, str]
+    "Their labels."
+    endpoint: dict[str, Any]
+    ("The endpoint: its port and how to reach it (scheme, credentials), without its path "
+     "(/metrics) or interval.")
+    at_stack_interval: NotRequired[bool]
+    ("Scrape it at the stack's interval (`monitoring.scrapeInterval`); else at Prometheus' "
+     "own. Default: `true`.")
+
+
+class Mixin(TypedDict):
+    ("What a component adds to the stack's monitoring: its alerts, evaluated in the "
+     "platform's rule group after its recording rules, and its scrapes.")
+    alerts: NotRequired[list[pulumi.Input[dict[str, Any]]]]
+    ("Its alerting rules, as a PrometheusRule holds them (an expression may be an output, "
+     "known once a resource exists). Default: `[]`.")
+    scrapes: NotRequired[list[Scrape]]
+    "Its scraped endpoints. Default: `[]`."
+    critical_pods_namespaces: NotRequired[list[str]]
+    ("Its namespaces that hold a critical-pods quota: one alert covers them all when one is "
+     "nearly full. Default: `[]`.")

@@ -4,6 +4,7 @@ and, with a plan threshold, the planner's."""
 from ..base.descriptor import Deployable, Descriptor
 from .component import GpuCompaction
 from .inputs import GpuCompactionInputs
+from .mixin import mixin
 
 
 def images(inputs: GpuCompactionInputs) -> list[Deployable]:
@@ -15,4 +16,4 @@ def images(inputs: GpuCompactionInputs) -> list[Deployable]:
                        compaction.enabled and compaction.plan_threshold)]
 
 
-DESCRIPTOR = Descriptor(GpuCompaction, images=images)
+DESCRIPTOR = Descriptor(GpuCompaction, images=images, mixin=mixin)

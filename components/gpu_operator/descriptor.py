@@ -5,6 +5,7 @@ from ..base.charts import chart_deployable
 from ..base.descriptor import Deployable, Descriptor
 from .component import GpuOperator
 from .inputs import GpuOperatorInputs
+from .mixin import mixin
 from .values import CHART, CHART_IMAGES, ChartImage
 
 
@@ -24,4 +25,4 @@ def charts(inputs: GpuOperatorInputs) -> list[Deployable]:
     return [chart_deployable(CHART, inputs.gpu_operator, (), True)]
 
 
-DESCRIPTOR = Descriptor(GpuOperator, images=images, charts=charts)
+DESCRIPTOR = Descriptor(GpuOperator, images=images, charts=charts, mixin=mixin)

@@ -4,6 +4,7 @@ CronJob runs."""
 from ..base.descriptor import Deployable, Descriptor
 from .component import GpuReclaim
 from .inputs import GpuReclaimInputs
+from .mixin import mixin
 
 
 def images(inputs: GpuReclaimInputs) -> list[Deployable]:
@@ -11,4 +12,4 @@ def images(inputs: GpuReclaimInputs) -> list[Deployable]:
     return [Deployable(inputs.image(reclaim.image), ("reclaim.enabled",), reclaim.enabled)]
 
 
-DESCRIPTOR = Descriptor(GpuReclaim, images=images)
+DESCRIPTOR = Descriptor(GpuReclaim, images=images, mixin=mixin)

@@ -10,12 +10,10 @@ from . import rules
 from .inputs import MonitoringInputs
 from .monitors import (
     COMPONENT,
+    component_monitors,
     dashboard_config_map,
     dcgm_service_monitor,
     grafana_admin_secret,
-    kueue_service_monitor,
-    opa_pod_monitor,
-    scheduler_service_monitor,
 )
 from .values import CHART, chart_values, check_chart_values, grafana_service
 from .zz_generated_args import MonitoringArgs
@@ -23,8 +21,8 @@ from .zz_generated_args import MonitoringArgs
 
 class Monitoring(Component[MonitoringInputs]):
     """kube-prometheus-stack first; then, as its CRDs and Grafana's sidecar come from the chart,
-    the scrape configuration of the DCGM exporter, OPA and the binpack scheduler, the GPU
-    dashboard, and the GPU recording rules and alerts."""
+    the scrape configuration of the DCGM exporter and of each component, the GPU dashboard, and
+    the GPU recording rules and alerts, each component's among them."""
 
     grafana_url: str
     "Grafana's address inside the cluster."
@@ -49,16 +47,9 @@ class Monitoring(Component[MonitoringInputs]):
         stack = [self._install_chart(inputs)] if mon.stack == "install" else []
         self.service_monitor = declare(dcgm_service_monitor(inputs), self, stack)
         self.dashboard = declare(dashboard_config_map(inputs), self, stack)
-        rule = rules.prometheus_rule(inputs)
-        if inputs.admission.certificate_not_after is not None:
-            # The certificate alerts need its expiry, known once the certificate exists.
-            rule["spec"] = pulumi.Output.from_input(inputs.admission.certificate_not_after).apply(
-                lambda end: rules.prometheus_rule(inputs, rules.unix_time(end))["spec"])
-        self.rules = declare(rule, self, stack)
-        self.opa_monitor = declare(opa_pod_monitor(inputs), self, stack)
-        self.scheduler_monitor = declare(scheduler_service_monitor(inputs), self, stack)
-        if kueue := kueue_service_monitor(inputs):
-            self.kueue_monitor = declare(kueue, self, stack)
+        self.rules = declare(rules.prometheus_rule(inputs), self, stack)
+        self.component_monitors = [declare(monitor, self, stack)
+                                   for monitor in component_monitors(inputs)]
 
         service, port = grafana_service(inputs)
         self.grafana_url = f"http://{service}.{mon.namespace}.svc:{port}"

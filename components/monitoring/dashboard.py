@@ -17,7 +17,7 @@ from grafana_foundation_sdk.builders import dashboard as board
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as model
 
-from ..base.facts import AUDIT_LABEL
+from ..base.facts import AUDIT_LABEL, kueue_series, refusing_webhooks
 from .inputs import MonitoringInputs
 from .rules import (
     DCGM_JOB,
@@ -28,12 +28,10 @@ from .rules import (
     POD_ALLOCATED,
     STRANDED,
     WHOLE_FREE_NODES,
-    admission_webhooks,
     domain_free_gpus,
     domain_whole_free_nodes,
     extra_device_plugins,
     ksm_label,
-    kueue_series,
     unserved_gpu_nodes,
     untainted_gpu_nodes,
 )
@@ -108,6 +106,7 @@ def _rows(inputs: MonitoringInputs) -> list[tuple[str, list]]:
     # The ServiceMonitor's job label is the scheduler's Service name.
     scheduler = f'job="{inputs.scheduler.name}"'
     taint = inputs.gpu_nodes.taints[0]
+    refused_by = refusing_webhooks(inputs.admission.webhook_name, inputs.teams is not None)
     return [
         ("Capacity: where GPUs are free", [
             _stat("GPUs allocated / allocatable",
@@ -192,7 +191,7 @@ def _rows(inputs: MonitoringInputs) -> list[tuple[str, list]]:
                         "hour (the API server's own count; enforce and mutate modes).",
                         [_query(f"sum by (operation) (increase("
                                 f"apiserver_admission_webhook_rejection_count{{name=~"
-                                f'"{"|".join(admission_webhooks(inputs))}", '
+                                f'"{"|".join(refused_by)}", '
                                 f'error_type="no_error"}}[1h]))', "{{operation}}")]),
             _timeseries("Pods admitted against the rules (audit mode)",
                         f"Pods carrying the {AUDIT_LABEL} label, by namespace: the ones "

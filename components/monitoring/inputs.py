@@ -1,19 +1,19 @@
-"""What the Monitoring component takes: its section, and the components it watches."""
+"""What the Monitoring component takes: its section, what its dashboard shows of the other
+components, and their mixins."""
 
 from __future__ import annotations
 
 import shlex
-from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from ..base.mixin import Mixin
 from ..base.model import (
     GpuNodeFacts,
     GpuPath,
     KubernetesVersion,
     Model,
     PulledImages,
-    PulumiInput,
     gpu_nodes_field,
     kubernetes_version_field,
     section,
@@ -40,55 +40,22 @@ class KubectlContext(Model):
 
 
 class MonitoredScheduler(Model):
-    """The binpack scheduler, as Monitoring scrapes it and alerts on it."""
+    """The binpack scheduler, as the dashboard shows it."""
 
     name: str = Field(description="Its name (the BinpackScheduler component's "
-                                  "`schedulerName` output).")
-    namespace: str = Field(description="Its namespace (the BinpackScheduler component's "
-                                       "`namespace` output).")
+                                  "`schedulerName` output): its series' job.")
 
 
 class MonitoredAdmission(Model):
-    """The admission webhooks and OPA, as Monitoring scrapes them and alerts on them."""
+    """The admission webhooks, as the dashboard counts their refusals."""
 
-    namespace: str = Field(description="OPA's namespace (the OpaAdmission component's "
-                                       "`namespace` output).")
     webhook_name: str = Field(description="The webhook's name (the OpaAdmission component's "
                                           "`webhookName` output).")
-    failure_policy: Literal["Fail", "Ignore"] = Field(
-        description="What the API server does when OPA cannot answer: with `Fail` an outage "
-                    "refuses pods, so its alert is critical.")
-    certificate_renewal_hours: int = Field(
-        description="How many hours before its expiry `pulumi up` renews the webhook's "
-                    "serving certificate (`admission.certificate.earlyRenewalHours`).")
-    certificate_not_after: Annotated[Any, PulumiInput(str)] = Field(
-        default=None,
-        description="When the webhook's serving certificate expires, RFC 3339 (the OpaAdmission "
-                    "component's `certificateNotAfter` output): alerts warn before it does.")
-
-
-class MonitoredCompaction(Model):
-    """Compaction's CronJob, whose runs Monitoring alerts on."""
-
-    name: str = Field(description="The CronJob's name (`compaction.name`).")
-    namespace: str = Field(description="Its namespace (the GpuCompaction component's "
-                                       "`namespace` output).")
-
-
-class MonitoredReclaim(Model):
-    """Idle reclaim's CronJob, whose runs Monitoring alerts on."""
-
-    name: str = Field(description="The CronJob's name (`reclaim.name`).")
-    namespace: str = Field(description="Its namespace (the GpuReclaim component's `namespace` "
-                                       "output).")
 
 
 class MonitoredTeams(Model):
-    """Kueue and the teams' queues, as Monitoring scrapes them and alerts on them."""
+    """The teams, as the GPU use rules sum per team and the dashboard shows their queues."""
 
-    namespace: str = Field(description="Kueue's namespace (the Teams component's `namespace` "
-                                       "output).")
-    release_name: str = Field(description="Kueue's Helm release (`teams.kueue.releaseName`).")
     namespaces: dict[str, str] = Field(
         default_factory=dict,
         description="Each team namespace, with its team (the Teams component's "
@@ -117,12 +84,12 @@ class MonitoringInputs(PulledImages):
                     "DCGM exporter to scrape, and where the GPUs' capacity is read from.")
     gpu_nodes: GpuNodeFacts = gpu_nodes_field()
     scheduler: MonitoredScheduler = Field(description="The binpack scheduler.")
-    admission: MonitoredAdmission = Field(description="The admission webhooks and OPA.")
-    compaction: MonitoredCompaction | None = Field(
-        default=None, description="Compaction's CronJob, when compaction is on.")
-    teams: MonitoredTeams | None = Field(default=None, description="Kueue, when teams are on.")
-    reclaim: MonitoredReclaim | None = Field(
-        default=None, description="Idle reclaim's CronJob, when reclaim is on.")
+    admission: MonitoredAdmission = Field(description="The admission webhooks.")
+    teams: MonitoredTeams | None = Field(default=None, description="The teams, when on.")
+    mixins: list[Mixin] = Field(
+        default_factory=list,
+        description="Each component's alerts and scrapes (its mixin, from its package), "
+                    "which Monitoring collects into the platform's rules and monitors.")
     secret_values: bool = Field(
         default=False,
         description="Store the release's values as a secret: set it when "

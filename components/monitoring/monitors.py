@@ -1,22 +1,13 @@
-"""What Monitoring adds beside the chart: the ServiceMonitors and PodMonitor of the DCGM
-exporter, OPA, the binpack scheduler and Kueue, the dashboard's ConfigMap and Grafana's
-admin Secret."""
+"""What Monitoring adds beside the chart: the DCGM exporter's ServiceMonitor and the monitors of
+each component's scrapes (its mixin's), the dashboard's ConfigMap and Grafana's admin
+Secret."""
 
 import json
 from typing import Any
 
 from ..base import manifests
-from ..base.facts import (
-    ADMISSION_COMPONENT,
-    DCGM_METRICS_PORT,
-    DCGM_SERVICE_LABELS,
-    KUEUE_METRICS_PORT_NAME,
-    OPA_DIAGNOSTIC_PORT_NAME,
-    OPA_SERVICE,
-    SCHEDULER_COMPONENT,
-    SCHEDULER_METRICS_PORT_NAME,
-    kueue_metrics_service_labels,
-)
+from ..base.facts import DCGM_METRICS_PORT, DCGM_SERVICE_LABELS
+from ..base.mixin import Scrape
 from . import rules
 from .dashboard import dashboard
 from .inputs import MonitoringInputs
@@ -24,8 +15,6 @@ from .rules import DCGM_JOB
 from .values import DASHBOARD_LABEL, GRAFANA_ADMIN_SECRET, GRAFANA_PASSWORD_KEY, GRAFANA_USER_KEY
 
 COMPONENT = "monitoring"
-# Where Prometheus' pods hold their ServiceAccount token (the kubelet mounts it there).
-SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
 def scrape_monitor(inputs: MonitoringInputs, kind: str, name: str, target_namespace: str,
@@ -72,45 +61,19 @@ def dcgm_service_monitor(inputs: MonitoringInputs) -> dict:
     })
 
 
-def opa_pod_monitor(inputs: MonitoringInputs) -> dict:
-    """Scrapes OPA's diagnostic port: its request metrics show decisions that failed."""
-    return scrape_monitor(inputs, "PodMonitor", "gpu-admission-opa",
-                          inputs.admission.namespace,
-                          manifests.selector_labels(OPA_SERVICE, ADMISSION_COMPONENT),
-                          {"port": OPA_DIAGNOSTIC_PORT_NAME})
+def component_monitor(inputs: MonitoringInputs, scrape: Scrape) -> dict:
+    """The monitor of a component's scrape (its mixin's), at the stack's interval where it asks
+    for it."""
+    interval = ({"interval": inputs.monitoring.scrape_interval} if scrape.at_stack_interval
+                else {})
+    return scrape_monitor(inputs, scrape.kind, scrape.name, scrape.namespace,
+                          dict(scrape.selector), {**scrape.endpoint, **interval})
 
 
-def scheduler_service_monitor(inputs: MonitoringInputs) -> dict:
-    """Scrapes the binpack scheduler's secure port, as the chart scrapes the cluster's own
-    kube-scheduler: with Prometheus' ServiceAccount token, which the scheduler checks through
-    the API server (the chart's Prometheus role may get /metrics), and without verifying the
-    certificate the scheduler makes itself at start."""
-    sched = inputs.scheduler
-    return scrape_monitor(inputs, "ServiceMonitor", sched.name, sched.namespace,
-                          manifests.selector_labels(sched.name, SCHEDULER_COMPONENT), {
-        "port": SCHEDULER_METRICS_PORT_NAME,
-        "scheme": "https",
-        "interval": inputs.monitoring.scrape_interval,
-        "bearerTokenFile": SERVICE_ACCOUNT_TOKEN,
-        "tlsConfig": {"insecureSkipVerify": True},
-    })
-
-
-def kueue_service_monitor(inputs: MonitoringInputs) -> dict | None:
-    """With teams on: scrapes Kueue's metrics Service as the scheduler's, with Prometheus'
-    ServiceAccount token (Kueue checks it through the API server) and without verifying the
-    certificate Kueue makes itself."""
-    teams = inputs.teams
-    if teams is None:
-        return None
-    return scrape_monitor(inputs, "ServiceMonitor", "kueue", teams.namespace,
-                          kueue_metrics_service_labels(teams.release_name), {
-        "port": KUEUE_METRICS_PORT_NAME,
-        "scheme": "https",
-        "interval": inputs.monitoring.scrape_interval,
-        "bearerTokenFile": SERVICE_ACCOUNT_TOKEN,
-        "tlsConfig": {"insecureSkipVerify": True},
-    })
+def component_monitors(inputs: MonitoringInputs) -> list[dict]:
+    """Every component's scrapes, in the order of their packages."""
+    return [component_monitor(inputs, scrape) for mixin in inputs.mixins
+            for scrape in mixin.scrapes]
 
 
 def dashboard_label(inputs: MonitoringInputs) -> dict[str, str]:
@@ -132,14 +95,11 @@ def dashboard_config_map(inputs: MonitoringInputs) -> dict:
     }
 
 
-def prometheus_objects(inputs: MonitoringInputs,
-                       certificate_not_after: int | None = None) -> list[dict]:
-    """What the stack's Prometheus must select: the scrape configuration of the DCGM exporter,
-    OPA, the binpack scheduler and (with teams) Kueue, and the GPU rules and alerts."""
-    kueue = kueue_service_monitor(inputs)
-    return [dcgm_service_monitor(inputs), opa_pod_monitor(inputs),
-            scheduler_service_monitor(inputs), *([kueue] if kueue else []),
-            rules.prometheus_rule(inputs, certificate_not_after)]
+def prometheus_objects(inputs: MonitoringInputs) -> list[dict]:
+    """What the stack's Prometheus must select: the scrape configuration of the DCGM exporter
+    and of each component, and the GPU rules and alerts."""
+    return [dcgm_service_monitor(inputs), *component_monitors(inputs),
+            rules.prometheus_rule(inputs)]
 
 
 def grafana_admin_secret(inputs: MonitoringInputs, password: Any) -> dict:

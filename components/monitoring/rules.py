@@ -23,7 +23,6 @@ own, built in usage.py.
 
 from __future__ import annotations
 
-import datetime
 import re
 
 from ..base import manifests
@@ -31,11 +30,8 @@ from ..base.facts import (
     GPU_PRESENT_LABEL,
     GPU_RESOURCE,
     NVIDIA_RESOURCES,
-    claims_webhook,
-    kueue_deployment_name,
-    mutating_webhook,
-    workloads_webhook,
 )
+from ..base.mixin import alert
 from . import usage
 from .inputs import MonitoringInputs
 
@@ -43,14 +39,6 @@ COMPONENT = "monitoring"
 RULE_NAME = "gpu-platform"
 # prometheus-operator names a ServiceMonitor's job after the Service it scrapes.
 DCGM_JOB = "nvidia-dcgm-exporter"
-
-
-def admission_webhooks(inputs: MonitoringInputs) -> list[str]:
-    """The webhooks that refuse: every validating webhook the admission component registers."""
-    adm = inputs.admission
-    # A team's Jobs have a webhook of their own when teams are on.
-    teams = [workloads_webhook(adm.webhook_name)] if inputs.teams is not None else []
-    return [adm.webhook_name, claims_webhook(adm.webhook_name), *teams]
 
 
 def ksm_resource(name: str) -> str:
@@ -74,9 +62,6 @@ NAMESPACE_ALLOCATED = "gpu_platform:namespace_gpu_allocated:sum"
 STRANDED = "gpu_platform:gpu_stranded:sum"
 GPU_PODS_PENDING = "gpu_platform:gpu_pods_pending:count"
 WHOLE_FREE_NODES = "gpu_platform:gpu_nodes_whole_free:count"
-# Days before the webhook's serving certificate expires at which the renewal alert turns
-# critical (it warns from the start of the early-renewal window).
-CERTIFICATE_CRITICAL_DAYS = 7
 # On the DRA path no node advertises GPUs in its allocatable, and a pod may hold GPUs through a
 # claim rather than a request: the DCGM exporter, which sees each GPU and the pod it is
 # allocated to (its DRA mode, which the GPUCluster turns on), counts them. Each GPU once, by its
@@ -189,12 +174,6 @@ def extra_device_plugins(inputs: MonitoringInputs) -> str:
     return f"{device_plugins_per_node()} > {DEVICE_PLUGINS_ALLOWED[inputs.gpu_path]}"
 
 
-def _alert(name: str, expr: str, duration: str, severity: str, summary: str,
-           description: str) -> dict:
-    return {"alert": name, "expr": expr, "for": duration, "labels": {"severity": severity},
-            "annotations": {"summary": summary, "description": description}}
-
-
 def with_team(inputs: MonitoringInputs, expr: str) -> str:
     """`expr` (by namespace, pod), each series of a team's namespace labelled with its `team`,
     so that Alertmanager routes it to the team's receivers; unchanged without teams."""
@@ -204,58 +183,15 @@ def with_team(inputs: MonitoringInputs, expr: str) -> str:
             f"or on (namespace, pod) ({expr})")
 
 
-def unix_time(rfc3339: str) -> int:
-    return int(datetime.datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp())
-
-
-def certificate_alerts(inputs: MonitoringInputs, not_after: int) -> list[dict]:
-    """The webhook's serving certificate is renewed only by `pulumi up`: warn once it is inside
-    the early-renewal window (a run would renew it), page a week before it expires (then every
-    pod the policy must see is refused, or admitted unchecked)."""
-    adm = inputs.admission
-    renew_at = not_after - adm.certificate_renewal_hours * 3600
-    critical_at = not_after - CERTIFICATE_CRITICAL_DAYS * 86400
-    expires = datetime.datetime.fromtimestamp(not_after, datetime.UTC).isoformat()
-    what = (f"The admission webhook's serving certificate (OPA in {adm.namespace}) expires at "
-            f"{expires}.")
-    return [
-        _alert("GpuAdmissionCertificateRenewalDue", f"vector(time()) > {renew_at}", "0s", "warning",
-               "The admission webhook's certificate is due for renewal",
-               f"{what} Run `pulumi up` on the stack: it renews the certificate "
-               f"({adm.certificate_renewal_hours} h early) and OPA reloads it."),
-        _alert("GpuAdmissionCertificateExpiring", f"vector(time()) > {critical_at}", "0s",
-               "critical",
-               "The admission webhook's certificate expires within a week",
-               f"{what} Run `pulumi up` on the stack now; once it has expired the API server "
-               "cannot call the webhook."),
-    ]
-
-
-def alert_rules(inputs: MonitoringInputs, certificate_not_after: int | None = None
-                ) -> list[dict]:
+def alert_rules(inputs: MonitoringInputs) -> list[dict]:
+    """The GPUs' alerts, the platform's quotas', and then each component's (its mixin's)."""
     alerts = inputs.monitoring.alerts
     fatal_xid = " or ".join(f"DCGM_FI_DEV_XID_ERRORS == {code}"
                             for code in alerts.fatal_xid_codes)
     gpu = ("GPU {{ $labels.gpu }} ({{ $labels.modelName }}, UUID {{ $labels.UUID }}) on node "
            "{{ $labels.node }}")
-    sched, adm = inputs.scheduler, inputs.admission
-
-    def unavailable(namespace: str, deployment: str) -> str:
-        return (f'kube_deployment_status_replicas_available{{namespace="{namespace}", '
-                f'deployment="{deployment}"}} < 1')
-
-    names = (*admission_webhooks(inputs), mutating_webhook(adm.webhook_name))
-    webhooks = f'name=~"{"|".join(names)}"'
-    admission_severity = "critical" if adm.failure_policy == "Fail" else "warning"
-    failure_effect = ("pods the policy must see are refused (failure policy Fail)"
-                      if adm.failure_policy == "Fail" else
-                      "pods the policy must see are admitted unchecked (failure policy Ignore)")
-    # OPA runs as one Deployment per generation, `opa-<generation>` (two while one replaces
-    # the other): its pods count together.
-    opa_deployments = "opa-g[0-9a-f]{9}"
-    opa_deployment = f'namespace="{adm.namespace}", deployment=~"{opa_deployments}"'
-    quota_namespaces = "|".join((inputs.gpu_operator_namespace, sched.namespace,
-                                 adm.namespace))
+    quota_namespaces = "|".join(namespace for mixin in inputs.mixins
+                                for namespace in mixin.critical_pods_namespaces)
 
     def quota(kind: str) -> str:
         return (f'kube_resourcequota{{namespace=~"{quota_namespaces}", '
@@ -265,38 +201,36 @@ def alert_rules(inputs: MonitoringInputs, certificate_not_after: int | None = No
     # exporter stops is one that had GPUs within the hour.
     gpu_nodes = (f"max_over_time({NODE_ALLOCATABLE}[1h])" if inputs.gpu_path == "dra"
                  else NODE_ALLOCATABLE)
-    certificate = (certificate_alerts(inputs, certificate_not_after)
-                   if certificate_not_after is not None else [])
-    return certificate + [
+    return [
         # An XID is an event the driver reports: fire at once.
-        _alert("GpuFatalXidError", fatal_xid, "0s", "critical",
+        alert("GpuFatalXidError", fatal_xid, "0s", "critical",
                "GPU reported a fatal XID error",
                f"{gpu} reported XID {{{{ $value }}}}, which needs the GPU drained and reset: "
                "cordon and drain the node, then reset the GPU or reboot the node."),
-        _alert("GpuXidError", f"DCGM_FI_DEV_XID_ERRORS != 0 unless ({fatal_xid})", "0s",
+        alert("GpuXidError", f"DCGM_FI_DEV_XID_ERRORS != 0 unless ({fatal_xid})", "0s",
                "warning", "GPU reported an XID error",
                f"{gpu} reported XID {{{{ $value }}}}; the workload on it may have failed. "
                f"Pod: {{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}}."),
-        _alert("GpuTemperatureHigh", f"DCGM_FI_DEV_GPU_TEMP > {alerts.gpu_temperature_celsius}",
+        alert("GpuTemperatureHigh", f"DCGM_FI_DEV_GPU_TEMP > {alerts.gpu_temperature_celsius}",
                alerts.gpu_temperature_for, "warning", "GPU running hot",
                f"{gpu} has been above {alerts.gpu_temperature_celsius} C for "
                f"{alerts.gpu_temperature_for} ({{{{ $value }}}} C): check cooling; the GPU "
                "will throttle."),
-        _alert("GpuExporterDown",
+        alert("GpuExporterDown",
                f'({gpu_nodes} > 0) unless on (node) (up{{job="{DCGM_JOB}"}} == 1)',
                alerts.exporter_down_for, "warning", "GPU node without a working DCGM exporter",
                f"Node {{{{ $labels.node }}}} advertises {{{{ $value }}}} GPUs but no DCGM "
                f"exporter on it has been scraped for {alerts.exporter_down_for}: its GPU usage "
                "and health are unknown."),
         *gpu_node_alerts(inputs),
-        _alert("GpuAllocatedIdle", with_team(
+        alert("GpuAllocatedIdle", with_team(
                    inputs, f'max by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{{pod!=""}}) '
                    f"< {alerts.idle_utilization_percent}"),
                alerts.idle_for, "info", "GPUs allocated but idle",
                f"Pod {{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}} holds GPUs whose "
                f"utilization has stayed below {alerts.idle_utilization_percent}% for "
                f"{alerts.idle_for} (now {{{{ $value }}}}%): others could use them."),
-        _alert("GpuPodFragmentationPending",
+        alert("GpuPodFragmentationPending",
                f'(sum by (namespace, pod) '
                f'(kube_pod_container_resource_requests{{resource="{GPU}"}}) '
                f"and on (namespace, pod) (kube_pod_status_unschedulable == 1)) "
@@ -306,53 +240,7 @@ def alert_rules(inputs: MonitoringInputs, certificate_not_after: int | None = No
                f"GPUs and has been unschedulable for {alerts.pending_for}, although at least as "
                "many GPUs are free across the cluster: they are split over nodes that cannot "
                "each take it (fragmentation), or its constraints exclude the nodes with room."),
-        _alert("BinpackSchedulerUnavailable", unavailable(sched.namespace, sched.name),
-               alerts.unavailable_for, "critical", "The GPU binpack scheduler is down",
-               f"No pod of {sched.namespace}/{sched.name} has been available for "
-               f"{alerts.unavailable_for}: new GPU pods, which must use it, are not scheduled."),
-        _alert("GpuAdmissionUnavailable",
-               f"sum by (namespace) (kube_deployment_status_replicas_available"
-               f"{{{opa_deployment}}}) < 1",
-               alerts.unavailable_for,
-               "critical" if adm.failure_policy == "Fail" else "warning",
-               "The GPU admission webhook (OPA) is down",
-               f"No OPA pod in {adm.namespace} has been available for {alerts.unavailable_for}: "
-               + ("new GPU pods are refused (failure policy Fail)."
-                  if adm.failure_policy == "Fail" else
-                  "new GPU pods are admitted unchecked (failure policy Ignore).")),
-        _alert("GpuAdmissionDegraded",
-               f"sum by (namespace) (kube_deployment_status_replicas_available"
-               f"{{{opa_deployment}}}) < sum by (namespace) "
-               f"(kube_deployment_spec_replicas{{{opa_deployment}}})",
-               "10m", "warning", "Some OPA pods are not ready",
-               f"{{{{ $value }}}} OPA pods in {adm.namespace} are available, fewer than asked "
-               "for. An OPA pod is ready only when it can decide: check the pods' events "
-               "(scheduling, image pulls, restarts) and the OPA container's log, which names a "
-               "policy or parameter file it could not load."),
-        _alert("GpuAdmissionDecisionErrors",
-               f'sum by (namespace, pod) (rate(http_request_duration_seconds_count{{'
-               f'namespace="{adm.namespace}", handler="v0/data", code!="200"}}[5m])) > 0',
-               "5m", admission_severity, "OPA answers admission requests without a decision",
-               "OPA pod {{ $labels.namespace }}/{{ $labels.pod }} answered admission requests "
-               "with an error or without a decision for 5 minutes (404: no decision, which a "
-               f"pod loaded from a broken policy ConfigMap gives): {failure_effect}."),
-        _alert("GpuAdmissionWebhookFailing",
-               f'(sum by (name) (rate(apiserver_admission_webhook_rejection_count{{{webhooks}, '
-               f'error_type!="no_error"}}[5m])) or sum by (name) '
-               f'(rate(apiserver_admission_webhook_fail_open_count{{{webhooks}}}[5m]))) > 0',
-               "5m", admission_severity, "The API server cannot call the GPU admission webhook",
-               "Calls to webhook {{ $labels.name }} fail (timeouts, TLS, no endpoints): "
-               f"{failure_effect}. Check that OPA is ready and that the API server can reach "
-               "it."),
-        _alert("GpuAdmissionRejectionsHigh",
-               f'sum(increase(apiserver_admission_webhook_rejection_count{{{webhooks}, '
-               f'error_type="no_error"}}[1h])) > {alerts.admission_rejections_per_hour}',
-               "15m", "warning", "Many requests refused by the GPU admission policy",
-               "{{ $value }} requests were refused by the GPU admission policy in the last "
-               f"hour (more than {alerts.admission_rejections_per_hour}): a chart or pipeline "
-               "is probably creating GPU pods outside the rules. The dashboard's Admission row "
-               "shows which operations; the API server's events name the pods."),
-        _alert("GpuPlatformQuotaNearlyFull",
+        alert("GpuPlatformQuotaNearlyFull",
                f"{quota('used')} / ignoring (type) {quota('hard')} > 0.9", "15m", "warning",
                "A platform namespace's critical-pods quota is nearly full",
                "Namespace {{ $labels.namespace }} holds {{ $value | humanizePercentage }} of "
@@ -361,13 +249,14 @@ def alert_rules(inputs: MonitoringInputs, certificate_not_after: int | None = No
                f"{inputs.gpu_operator_namespace} new nodes would get no GPU operands "
                "(raise gpuOperator.maxClusterNodes); in the scheduler's and OPA's namespaces "
                "the quota is sized from their replicas, so look for other critical pods there."),
-        _alert("GpuPodsPendingGrowing",
+        alert("GpuPodsPendingGrowing",
                f"{GPU_PODS_PENDING} > 0 and delta({GPU_PODS_PENDING}"
                f"[{alerts.pending_growth_for}]) > 0",
                alerts.pending_growth_for, "warning", "Pending GPU pods keep piling up",
                f"{{{{ $value }}}} GPU pods are pending and their number has grown for "
                f"{alerts.pending_growth_for}: the binpack scheduler may be stuck or down, or the "
                "cluster is out of GPUs (see the dashboard's Capacity row)."),
+        *(rule for mixin in inputs.mixins for rule in mixin.alerts),
     ]
 
 
@@ -403,106 +292,23 @@ def gpu_node_alerts(inputs: MonitoringInputs) -> list[dict]:
                    "and remove the other DaemonSet (on GKE, label the node pool "
                    "gke-no-default-nvidia-gpu-device-plugin=true), or keep it off this node")
     return [
-        _alert("GpuNodeUntainted", untainted_gpu_nodes(inputs), "10m", "warning",
+        alert("GpuNodeUntainted", untainted_gpu_nodes(inputs), "10m", "warning",
                "GPU node without the platform's GPU taint",
                f"{node} is labelled {label} but does not carry the taint {taint}: pods without "
                "GPUs can land on it and take the CPU and memory its GPU pods need, stranding "
                f"its GPUs. Fix: {taint_fix}."),
-        _alert("GpuNodeGpusNotServed", unserved_gpu_nodes(inputs), unserved_for, "warning",
+        alert("GpuNodeGpusNotServed", unserved_gpu_nodes(inputs), unserved_for, "warning",
                "GPU node whose GPUs nothing serves",
                f"{node} is labelled {label}, but for {unserved_for} {served}. No pod can get "
                "its GPUs."),
-        _alert("GpuNodeExtraDevicePlugin", extra_device_plugins(inputs), "15m", "warning",
+        alert("GpuNodeExtraDevicePlugin", extra_device_plugins(inputs), "15m", "warning",
                "More GPU device plugins on a node than the GPU path allows",
                f"{node} {plugins}. `kubectl get pods -A -o wide --field-selector "
                "spec.nodeName={{ $labels.node }}` lists them."),
     ]
 
 
-# Kueue's quota gauges, from the replica that decides (every replica serves metrics; a follower's
-# are not current). GPU resources only: the queues count nothing else.
-KUEUE_GPUS = 'resource=~"nvidia[.]com/.*", replica_role!="follower"'
-
-
-def kueue_series(metric: str, by: str = "cluster_queue, resource", where: str = "") -> str:
-    return f"sum by ({by}) (kueue_{metric}{{{KUEUE_GPUS}{where}}})"
-
-
-def team_alerts(inputs: MonitoringInputs) -> list[dict]:
-    """With teams on: Kueue down (then no pod can be created in a team namespace), and a team
-    whose GPU workloads wait although they would fit in its own quota (the GPUs it lent are not
-    being reclaimed, or its quota is more than the nodes hold)."""
-    teams = inputs.teams
-    if teams is None:
-        return []
-    alerts = inputs.monitoring.alerts
-    deployment = (f'namespace="{teams.namespace}", '
-                  f'deployment="{kueue_deployment_name(teams.release_name)}"')
-    pending = kueue_series("cluster_queue_resource_pending")
-    usage = kueue_series("cluster_queue_resource_usage")
-    nominal = kueue_series("cluster_queue_nominal_quota")
-    return [
-        _alert("KueueUnavailable",
-               f"kube_deployment_status_replicas_available{{{deployment}}} < 1",
-               alerts.unavailable_for, "critical", "Kueue is down",
-               f"No Kueue pod in {teams.namespace} has been available for "
-               f"{alerts.unavailable_for}: no pod can be created in a team namespace (Kueue's "
-               "webhooks fail closed), and no queued workload is admitted."),
-        _alert("GpuTeamWaitsWithQuotaUnused",
-               f"({pending} > 0) and on (cluster_queue, resource) "
-               f"({usage} + {pending} <= {nominal})",
-               alerts.pending_for, "warning",
-               "A team waits for GPUs within its own quota",
-               "Team {{ $labels.cluster_queue }} has had {{ $value }} {{ $labels.resource }} "
-               f"pending for {alerts.pending_for}, within its nominal quota: the GPUs it lent are "
-               "not being reclaimed, or its quota is more than the GPU nodes hold. See "
-               "`kubectl get workloads -A` and the Teams rows of the dashboard."),
-    ]
-
-
-def cron_job_stale(namespace: str, name: str, hours: int) -> str:
-    """No run of the CronJob has succeeded for `hours` (or none ever, `hours` after it was
-    created)."""
-    cron_job = f'namespace="{namespace}", cronjob="{name}"'
-    return (f"(time() - kube_cronjob_status_last_successful_time{{{cron_job}}} > "
-            f"{hours * 3600}) or (time() - kube_cronjob_created{{{cron_job}}} > "
-            f"{hours * 3600} unless kube_cronjob_status_last_successful_time{{{cron_job}}})")
-
-
-def reclaim_alerts(inputs: MonitoringInputs) -> list[dict]:
-    """With idle reclaim on: a reclaim that has stopped running (its runs failing, as when
-    Prometheus does not answer)."""
-    reclaim = inputs.reclaim
-    if reclaim is None:
-        return []
-    hours = inputs.monitoring.alerts.reclaim_stale_hours
-    return [_alert("GpuReclaimNotRunning", cron_job_stale(reclaim.namespace, reclaim.name, hours),
-                   "0s", "warning", "Idle GPU reclaim has not run",
-                   f"No run of CronJob {reclaim.namespace}/{reclaim.name} has succeeded for "
-                   f"{hours} hours, so idle GPU pods are neither reported nor reclaimed. A run "
-                   "fails when Prometheus does not answer its query; see the last Job's pod "
-                   "log.")]
-
-
-def compaction_alerts(inputs: MonitoringInputs) -> list[dict]:
-    """With compaction on: a compaction that has stopped running (its pod never placed, because
-    the binpack scheduler is down, or its runs failing)."""
-    compaction = inputs.compaction
-    if compaction is None:
-        return []
-    hours = inputs.monitoring.alerts.compaction_stale_hours
-    return [
-        _alert("GpuCompactionNotRunning",
-               cron_job_stale(compaction.namespace, compaction.name, hours),
-               "0s", "warning", "GPU compaction has not run",
-               f"No run of CronJob {compaction.namespace}/{compaction.name} has succeeded for "
-               f"{hours} hours, so half-used GPU nodes are not being emptied. A run waits for "
-               "the binpack scheduler (is it up?); see the CronJob's Jobs and their pods."),
-    ]
-
-
-def prometheus_rule(inputs: MonitoringInputs, certificate_not_after: int | None = None
-                    ) -> dict:
+def prometheus_rule(inputs: MonitoringInputs) -> dict:
     mon = inputs.monitoring
     return {
         "apiVersion": "monitoring.coreos.com/v1",
@@ -515,8 +321,7 @@ def prometheus_rule(inputs: MonitoringInputs, certificate_not_after: int | None 
         # has a group of its own, which runs at a fixed interval.
         "spec": {"groups": [
             {"name": "gpu-platform",
-             "rules": recording_rules(inputs) + alert_rules(inputs, certificate_not_after)
-             + compaction_alerts(inputs) + reclaim_alerts(inputs) + team_alerts(inputs)},
+             "rules": recording_rules(inputs) + alert_rules(inputs)},
             usage.usage_group(inputs),
         ]},
     }

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from ..base.mixin import AlertSettings
 from ..base.model import Labels, Model, ReleaseProtection, refuse_chart_settings, to_snake
 from ..base.validation import (
     ChartPath,
@@ -34,54 +35,6 @@ class GrafanaSettings(Model):
         default=None,
         description="Grafana admin password (set with `pulumi config set --secret --path`); "
                     "unset: generated and kept as a Pulumi secret.")
-
-
-class AlertSettings(Model):
-    """Thresholds of the GPU alerts."""
-
-    gpu_temperature_celsius: int = Field(
-        default=85, ge=50, le=110,
-        description="GpuTemperatureHigh fires above this GPU temperature, degrees Celsius.")
-    gpu_temperature_for: Duration = Field(
-        default="10m", description="...for this long (a duration), so a short burst under load "
-                                   "does not page.")
-    fatal_xid_codes: list[int] = Field(
-        default_factory=lambda: [48, 79, 94, 95],
-        description="XID codes that mean the GPU needs draining and a reset (48 double-bit ECC, "
-                    "79 fallen off the bus, 94/95 contained/uncontained ECC): GpuFatalXidError, "
-                    "critical; any other XID is GpuXidError, a warning.")
-    idle_utilization_percent: int = Field(
-        default=5, ge=1, le=100,
-        description="GpuAllocatedIdle: a pod whose GPUs stay below this utilization, percent...")
-    idle_for: Duration = Field(default="2h", description="...for this long (a duration).")
-    pending_for: Duration = Field(
-        default="15m",
-        description="GpuPodFragmentationPending: a GPU pod unschedulable this long although "
-                    "enough GPUs are free in total (a duration).")
-    exporter_down_for: Duration = Field(
-        default="10m",
-        description="GpuExporterDown: a GPU node without a healthy DCGM exporter this long "
-                    "(a duration).")
-    unavailable_for: Duration = Field(
-        default="5m",
-        description="BinpackSchedulerUnavailable, GpuAdmissionUnavailable: no available pod "
-                    "this long (a duration).")
-    admission_rejections_per_hour: int = Field(
-        default=60, ge=1,
-        description="GpuAdmissionRejectionsHigh: more requests than this refused by the policy "
-                    "in an hour (someone's chart or pipeline keeps breaking the rules).")
-    compaction_stale_hours: int = Field(
-        default=2, ge=1, le=168,
-        description="GpuCompactionNotRunning: no compaction run has succeeded for this many "
-                    "hours (with compaction enabled; a run waits for the binpack scheduler).")
-    reclaim_stale_hours: int = Field(
-        default=1, ge=1, le=168,
-        description="GpuReclaimNotRunning: no idle reclaim run has succeeded for this many "
-                    "hours (with reclaim on; a run fails when Prometheus does not answer).")
-    pending_growth_for: Duration = Field(
-        default="30m",
-        description="GpuPodsPendingGrowing: pending GPU pods more numerous than this long ago "
-                    "(a duration), and not fewer since.")
 
 
 # The usage rules sample every GPU once a minute (their group's interval): a shorter window

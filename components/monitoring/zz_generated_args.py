@@ -10,9 +10,7 @@ reads the annotations as objects.
 
 from typing import Any, NotRequired, TypedDict
 
-import pulumi
-
-from ..base.zz_generated_args import GpuNodeFacts, ReleaseProtection
+from ..base.zz_generated_args import AlertSettings, GpuNodeFacts, Mixin, ReleaseProtection
 
 
 class ExistingStackSettings(TypedDict):
@@ -45,48 +43,6 @@ class GrafanaSettings(TypedDict):
     admin_password: NotRequired[str | None]
     ("Grafana admin password (set with `pulumi config set --secret --path`); unset: "
      "generated and kept as a Pulumi secret.")
-
-
-class AlertSettings(TypedDict):
-    "Thresholds of the GPU alerts."
-    gpu_temperature_celsius: NotRequired[int]
-    ("GpuTemperatureHigh fires above this GPU temperature, degrees Celsius. Allowed: "
-     "50..110. Default: `85`.")
-    gpu_temperature_for: NotRequired[str]
-    "...for this long (a duration), so a short burst under load does not page. Default: `10m`."
-    fatal_xid_codes: NotRequired[list[int]]
-    ("XID codes that mean the GPU needs draining and a reset (48 double-bit ECC, 79 fallen "
-     "off the bus, 94/95 contained/uncontained ECC): GpuFatalXidError, critical; any other "
-     "XID is GpuXidError, a warning. Default: `[48, 79, 94, 95]`.")
-    idle_utilization_percent: NotRequired[int]
-    ("GpuAllocatedIdle: a pod whose GPUs stay below this utilization, percent... Allowed: "
-     "1..100. Default: `5`.")
-    idle_for: NotRequired[str]
-    "...for this long (a duration). Default: `2h`."
-    pending_for: NotRequired[str]
-    ("GpuPodFragmentationPending: a GPU pod unschedulable this long although enough GPUs are "
-     "free in total (a duration). Default: `15m`.")
-    exporter_down_for: NotRequired[str]
-    ("GpuExporterDown: a GPU node without a healthy DCGM exporter this long (a duration). "
-     "Default: `10m`.")
-    unavailable_for: NotRequired[str]
-    ("BinpackSchedulerUnavailable, GpuAdmissionUnavailable: no available pod this long (a "
-     "duration). Default: `5m`.")
-    admission_rejections_per_hour: NotRequired[int]
-    ("GpuAdmissionRejectionsHigh: more requests than this refused by the policy in an hour "
-     "(someone's chart or pipeline keeps breaking the rules). Allowed: at least 1. Default: "
-     "`60`.")
-    compaction_stale_hours: NotRequired[int]
-    ("GpuCompactionNotRunning: no compaction run has succeeded for this many hours (with "
-     "compaction enabled; a run waits for the binpack scheduler). Allowed: 1..168. Default: "
-     "`2`.")
-    reclaim_stale_hours: NotRequired[int]
-    ("GpuReclaimNotRunning: no idle reclaim run has succeeded for this many hours (with "
-     "reclaim on; a run fails when Prometheus does not answer). Allowed: 1..168. Default: "
-     "`1`.")
-    pending_growth_for: NotRequired[str]
-    ("GpuPodsPendingGrowing: pending GPU pods more numerous than this long ago (a duration), "
-     "and not fewer since. Default: `30m`.")
 
 
 class UsageSettings(TypedDict):
@@ -220,44 +176,19 @@ class KubectlContext(TypedDict):
 
 
 class MonitoredScheduler(TypedDict):
-    "The binpack scheduler, as Monitoring scrapes it and alerts on it."
+    "The binpack scheduler, as the dashboard shows it."
     name: str
-    "Its name (the BinpackScheduler component's `schedulerName` output)."
-    namespace: str
-    "Its namespace (the BinpackScheduler component's `namespace` output)."
+    "Its name (the BinpackScheduler component's `schedulerName` output): its series' job."
 
 
 class MonitoredAdmission(TypedDict):
-    "The admission webhooks and OPA, as Monitoring scrapes them and alerts on them."
-    namespace: str
-    "OPA's namespace (the OpaAdmission component's `namespace` output)."
+    "The admission webhooks, as the dashboard counts their refusals."
     webhook_name: str
     "The webhook's name (the OpaAdmission component's `webhookName` output)."
-    failure_policy: str
-    ("What the API server does when OPA cannot answer: with `Fail` an outage refuses pods, "
-     "so its alert is critical. Allowed: `Fail`, `Ignore`.")
-    certificate_renewal_hours: int
-    ("How many hours before its expiry `pulumi up` renews the webhook's serving certificate "
-     "(`admission.certificate.earlyRenewalHours`).")
-    certificate_not_after: NotRequired[pulumi.Input[str] | None]
-    ("When the webhook's serving certificate expires, RFC 3339 (the OpaAdmission component's "
-     "`certificateNotAfter` output): alerts warn before it does.")
-
-
-class MonitoredCompaction(TypedDict):
-    "Compaction's CronJob, whose runs Monitoring alerts on."
-    name: str
-    "The CronJob's name (`compaction.name`)."
-    namespace: str
-    "Its namespace (the GpuCompaction component's `namespace` output)."
 
 
 class MonitoredTeams(TypedDict):
-    "Kueue and the teams' queues, as Monitoring scrapes them and alerts on them."
-    namespace: str
-    "Kueue's namespace (the Teams component's `namespace` output)."
-    release_name: str
-    "Kueue's Helm release (`teams.kueue.releaseName`)."
+    "The teams, as the GPU use rules sum per team and the dashboard shows their queues."
     namespaces: NotRequired[dict[str, str]]
     ("Each team namespace, with its team (the Teams component's `teamNamespaces` output): "
      "GPU use is summed per team from it. Empty: use is shown per pod and namespace only. "
@@ -265,14 +196,6 @@ class MonitoredTeams(TypedDict):
     topology_levels: NotRequired[list[str]]
     ("The network levels above the node, each a node label (from `teams.topology`): the "
      "dashboard shows free GPUs per domain of each. Default: `[]`.")
-
-
-class MonitoredReclaim(TypedDict):
-    "Idle reclaim's CronJob, whose runs Monitoring alerts on."
-    name: str
-    "The CronJob's name (`reclaim.name`)."
-    namespace: str
-    "Its namespace (the GpuReclaim component's `namespace` output)."
 
 
 class MonitoringArgs(TypedDict):
@@ -302,13 +225,12 @@ class MonitoringArgs(TypedDict):
     scheduler: MonitoredScheduler
     "The binpack scheduler."
     admission: MonitoredAdmission
-    "The admission webhooks and OPA."
-    compaction: NotRequired[MonitoredCompaction | None]
-    "Compaction's CronJob, when compaction is on."
+    "The admission webhooks."
     teams: NotRequired[MonitoredTeams | None]
-    "Kueue, when teams are on."
-    reclaim: NotRequired[MonitoredReclaim | None]
-    "Idle reclaim's CronJob, when reclaim is on."
+    "The teams, when on."
+    mixins: NotRequired[list[Mixin]]
+    ("Each component's alerts and scrapes (its mixin, from its package), which Monitoring "
+     "collects into the platform's rules and monitors. Default: `[]`.")
     secret_values: NotRequired[bool]
     ("Store the release's values as a secret: set it when `monitoring.extraValues` holds a "
      "credential. Default: `false`.")

@@ -4,10 +4,11 @@ stack."""
 from ..base.descriptor import Deployable, Descriptor
 from .component import OpaAdmission
 from .inputs import OpaAdmissionInputs
+from .mixin import mixin
 
 
 def images(inputs: OpaAdmissionInputs) -> list[Deployable]:
     return [Deployable(inputs.image(inputs.admission.opa), (), True)]
 
 
-DESCRIPTOR = Descriptor(OpaAdmission, images=images)
+DESCRIPTOR = Descriptor(OpaAdmission, images=images, mixin=mixin)

@@ -16,7 +16,13 @@ from ..monitoring.component import Monitoring
 from ..opa_admission.component import OpaAdmission
 from ..teams.component import Teams
 from .inputs import GpuPlatformInputs
-from .wiring import check_platform, component_inputs, required_charts, required_images
+from .wiring import (
+    check_platform,
+    component_inputs,
+    required_charts,
+    required_images,
+    with_mixins,
+)
 from .zz_generated_args import GpuPlatformArgs
 
 # The platform's name in a program that declares one.
@@ -95,12 +101,11 @@ class GpuPlatform(Component[GpuPlatformInputs]):
             self.child_name("opa-admission"), components.admission,
             child(self.scheduler, *([self.teams] if self.teams else [])))
         # The DCGM exporter Service the ServiceMonitor selects is created by the operator.
-        monitored = components.monitoring
-        self.monitoring = Monitoring.from_inputs(
-            self.child_name("monitoring"), monitored.model_copy(update={
-                "admission": monitored.admission.model_copy(update={
-                    "certificate_not_after": self.admission.certificate_not_after})}),
-            child(self.operator))
+        # Each component's alerts and scrapes, from the components declared so far (the
+        # webhook certificate's expiry is known once admission has made it).
+        monitored = with_mixins(components, {"opa_admission": self.admission}).monitoring
+        self.monitoring = Monitoring.from_inputs(self.child_name("monitoring"), monitored,
+                                                 child(self.operator))
         # Evictions only once the scheduler that places the evicted pods again is there.
         self.compaction = (GpuCompaction.from_inputs(self.child_name("gpu-compaction"),
                                                      components.compaction, child(self.scheduler))

@@ -6,8 +6,8 @@ The settings were validated once, when the stack file was read (or GpuPlatform's
 program declared it): each component's inputs are put together from them without validating
 any value again."""
 
-from collections.abc import Collection
-from dataclasses import dataclass, fields
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, fields, replace
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -28,8 +28,6 @@ from ..monitoring import values as monitoring_values
 from ..monitoring.inputs import (
     KubectlContext,
     MonitoredAdmission,
-    MonitoredCompaction,
-    MonitoredReclaim,
     MonitoredScheduler,
     MonitoredTeams,
     MonitoringInputs,
@@ -72,8 +70,8 @@ def valid(model: type[Valid], **fields: Any) -> Valid:
 
 def component_inputs(settings: StackSettings, secret_sections: Collection[str] = ()
                      ) -> ComponentInputs:
-    """Each component's inputs from the stack's settings. (Monitoring's certificate expiry is
-    added once the admission component has it.)"""
+    """Each component's inputs from the stack's settings. (The mixins Monitoring collects are
+    made again once the components that know more when declared are: `with_mixins`.)"""
     nodes, op = settings.gpu_nodes, settings.gpu_operator
     sched, adm = settings.scheduler, settings.admission
     compaction, teams = settings.compaction, settings.teams
@@ -86,23 +84,13 @@ def component_inputs(settings: StackSettings, secret_sections: Collection[str] =
         cluster=valid(KubectlContext, context=settings.cluster.context,
                       kubeconfig=settings.cluster.kubeconfig),
         gpu_operator_namespace=op.namespace, gpu_path=op.gpu_path, gpu_nodes=gpu_nodes,
-        scheduler=valid(MonitoredScheduler, name=sched.name, namespace=sched.namespace),
-        admission=valid(MonitoredAdmission, namespace=adm.namespace,
-                        webhook_name=adm.webhook_name, failure_policy=adm.failure_policy,
-                        certificate_renewal_hours=adm.certificate.early_renewal_hours),
-        compaction=(valid(MonitoredCompaction, name=compaction.name,
-                          namespace=compaction.namespace)
-                    if compaction.enabled else None),
-        teams=(valid(MonitoredTeams, namespace=teams.kueue.namespace,
-                     release_name=teams.kueue.release_name,
-                     namespaces=teams.team_namespaces,
+        scheduler=valid(MonitoredScheduler, name=sched.name),
+        admission=valid(MonitoredAdmission, webhook_name=adm.webhook_name),
+        teams=(valid(MonitoredTeams, namespaces=teams.team_namespaces,
                      topology_levels=teams.topology.node_levels[:-1])
                if teams.enabled else None),
-        reclaim=(valid(MonitoredReclaim, name=settings.reclaim.name,
-                       namespace=settings.reclaim.namespace)
-                 if settings.reclaim.enabled else None),
         secret_values="monitoring" in secret_sections, **mirror)
-    return ComponentInputs(
+    inputs = ComponentInputs(
         gpu_nodes=valid(GpuNodesInputs, gpu_nodes=nodes),
         gpu_operator=valid(GpuOperatorInputs, gpu_operator=op, gpu_nodes=gpu_nodes,
                            secret_values="gpuOperator" in secret_sections, **mirror),
@@ -136,6 +124,19 @@ def component_inputs(settings: StackSettings, secret_sections: Collection[str] =
                     device_classes=dra.served_resources(op), **mirror),
         reclaim=reclaim_inputs(settings, monitoring),
     )
+    return with_mixins(inputs)
+
+
+def with_mixins(inputs: ComponentInputs, declared: Mapping[str, Any] | None = None
+                ) -> ComponentInputs:
+    """`inputs` with Monitoring's inputs holding each package's mixin, in the order of the
+    registry: from its component where it is `declared` already, by package (what it knows
+    once its resources exist, as the webhook certificate's expiry)."""
+    alerts = inputs.monitoring.monitoring.alerts
+    declared = declared or {}
+    mixins = [descriptor.mixin(given, alerts, declared.get(descriptor.package))
+              for descriptor, given in _each(inputs) if descriptor.mixin]
+    return replace(inputs, monitoring=inputs.monitoring.model_copy(update={"mixins": mixins}))
 
 
 def reclaim_inputs(settings: StackSettings, monitoring: MonitoringInputs) -> GpuReclaimInputs:

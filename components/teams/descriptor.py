@@ -6,6 +6,7 @@ from ..base.descriptor import Deployable, Descriptor
 from ..base.facts import KUEUE_CHART
 from .component import Teams
 from .inputs import TeamsInputs
+from .mixin import mixin
 
 _BROUGHT_BY = ("teams.enabled",)
 
@@ -22,4 +23,4 @@ def charts(inputs: TeamsInputs) -> list[Deployable]:
     return [chart_deployable(KUEUE_CHART, inputs.teams.kueue, _BROUGHT_BY, _installs(inputs))]
 
 
-DESCRIPTOR = Descriptor(Teams, images=images, charts=charts)
+DESCRIPTOR = Descriptor(Teams, images=images, charts=charts, mixin=mixin)

@@ -8,6 +8,7 @@ import datetime
 import functools
 import json
 import subprocess
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,9 +22,10 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from components.base.scoring import scoring_strategy
+from components.monitoring.inputs import MonitoringInputs
 from components.platform.config import load_settings
 from components.platform.settings import StackSettings
-from components.platform.wiring import ComponentInputs, component_inputs
+from components.platform.wiring import ComponentInputs, component_inputs, with_mixins
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -255,9 +257,19 @@ def _component(field: str) -> Callable[[StackSettings], Any]:
 
 
 # One component's inputs for a stack's settings.
-(nodes_of, operator_of, scheduler_of, admission_of, monitoring_of,
+(nodes_of, operator_of, scheduler_of, admission_of,
  compaction_of) = map(_component, ("gpu_nodes", "gpu_operator", "scheduler", "admission",
-                                   "monitoring", "compaction"))
+                                   "compaction"))
+
+
+def monitoring_of(settings: StackSettings, certificate_not_after: int | None = None
+                  ) -> MonitoringInputs:
+    """Monitoring's inputs; with the webhook certificate's alerts when its expiry (seconds since
+    the epoch) is given, as the platform hands them over once admission has made it."""
+    declared = ({"opa_admission": types.SimpleNamespace(
+                    certificate_not_after=certificate_not_after)}
+                if certificate_not_after is not None else None)
+    return with_mixins(inputs_of(settings), declared).monitoring
 
 
 def scheduler_scoring(settings: StackSettings) -> dict:

@@ -16,8 +16,8 @@ from components.monitoring import dashboard
 from components.monitoring import rules as gpu_rules
 from components.platform.config import load_settings
 from tests.kit.harness import monitoring_of
-from tests.kit.stacks import raw, with_changes
-from tests.unit.test_monitoring import CERT_NOT_AFTER, SETTINGS, WITH_COMPACTION, rule_groups
+from tests.kit.stacks import TEAMS, raw, with_changes
+from tests.unit.test_monitoring import SETTINGS, WITH_COMPACTION, rule_groups
 
 # --- promtool test rules ---------------------------------------------------------------------
 
@@ -296,8 +296,7 @@ def test_alert_descriptions_name_what_a_responder_needs(promtool_bin, tmp_path):
                                      .replace("{{ $labels.pod }}", "waiting")
                                      .replace("{{ $value }}", "2")}}]}]}],
         annotations=True)
-    for rule in gpu_rules.alert_rules(monitoring_of(SETTINGS), CERT_NOT_AFTER) + \
-            gpu_rules.compaction_alerts(monitoring_of(WITH_COMPACTION)):
+    for rule in every_alert():
         assert rule["labels"]["severity"] in ("critical", "warning", "info")
         assert rule["annotations"]["summary"] and rule["annotations"]["description"]
         assert re.fullmatch(r"[0-9]+[smh]", rule["for"])
@@ -422,10 +421,17 @@ def test_pending_gpu_pods_piling_up_are_reported_and_a_steady_queue_is_not(promt
     ])
 
 
+def every_alert() -> list[dict]:
+    """Every alert of a stack with each component on, its components' among them."""
+    every = load_settings(raw(with_changes(compaction={"enabled": True}, teams=TEAMS,
+                                           reclaim={"enabled": True, "namespaces": ["ml"]})))
+    return [rule for rule in rule_groups(every)["groups"][0]["rules"] if "alert" in rule]
+
+
 def test_every_alert_is_exercised_by_a_rule_test():
-    source = "".join(path.read_text() for path in Path(__file__).parent.glob("test_*alert*.py"))
-    for rule in gpu_rules.alert_rules(monitoring_of(SETTINGS), CERT_NOT_AFTER) + \
-            gpu_rules.compaction_alerts(monitoring_of(WITH_COMPACTION)):
+    source = "".join(path.read_text() for pattern in ("test_*alert*.py", "test_reclaim.py")
+                     for path in Path(__file__).parent.glob(pattern))
+    for rule in every_alert():
         assert f'"{rule["alert"]}"' in source, rule["alert"]
 
 
@@ -461,7 +467,10 @@ def test_compaction_that_stopped_succeeding_is_reported(promtool_bin, tmp_path):
 
 
 def test_compaction_alerts_only_with_compaction_on():
-    assert gpu_rules.compaction_alerts(monitoring_of(SETTINGS)) == []
+    def alerts(settings) -> set[str]:
+        return {rule.get("alert") for rule in rule_groups(settings)["groups"][0]["rules"]}
+    assert "GpuCompactionNotRunning" in alerts(WITH_COMPACTION)
+    assert "GpuCompactionNotRunning" not in alerts(SETTINGS)
 
 
 # --- the DRA path: GPUs counted from what the DCGM exporter sees -------------------------------

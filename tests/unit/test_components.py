@@ -538,7 +538,8 @@ def test_scheduler_service_monitor_finds_the_scheduler_pods_port():
     objects = binpack_scheduler.scheduler_objects(scheduler_of(DEFAULT))
     service = next(o for o in objects if o["kind"] == "Service")
     deployment = next(o for o in objects if o["kind"] == "Deployment")
-    monitor = monitoring.scheduler_service_monitor(monitoring_of(DEFAULT))["spec"]
+    [monitor] = [m["spec"] for m in monitoring.component_monitors(monitoring_of(DEFAULT))
+                 if m["metadata"]["name"] == DEFAULT.scheduler.name]
     assert monitor["namespaceSelector"]["matchNames"] == [service["metadata"]["namespace"]]
     assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     port = next(p for p in service["spec"]["ports"] if p["name"] == monitor["endpoints"][0]["port"])

@@ -50,7 +50,7 @@ CERT_NOT_AFTER = 40 * 86400
 
 
 def rule_groups(settings=SETTINGS, annotations: bool = True) -> dict:
-    rule = gpu_rules.prometheus_rule(monitoring_of(settings), CERT_NOT_AFTER)
+    rule = gpu_rules.prometheus_rule(monitoring_of(settings, CERT_NOT_AFTER))
     groups = copy.deepcopy(rule["spec"])
     if not annotations:
         for group in groups["groups"]:
