@@ -8,6 +8,7 @@ prints where each binary is; every version is pinned here or comes from the sett
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -16,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -116,7 +118,7 @@ def _cached(binary: Path, what: str, build: Callable[[Path, float], None]) -> Pa
     started = time.monotonic()
     _say(f"building {what} (first run only) ...")
     binary.parent.mkdir(parents=True, exist_ok=True)
-    partial = binary.with_name(f"{binary.name}.{os.getpid()}.partial")
+    partial = binary.with_name(f"{binary.name}.{os.getpid()}.{threading.get_ident()}.partial")
     build(partial, started)
     partial.replace(binary)
     size = binary.stat().st_size / 2**20
@@ -402,15 +404,25 @@ SUITES = {
 }
 
 
+# How many tools build at once: one's module download overlaps another's compile, and Go's
+# compiler uses every core for each (GPU_PLATFORM_TOOL_BUILDS sets it).
+CONCURRENT_BUILDS = int(os.environ.get("GPU_PLATFORM_TOOL_BUILDS", "2"))
+
+
 def main(suites: list[str]) -> None:
     unknown = [s for s in suites if s not in SUITES]
     if unknown:
         sys.exit(f"tests/kit/tools.py: unknown suite {unknown}; allowed: {sorted(SUITES)}")
-    for build_tool in dict.fromkeys(b for suite in suites for b in SUITES[suite]):
-        try:
-            build_tool()
-        except RuntimeError as error:
-            sys.exit(f"tests/kit/tools.py: {error}")
+    builds = list(dict.fromkeys(b for suite in suites for b in SUITES[suite]))
+    failed = []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=CONCURRENT_BUILDS) as pool:
+        for future in [pool.submit(build) for build in builds]:
+            try:
+                future.result()
+            except RuntimeError as error:
+                failed.append(str(error))
+    if failed:
+        sys.exit("tests/kit/tools.py: " + "\n".join(failed))
 
 
 if __name__ == "__main__":
