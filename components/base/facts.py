@@ -154,6 +154,11 @@ def kueue_controller_user(namespace: str, release: str) -> str:
     return f"system:serviceaccount:{namespace}:{kueue_deployment_name(release)}"
 
 
+# A GPU is active while its engine activity (a fraction of time) is above this: the default of
+# monitoring.usage.activeThreshold, the one threshold of idle, which reclaim reports with too.
+DEFAULT_ACTIVE_THRESHOLD = 0.05
+
+
 # Kueue's quota gauges, from the replica that decides (every replica serves metrics; a follower's
 # are not current). GPU resources only: the queues count nothing else.
 KUEUE_GPUS = 'resource=~"nvidia[.]com/.*", replica_role!="follower"'

@@ -30,10 +30,12 @@ class AlertSettings(Model):
         description="XID codes that mean the GPU needs draining and a reset (48 double-bit ECC, "
                     "79 fallen off the bus, 94/95 contained/uncontained ECC): GpuFatalXidError, "
                     "critical; any other XID is GpuXidError, a warning.")
-    idle_utilization_percent: int = Field(
-        default=5, ge=1, le=100,
-        description="GpuAllocatedIdle: a pod whose GPUs stay below this utilization, percent...")
-    idle_for: Duration = Field(default="2h", description="...for this long (a duration).")
+    idle_for: Duration = Field(
+        default="2h",
+        description="GpuAllocatedIdle: a pod that held its GPUs this long (a duration) without "
+                    "any of them active at any sample (`monitoring.usage.activeThreshold`); "
+                    "the same default as `reclaim.idleFor`, so that the alert names the pods "
+                    "reclaim acts on.")
     pending_for: Duration = Field(
         default="15m",
         description="GpuPodFragmentationPending: a GPU pod unschedulable this long although "

@@ -95,11 +95,10 @@ class AlertSettings(TypedDict):
     ("XID codes that mean the GPU needs draining and a reset (48 double-bit ECC, 79 fallen "
      "off the bus, 94/95 contained/uncontained ECC): GpuFatalXidError, critical; any other "
      "XID is GpuXidError, a warning. Default: `[48, 79, 94, 95]`.")
-    idle_utilization_percent: NotRequired[int]
-    ("GpuAllocatedIdle: a pod whose GPUs stay below this utilization, percent... Allowed: "
-     "1..100. Default: `5`.")
     idle_for: NotRequired[str]
-    "...for this long (a duration). Default: `2h`."
+    ("GpuAllocatedIdle: a pod that held its GPUs this long (a duration) without any of them "
+     "active at any sample (`monitoring.usage.activeThreshold`); the same default as "
+     "`reclaim.idleFor`, so that the alert names the pods reclaim acts on. Default: `2h`.")
     pending_for: NotRequired[str]
     ("GpuPodFragmentationPending: a GPU pod unschedulable this long although enough GPUs are "
      "free in total (a duration). Default: `15m`.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from ..base.facts import DEFAULT_ACTIVE_THRESHOLD
 from ..base.model import PulledImages, section
 from ..base.validation import NamespaceNames
 from .settings import ReclaimSettings
@@ -19,8 +20,12 @@ class GpuReclaimInputs(PulledImages):
                     "(`reclaim.prometheusUrl`, else the Monitoring component's Prometheus).")
     idle_query: str = Field(
         description="The PromQL query whose answer is the idle pods, one series per pod with "
-                    "`namespace` and `pod` (the usage rules' definition of idle, with "
-                    "`reclaim.idleFor` and `reclaim.idleBelow`).")
+                    "`namespace` and `pod` (the usage rules' definition of idle, over "
+                    "`reclaim.idleFor`).")
+    idle_below: float = Field(
+        default=DEFAULT_ACTIVE_THRESHOLD,
+        description="The engine activity (a fraction) at or below which a GPU is idle, "
+                    "`monitoring.usage.activeThreshold`: what the reports say.")
     team_namespaces: dict[str, str] = Field(
         default_factory=dict,
         description="Each team namespace, with its team (the Teams component's "

@@ -36,7 +36,7 @@ def actor_config(inputs: GpuReclaimInputs) -> Config:
         prometheusUrl=inputs.prometheus_url,
         query=inputs.idle_query,
         action=reclaim.action,
-        idleBelow=reclaim.idle_below,
+        idleBelow=inputs.idle_below,
         idleFor=reclaim.idle_for,
         idleForSeconds=reclaim.idle_for_seconds,
         gracePeriod=reclaim.grace_period,

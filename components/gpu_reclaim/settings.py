@@ -46,18 +46,13 @@ class ReclaimSettings(Model):
                     "`gracePeriod` has passed since the first report and the pod is still "
                     "idle, it is evicted through the eviction API (PodDisruptionBudgets hold). "
                     "Start with `report`.")
-    idle_below: float = Field(
-        default=0.05,
-        description="A GPU is idle while its engine activity (the fraction of time its "
-                    "graphics/compute engine is busy, 0..1, both exclusive; its utilization / "
-                    "100 where the GPU does not report activity) is at or below this, as "
-                    "`monitoring.usage.activeThreshold` defines activity.")
     idle_for: Duration = Field(
         default="2h",
         description=f"A pod is idle when it held its GPUs for this whole trailing window (a "
                     f"duration, {MIN_IDLE_FOR} or more, at most the monitoring stack's "
-                    f"retention) and none of them was above `idleBelow` at any sample within "
-                    f"it: a pod active at any time within the window is never idle.")
+                    f"retention) and none of them was active (above "
+                    f"`monitoring.usage.activeThreshold`) at any sample within it: a pod active "
+                    f"at any time within the window is never idle.")
     grace_period: Duration = Field(
         default="4h",
         description="With `action: evict`: how long after a pod was first reported idle it may "
@@ -99,14 +94,6 @@ class ReclaimSettings(Model):
         default_factory=lambda: ContainerResources(
             requests={"cpu": "20m", "memory": "64Mi"}, limits={"memory": "256Mi"}),
         description="The run's container requests and limits.")
-
-    @field_validator("idle_below")
-    @classmethod
-    def threshold_is_a_fraction(cls, value: float) -> float:
-        if not 0 < value < 1:
-            raise Invalid("not a fraction of time", "a number between 0 and 1, both exclusive "
-                          "(0.05 is 5%)")
-        return value
 
     @field_validator("idle_for")
     @classmethod

@@ -31,16 +31,11 @@ class ReclaimSettings(TypedDict):
      "first report and the pod is still idle, it is evicted through the eviction API "
      "(PodDisruptionBudgets hold). Start with `report`. Allowed: `report`, `evict`. Default: "
      "`report`.")
-    idle_below: NotRequired[float]
-    ("A GPU is idle while its engine activity (the fraction of time its graphics/compute "
-     "engine is busy, 0..1, both exclusive; its utilization / 100 where the GPU does not "
-     "report activity) is at or below this, as `monitoring.usage.activeThreshold` defines "
-     "activity. Default: `0.05`.")
     idle_for: NotRequired[str]
     ("A pod is idle when it held its GPUs for this whole trailing window (a duration, 10m or "
-     "more, at most the monitoring stack's retention) and none of them was above `idleBelow` "
-     "at any sample within it: a pod active at any time within the window is never idle. "
-     "Default: `2h`.")
+     "more, at most the monitoring stack's retention) and none of them was active (above "
+     "`monitoring.usage.activeThreshold`) at any sample within it: a pod active at any time "
+     "within the window is never idle. Default: `2h`.")
     grace_period: NotRequired[str]
     ("With `action: evict`: how long after a pod was first reported idle it may be evicted "
      "if still idle (a duration): the owner's time to use it, keep it or let it go. A pod "
@@ -90,8 +85,10 @@ class GpuReclaimArgs(TypedDict):
      "(`reclaim.prometheusUrl`, else the Monitoring component's Prometheus).")
     idle_query: str
     ("The PromQL query whose answer is the idle pods, one series per pod with `namespace` "
-     "and `pod` (the usage rules' definition of idle, with `reclaim.idleFor` and "
-     "`reclaim.idleBelow`).")
+     "and `pod` (the usage rules' definition of idle, over `reclaim.idleFor`).")
+    idle_below: NotRequired[float]
+    ("The engine activity (a fraction) at or below which a GPU is idle, "
+     "`monitoring.usage.activeThreshold`: what the reports say. Default: `0.05`.")
     team_namespaces: NotRequired[dict[str, str]]
     ("Each team namespace, with its team (the Teams component's `teamNamespaces` output): "
      "`reclaim.teams` applies to these. Default: `{}`.")

@@ -28,6 +28,7 @@ from .rules import (
     POD_ALLOCATED,
     STRANDED,
     WHOLE_FREE_NODES,
+    allocated_idle,
     domain_free_gpus,
     domain_whole_free_nodes,
     extra_device_plugins,
@@ -42,6 +43,7 @@ from .usage import (
     active,
     gpu_hours,
     held,
+    idle_means,
     team_namespaces,
 )
 
@@ -51,7 +53,8 @@ POD_SIZES = (1, 2, 4, 8)
 # Filters from the dashboard's variables. GPU model is a DCGM label, so it narrows the usage and
 # health panels; the capacity panels show every node the node variable selects.
 GPU_FILTER = 'node=~"$node", modelName=~"$model"'
-WORKLOAD_FILTER = f'{GPU_FILTER}, namespace=~"$namespace", pod!=""'
+POD_FILTER = f'{GPU_FILTER}, namespace=~"$namespace"'
+WORKLOAD_FILTER = f'{POD_FILTER}, pod!=""'
 POD_UTILIZATION = f"avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{{{WORKLOAD_FILTER}}})"
 POD_MEMORY = f"sum by (namespace, pod) (DCGM_FI_DEV_FB_USED{{{WORKLOAD_FILTER}}})"
 # kube-scheduler's histogram of victims per preemption (count: preemptions, sum: pods).
@@ -177,12 +180,10 @@ def _rows(inputs: MonitoringInputs) -> list[tuple[str, list]]:
                         [_query(POD_UTILIZATION, "{{namespace}}/{{pod}}")], unit="percent"),
             _timeseries("GPU memory used by pod", "Framebuffer memory, MiB.",
                         [_query(POD_MEMORY, "{{namespace}}/{{pod}}")], unit="decmbytes"),
-            _table("Allocated but idle",
-                   f"Pods whose GPUs stayed below {alerts.idle_utilization_percent}% "
-                   f"utilization over the last {alerts.idle_for}.",
-                   [_query(f"max by (namespace, pod) (max_over_time("
-                           f"DCGM_FI_DEV_GPU_UTIL{{{WORKLOAD_FILTER}}}[{alerts.idle_for}])) "
-                           f"< {alerts.idle_utilization_percent}", "", "A", True)], width=24),
+            _table(f"Idle for {alerts.idle_for} (GpuAllocatedIdle)",
+                   "Pods that " + idle_means(inputs.monitoring.usage.active_threshold,
+                                             alerts.idle_for) + ": the pods the alert names.",
+                   [_query(allocated_idle(inputs, POD_FILTER), "", "A", True)], width=24),
         ]),
         ("Use and showback: GPU-hours allocated, used and idle", showback_panels(inputs)),
         ("Admission: pods that broke the rules", [

@@ -223,13 +223,11 @@ def alert_rules(inputs: MonitoringInputs) -> list[dict]:
                f"exporter on it has been scraped for {alerts.exporter_down_for}: its GPU usage "
                "and health are unknown."),
         *gpu_node_alerts(inputs),
-        alert("GpuAllocatedIdle", with_team(
-                   inputs, f'max by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{{pod!=""}}) '
-                   f"< {alerts.idle_utilization_percent}"),
-               alerts.idle_for, "info", "GPUs allocated but idle",
-               f"Pod {{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}} holds GPUs whose "
-               f"utilization has stayed below {alerts.idle_utilization_percent}% for "
-               f"{alerts.idle_for} (now {{{{ $value }}}}%): others could use them."),
+        alert("GpuAllocatedIdle", with_team(inputs, allocated_idle(inputs)),
+              "0s", "info", "GPUs allocated but idle",
+              f"Pod {{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}} "
+              f"{usage.idle_means(inputs.monitoring.usage.active_threshold, alerts.idle_for)}: "
+              "{{ $value }} GPUs others could use."),
         alert("GpuPodFragmentationPending",
                f'(sum by (namespace, pod) '
                f'(kube_pod_container_resource_requests{{resource="{GPU}"}}) '
@@ -258,6 +256,14 @@ def alert_rules(inputs: MonitoringInputs) -> list[dict]:
                "cluster is out of GPUs (see the dashboard's Capacity row)."),
         *(rule for mixin in inputs.mixins for rule in mixin.alerts),
     ]
+
+
+def allocated_idle(inputs: MonitoringInputs, where: str = "") -> str:
+    """The GPUs of each pod idle for `monitoring.alerts.idleFor`, by namespace and pod: the
+    usage rules' definition of idle over the alert's window."""
+    idle = usage.idle_pods(inputs.monitoring.alerts.idle_for,
+                           inputs.monitoring.usage.active_threshold, where)
+    return f"sum by (namespace, pod) ({idle})"
 
 
 def gpu_node_alerts(inputs: MonitoringInputs) -> list[dict]:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from ..base.facts import DEFAULT_ACTIVE_THRESHOLD
 from ..base.mixin import AlertSettings
 from ..base.model import Labels, Model, ReleaseProtection, refuse_chart_settings, to_snake
 from ..base.validation import (
@@ -53,7 +54,7 @@ class UsageSettings(Model):
                     f"more, at most `retention`); a pod that held its GPUs for all of it, none "
                     f"of them active at any sample, is idle.")
     active_threshold: float = Field(
-        default=0.05,
+        default=DEFAULT_ACTIVE_THRESHOLD,
         description="A GPU counts as active while its engine activity, the fraction of time its "
                     "graphics/compute engine is busy (0..1, both exclusive), is above this. "
                     "Read from DCGM_FI_PROF_GR_ENGINE_ACTIVE, or, for a GPU whose exporter "

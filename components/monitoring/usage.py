@@ -70,11 +70,11 @@ def _per_gpu(metric: str, select: str = HELD, over: str | None = None) -> str:
     return f"max by ({GPU_KEY}) ({series})"
 
 
-def activity(over: str | None = None) -> str:
+def activity(over: str | None = None, select: str = HELD) -> str:
     """Each held GPU's activity, 0..1 (or its peak over `over`): the profiling metric where the
     GPU reports it, its utilization otherwise."""
-    return (f"({_per_gpu(PROFILING_ACTIVITY, over=over)} or "
-            f"{_per_gpu(UTILIZATION_PERCENT, over=over)} / 100)")
+    return (f"({_per_gpu(PROFILING_ACTIVITY, select, over)} or "
+            f"{_per_gpu(UTILIZATION_PERCENT, select, over)} / 100)")
 
 
 def _level_counts(level: str, by: str, gpus: str) -> list[dict]:
@@ -123,15 +123,27 @@ def usage_rules(inputs: MonitoringInputs) -> list[dict]:
     ]
 
 
-def idle_pods(window: str, threshold: float) -> str:
+def idle_pods(window: str, threshold: float, where: str = "") -> str:
     """The GPUs of each idle pod: pods that held GPUs for the whole window (they held some a
     window ago: a pod that has just started is not judged yet) and none of whose GPUs was active
     (above `threshold`) at any scraped sample within it. The exporter's own samples, not the
     minute ones recorded above: a pod busy within the window is never idle. The one definition
-    of idle: the recorded series (over `monitoring.usage.window`) and idle reclaim's query (over
-    `reclaim.idleFor`) are both this."""
-    return (f"{held('pod')} unless on (namespace, pod) ({activity(window)} > {threshold!r}) "
-            f"and on (namespace, pod) ({held('pod')} offset {window})")
+    of idle, with one threshold (`monitoring.usage.activeThreshold`) and a window per purpose:
+    the recorded series and the dashboard's list of pods idle now (`monitoring.usage.window`),
+    the GpuAllocatedIdle alert and its dashboard list (`monitoring.alerts.idleFor`), and idle
+    reclaim's query (`reclaim.idleFor`) are all this. `where`: label matchers the pods must
+    have, as a dashboard's variables select them."""
+    pods = f"{held('pod')}{{{where}}}" if where else held("pod")
+    select = f"{HELD}, {where}" if where else HELD
+    return (f"{pods} unless on (namespace, pod) ({activity(window, select)} > {threshold!r}) "
+            f"and on (namespace, pod) ({pods} offset {window})")
+
+
+def idle_means(threshold: float, window: str) -> str:
+    """What idle_pods selects, as the alert and the dashboard say it."""
+    return (f"held its GPUs for the last {window} without any of them active at any sample "
+            f"(engine activity above {threshold * 100:g}%, or utilization where the GPU "
+            "reports no engine activity)")
 
 
 def usage_group(inputs: MonitoringInputs) -> dict:

@@ -63,19 +63,26 @@ def parse_config_value(raw: str) -> Any:
 
 # Settings of earlier releases that no longer do anything: accepted, ignored and named in a
 # warning (retired_settings), so that a stack file written for an earlier release deploys.
+ONE_THRESHOLD = ("idle is judged by one threshold, `monitoring.usage.activeThreshold`, for the "
+                 "dashboard, the GpuAllocatedIdle alert and reclaim alike; set that instead")
 RETIRED_SETTINGS = {
     ("admission", "kubeMgmt"): "kube-mgmt no longer runs (OPA loads its policy from its "
                                "ConfigMap itself); remove the key",
+    ("reclaim", "idleBelow"): ONE_THRESHOLD,
+    ("monitoring", "alerts", "idleUtilizationPercent"): ONE_THRESHOLD,
 }
 
 
 def _without_retired(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     parsed = {key: parse_config_value(value) for key, value in config.items()}
     found = []
-    for (section, key), why in RETIRED_SETTINGS.items():
-        if isinstance(parsed.get(section), dict) and key in parsed[section]:
-            parsed[section] = {k: v for k, v in parsed[section].items() if k != key}
-            found.append(f"{CONFIG_NAMESPACE}:{section}.{key} is ignored: {why}")
+    for (*parents, key), why in RETIRED_SETTINGS.items():
+        node: Any = parsed
+        for parent in parents:
+            node = node.get(parent) if isinstance(node, dict) else None
+        if isinstance(node, dict) and key in node:
+            del node[key]
+            found.append(f"{CONFIG_NAMESPACE}:{'.'.join((*parents, key))} is ignored: {why}")
     return parsed, found
 
 

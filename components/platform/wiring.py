@@ -145,8 +145,9 @@ def reclaim_inputs(settings: StackSettings, monitoring: MonitoringInputs) -> Gpu
     it never touches."""
     reclaim, teams = settings.reclaim, settings.teams
     url = reclaim.prometheus_url or monitoring_values.prometheus_url(monitoring) or ""
+    threshold = settings.monitoring.usage.active_threshold
     return valid(GpuReclaimInputs, reclaim=reclaim, prometheus_url=url,
-                 idle_query=usage.idle_pods(reclaim.idle_for, reclaim.idle_below),
+                 idle_query=usage.idle_pods(reclaim.idle_for, threshold), idle_below=threshold,
                  team_namespaces=teams.team_namespaces if teams.enabled else {},
                  workload_owners={f"{i.group}/{i.kind}": i.resource
                                   for i in kueue_integrations(teams.frameworks)

@@ -111,20 +111,6 @@ def test_gpu_node_without_a_healthy_exporter(promtool_bin, tmp_path):
     ])
 
 
-def test_allocated_idle_gpus_are_reported_after_the_idle_window(promtool_bin, tmp_path):
-    def util(value):
-        return {"interval": "1m", "input_series": [
-            {"series": f'DCGM_FI_DEV_GPU_UTIL{{{GPU0}, namespace="team-a", pod="notebook"}}',
-             "values": f"{value}x180"}]}
-
-    idle = {"namespace": "team-a", "pod": "notebook", "severity": "info"}
-    run_promtool_tests(promtool_bin, tmp_path, [
-        {**util(5), "alert_rule_test": [fires("GpuAllocatedIdle", "150m", [])]},
-        {**util(4), "alert_rule_test": [fires("GpuAllocatedIdle", "119m", []),
-                                        fires("GpuAllocatedIdle", "120m", [idle])]},
-    ])
-
-
 def fragmented_cluster(pending_gpus: int, unschedulable: bool = True) -> list[dict]:
     """Two 4-GPU nodes, each holding a 2-GPU and a 1-GPU pod: 2 GPUs free in total, 1 per node."""
     return [ksm_node("n1", 4), ksm_node("n2", 4),

@@ -247,13 +247,16 @@ def test_the_run_reads_the_installed_prometheus_or_the_one_named():
 
 def test_the_idle_query_is_the_usage_rules_definition_with_reclaims_window():
     """One definition of idle: the recorded idle series and the run's query are the same
-    function of a window and a threshold."""
-    settings = settings_of(idleFor="3h", idleBelow=0.1)
-    assert gpu_reclaim.actor_config(component_inputs(settings).reclaim)["query"] == \
-        usage.idle_pods("3h", 0.1)
+    function of a window and the one threshold, monitoring.usage.activeThreshold."""
+    settings = settings_of(idleFor="3h")
+    settings = settings.model_copy(update={"monitoring": settings.monitoring.model_copy(update={
+        "usage": settings.monitoring.usage.model_copy(update={"active_threshold": 0.1})})})
+    config = gpu_reclaim.actor_config(component_inputs(settings).reclaim)
+    assert config["query"] == usage.idle_pods("3h", 0.1)
+    assert config["idleBelow"] == 0.1
     recorded = next(r for r in usage.usage_rules(monitoring_of(settings))
                     if r.get("record") == usage.IDLE_POD_GPUS)
-    assert recorded["expr"] == usage.idle_pods("1h", 0.05)
+    assert recorded["expr"] == usage.idle_pods("1h", 0.1)
 
 
 def test_the_actor_needs_nothing_but_the_standard_library():

@@ -336,8 +336,9 @@ MISTAKES = [
      "gpu-platform:compaction.optInLabel", '"may move"', "DNS-subdomain prefix"),
     ("reclaim on with nothing opted in", with_changes(reclaim={"enabled": True}),
      "gpu-platform:reclaim.enabled", "true", "at least one namespace"),
-    ("reclaim threshold as a percentage", with_changes(reclaim={"idleBelow": 5}),
-     "gpu-platform:reclaim.idleBelow", "5", "between 0 and 1"),
+    ("activity threshold as a percentage", with_changes(monitoring={"usage": {
+        "activeThreshold": 5}}),
+     "gpu-platform:monitoring.usage.activeThreshold", "5", "between 0 and 1"),
     ("reclaim window too short", with_changes(reclaim={"idleFor": "5m"}),
      "gpu-platform:reclaim.idleFor", '"5m"', "10m or more"),
     ("reclaim window past the retention", with_changes(reclaim={
@@ -528,3 +529,15 @@ def test_a_setting_of_an_earlier_release_is_ignored_with_a_warning():
         "gpu-platform:admission.kubeMgmt is ignored: kube-mgmt no longer runs (OPA loads its "
         "policy from its ConfigMap itself); remove the key"]
     assert retired_settings(raw(MINIMAL)) == []
+
+
+def test_the_idle_thresholds_of_earlier_releases_give_way_to_the_one_threshold():
+    """Idle was judged by three thresholds; a stack file that still sets the alert's or
+    reclaim's deploys, and the run names the one that decides now."""
+    config = raw(with_changes(reclaim={"idleBelow": 0.1},
+                              monitoring={"alerts": {"idleUtilizationPercent": 10}}))
+    assert load_settings(config) == load_settings(raw(MINIMAL))
+    warnings = retired_settings(config)
+    assert [w.split(" is ignored")[0] for w in warnings] == [
+        "gpu-platform:reclaim.idleBelow", "gpu-platform:monitoring.alerts.idleUtilizationPercent"]
+    assert all("monitoring.usage.activeThreshold" in w for w in warnings)
