@@ -391,11 +391,13 @@ def test_a_trainjob_with_initializers_is_admitted_whole_and_runs_through_its_job
     assert len(set(placed["node"])) == 2 and set(placed["node"]) <= set(NODES)
     if has_topology(platform):
         assert in_one_network_node(placed["node"])
-    # A user starting another TrainJob is refused; Kueue alone starts one.
+    # A user starting another TrainJob is refused; Kueue alone starts one. (It asks for more
+    # nodes than the team's quota holds, so that Kueue cannot start it first, which would make
+    # the user's change one that changes nothing.)
     name = trainjob["metadata"]["name"]
+    spec = {k: v for k, v in trainjob["spec"].items() if k not in ("suspend", "runtimePatches")}
     queued = kube.create({**trainjob, "metadata": {"name": "again", "namespace": TEAM},
-                          "spec": {k: v for k, v in trainjob["spec"].items()
-                                   if k not in ("suspend", "runtimePatches")}})
+                          "spec": {**spec, "trainer": {**spec["trainer"], "numNodes": 64}}})
     assert queued["spec"]["suspend"] is True
     assert 'TrainJob "research/again": only Kueue starts a TrainJob' in refusal(
         lambda: cp.impersonating(USER).merge_patch(*TRAINJOB, "again",
