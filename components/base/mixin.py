@@ -120,6 +120,15 @@ def cron_job_stale(namespace: str, name: str, hours: int) -> str:
             f"{hours * 3600} unless kube_cronjob_status_last_successful_time{{{cron_job}}})")
 
 
+def stale_run_alert(alert_name: str, summary: str, namespace: str, cron_job: str, hours: int,
+                    consequence: str) -> dict[str, Any]:
+    """A warning that no run of an in-cluster CronJob has succeeded for `hours`: what stops
+    happening (`consequence`, a sentence) and where to look."""
+    return alert(alert_name, cron_job_stale(namespace, cron_job, hours), "0s", "warning", summary,
+                 f"No run of CronJob {namespace}/{cron_job} has succeeded for {hours} hours, "
+                 f"so {consequence}")
+
+
 def secure_endpoint(port: str) -> dict[str, Any]:
     """A port served over TLS with a certificate the server makes itself, which checks
     Prometheus' ServiceAccount token through the API server (as the chart scrapes the cluster's

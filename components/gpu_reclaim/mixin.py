@@ -1,7 +1,7 @@
 """Idle reclaim's monitoring: an alert when its runs have stopped succeeding (as when
 Prometheus does not answer)."""
 
-from ..base.mixin import AlertSettings, Mixin, alert, cron_job_stale
+from ..base.mixin import AlertSettings, Mixin, stale_run_alert
 from .inputs import GpuReclaimInputs
 
 
@@ -9,10 +9,8 @@ def mixin(inputs: GpuReclaimInputs, alerts: AlertSettings, _component: object = 
     reclaim = inputs.reclaim
     if not reclaim.enabled:
         return Mixin()
-    namespace, hours = reclaim.namespace, alerts.reclaim_stale_hours
-    return Mixin(alerts=[alert(
-        "GpuReclaimNotRunning", cron_job_stale(namespace, reclaim.name, hours),
-        "0s", "warning", "Idle GPU reclaim has not run",
-        f"No run of CronJob {namespace}/{reclaim.name} has succeeded for {hours} hours, so idle "
-        "GPU pods are neither reported nor reclaimed. A run fails when Prometheus does not "
+    return Mixin(alerts=[stale_run_alert(
+        "GpuReclaimNotRunning", "Idle GPU reclaim has not run", reclaim.namespace, reclaim.name,
+        alerts.reclaim_stale_hours,
+        "idle GPU pods are neither reported nor reclaimed. A run fails when Prometheus does not "
         "answer its query; see the last Job's pod log.")])
