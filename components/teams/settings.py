@@ -229,7 +229,7 @@ class ExistingKueueSettings(Model):
 
 
 # Settings of the chart the program installs, which say nothing with `mode: existing`.
-# (`releaseName` still does: Monitoring finds Kueue's metrics Service and Deployment by it.)
+# (`releaseName` still does: the teams' mixin finds Kueue's metrics Service and Deployment by it.)
 CHART_ONLY = ("repository", "chartVersion", "chartPath", "image", "replicas", "protection",
               "extraValues")
 
