@@ -244,7 +244,7 @@ def gpu_tolerations(settings) -> list[dict]:
 def run_ray_cluster(platform: RunningPlatform, rayjob: dict, workers: int) -> dict[str, str]:
     """What KubeRay's operator does with a started RayJob: its RayCluster, the cluster's pods
     and the submitter Job (from the template Kueue completed); each pod's node once all run."""
-    kube, cp = platform.kueue.kube, platform.kueue.cp
+    kube, cp = platform.kube, platform.cp
     name = rayjob["metadata"]["name"]
     cluster_spec = rayjob["spec"]["rayClusterSpec"]
     operator = cp.impersonating(KUBERAY)
@@ -265,7 +265,7 @@ def run_ray_cluster(platform: RunningPlatform, rayjob: dict, workers: int) -> di
 
 
 def test_a_rayjob_is_admitted_whole_and_its_cluster_runs_where_the_policy_says(platform):
-    kube = platform.kueue.kube
+    kube = platform.kube
     rayjob = started_by_kueue(kube, example(platform, "queued/rayjob.yaml"))
     cluster_spec = rayjob["spec"]["rayClusterSpec"]
     head = cluster_spec["headGroupSpec"]["template"]
@@ -285,7 +285,7 @@ def test_a_rayjob_is_admitted_whole_and_its_cluster_runs_where_the_policy_says(p
 
 
 def test_a_rayjob_whose_gpu_workers_require_one_network_node_runs_whole(platform):
-    kube = platform.kueue.kube
+    kube = platform.kube
     rayjob = started_by_kueue(kube, example(platform, "queued/rayjob-topology.yaml"))
     nodes = run_ray_cluster(platform, rayjob, workers=4)
     name = rayjob["metadata"]["name"]
@@ -299,7 +299,7 @@ def test_a_rayjob_whose_gpu_workers_require_one_network_node_runs_whole(platform
 
 
 def test_a_rayjob_beyond_the_quota_waits_whole_and_no_one_but_kueue_starts_it(platform):
-    kube, cp = platform.kueue.kube, platform.kueue.cp
+    kube, cp = platform.kube, platform.cp
     sweep = example(platform, "queued/rayjob.yaml", name="sweep")
     group = sweep["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
     replicas = 8 * len(NODES) + 1
@@ -360,7 +360,7 @@ def run_jobset(platform: RunningPlatform, jobset: dict) -> dict[str, list[str]]:
     """What JobSet's controller does with a started JobSet: a Job per replica, each after the
     replicated Jobs it depends on completed (the test completes each Job once its pods run);
     the nodes each replicated Job's pods ran on."""
-    kube, cp = platform.kueue.kube, platform.kueue.cp
+    kube, cp = platform.kube, platform.cp
     controller = cp.impersonating(JOBSET_CONTROLLER)
     name = jobset["metadata"]["name"]
     placed: dict[str, list[str]] = {}
@@ -381,7 +381,7 @@ def run_jobset(platform: RunningPlatform, jobset: dict) -> dict[str, list[str]]:
 
 
 def test_a_trainjob_with_initializers_is_admitted_whole_and_runs_through_its_jobset(platform):
-    kube, cp = platform.kueue.kube, platform.kueue.cp
+    kube, cp = platform.kube, platform.cp
     runtime = kube.create(example(platform, "queued/trainingruntime-topology.yaml"))
     trainjob = started_by_kueue(kube, example(platform, "queued/trainjob-topology.yaml"))
     jobset = cp.impersonating(TRAINER).create(jobset_of_trainjob(trainjob, runtime))
@@ -407,7 +407,7 @@ def test_a_trainjob_with_initializers_is_admitted_whole_and_runs_through_its_job
 
 
 def test_a_launcher_and_its_gpu_workers_are_admitted_together(platform):
-    kube = platform.kueue.kube
+    kube = platform.kube
     jobset = started_by_kueue(kube, example(platform, "queued/jobset-launcher-topology.yaml"))
     placed = run_jobset(platform, jobset)
     assert not set(placed["launcher"]) & set(NODES)

@@ -49,7 +49,7 @@ def running(kube, job: str) -> list[dict]:
 
 
 def test_an_idle_jobset_goes_back_to_its_queue_whole_and_the_waiting_job_runs(platform):  # noqa: F811
-    kube, cp = platform.kueue.kube, platform.kueue.cp
+    kube, cp = platform.kube, platform.cp
     settings = platform.settings.model_copy(update={"reclaim": ReclaimSettings.model_validate({
         "enabled": True, "teams": [TEAM], "action": "evict", "gracePeriod": "0s"}).model_copy(
             update={"idle_for": IDLE_FOR})})

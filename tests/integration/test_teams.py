@@ -81,6 +81,7 @@ def platform(control_plane) -> Iterator[Platform]:
                    "the admission webhook to take effect", timeout=15)
         for node in GPU_NODES:
             create_gpu_node(kube, settings, node, gpus=8)
+        assert running.kueue is not None, "the stack has teams on"
         yield Platform(cp, settings, running.kueue, settings.scheduler.name, running.declared)
 
 

@@ -409,19 +409,24 @@ SUITES = {
 CONCURRENT_BUILDS = int(os.environ.get("GPU_PLATFORM_TOOL_BUILDS", "2"))
 
 
-def main(suites: list[str]) -> None:
-    unknown = [s for s in suites if s not in SUITES]
-    if unknown:
-        sys.exit(f"tests/kit/tools.py: unknown suite {unknown}; allowed: {sorted(SUITES)}")
-    builds = list(dict.fromkeys(b for suite in suites for b in SUITES[suite]))
+def build(builds: list[Callable[[], object]]) -> list[str]:
+    """Run `builds` (tools of this module), CONCURRENT_BUILDS at a time; the failures'
+    messages."""
     failed = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=CONCURRENT_BUILDS) as pool:
-        for future in [pool.submit(build) for build in builds]:
+        for future in [pool.submit(build) for build in dict.fromkeys(builds)]:
             try:
                 future.result()
             except RuntimeError as error:
                 failed.append(str(error))
-    if failed:
+    return failed
+
+
+def main(suites: list[str]) -> None:
+    unknown = [s for s in suites if s not in SUITES]
+    if unknown:
+        sys.exit(f"tests/kit/tools.py: unknown suite {unknown}; allowed: {sorted(SUITES)}")
+    if failed := build([b for suite in suites for b in SUITES[suite]]):
         sys.exit("tests/kit/tools.py: " + "\n".join(failed))
 
 

@@ -313,6 +313,12 @@ class Kube:
         return self.request("GET", self.path(api_version, kind, namespace),
                             params=params or None, what=f"list {kind}")["items"]
 
+    def list_everywhere(self, api_version: str, kind: str) -> list[dict]:
+        """Every namespace's objects of the kind, as `kubectl get -A` lists them."""
+        base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+        return self.request("GET", f"{base}/{self.resource_name(api_version, kind)}",
+                            what=f"list {kind} in every namespace")["items"]
+
     def merge_patch(self, api_version: str, kind: str, name: str, body: dict,
                     namespace: str | None = None, subresource: str = "",
                     what: str = "") -> dict:
@@ -472,11 +478,12 @@ class ControlPlane:
     # credentials
 
     def service_account_token(self, namespace: str, name: str) -> str:
-        """A token for the ServiceAccount, as a pod of it would be given (TokenRequest)."""
+        """A token for the ServiceAccount, as a pod of it would be given (TokenRequest); valid
+        for a day, so that a playground's binpack scheduler outlives an afternoon."""
         review = self.admin.request(
             "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
             body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                  "spec": {"expirationSeconds": 3600}},
+                  "spec": {"expirationSeconds": 86400}},
             what=f"token for ServiceAccount {namespace}/{name}")
         return review["status"]["token"]
 

@@ -35,9 +35,14 @@ from tests.kit.cluster.nodes_and_pods import create_node
 
 @dataclass
 class RunningPlatform:
+    cp: ControlPlane
     settings: StackSettings
-    kueue: Kueue
+    kueue: Kueue | None         # None: teams off
     declared: list[dict]
+
+    @property
+    def kube(self) -> Kube:
+        return self.cp.admin
 
 
 def run_platform(stack: ExitStack, cp: ControlPlane, settings_file: dict[str, Any], *,
@@ -49,7 +54,7 @@ def run_platform(stack: ExitStack, cp: ControlPlane, settings_file: dict[str, An
     `before_pods` runs after the declared objects are applied and before any pod starts;
     `controllers` are started beside the ones workload pods need; `existing_kueue`, a Kueue
     already running (`teams.kueue.mode: existing`), is used instead of starting one with the
-    generated Configuration."""
+    generated Configuration; with teams off, no Kueue runs."""
     kube = cp.admin
     config = harness.stack_file_config(settings_file)
     settings = harness.settings_of(config)
@@ -57,7 +62,7 @@ def run_platform(stack: ExitStack, cp: ControlPlane, settings_file: dict[str, An
     objects = declared(harness.run_program(config), TestCertificates(inputs.admission)).objects
     # Kueue first: its CRDs, and its webhooks, which decide the queues' objects.
     running = existing_kueue
-    if running is None:
+    if running is None and settings.teams.enabled:
         running = Kueue(cp, teams.kueue_configuration(inputs.teams)).start()
         stack.callback(running.stop)
     # The webhooks last, once OPA serves; so is the reachability probe, which they decide.
@@ -76,7 +81,7 @@ def run_platform(stack: ExitStack, cp: ControlPlane, settings_file: dict[str, An
                settings.admission.replicas, "OPA's pods ready behind its Service", timeout=90)
     for webhook in (o for o in objects if o["kind"] in WEBHOOK_KINDS):
         kube.apply(webhook, TEST_MANAGER)
-    return RunningPlatform(settings, running, objects)
+    return RunningPlatform(cp, settings, running, objects)
 
 
 def ready_endpoints(kube: Kube, namespace: str, service: str) -> list[str]:
