@@ -17,8 +17,13 @@ from components.platform.settings import StackSettings
 from playground.nodes import SimulatedNode, simulated_nodes
 from tests.kit import harness, tools
 from tests.kit.cluster.controlplane import ControlPlane, Kube, wait_until
+from tests.kit.cluster.dra_driver import driver_user, operator_grants
 from tests.kit.cluster.kueue import API_VERSION as KUEUE_API_VERSION
-from tests.kit.cluster.nodes_and_pods import create_gpu_node, ensure_namespace
+from tests.kit.cluster.nodes_and_pods import (
+    create_dra_gpu_node,
+    create_gpu_node,
+    ensure_namespace,
+)
 from tests.kit.cluster.running_platform import RunningPlatform, run_platform
 
 EXAMPLES = harness.ROOT / "docs" / "users" / "examples"
@@ -68,21 +73,28 @@ def running(stack_settings: dict[str, Any], directory: Path, *, nodes: int,
     prefix), its kubeconfig and credentials in `directory`; everything it started is stopped,
     and `directory` removed, when the context ends."""
     settings = harness.settings_of(harness.stack_file_config(stack_settings))
-    if settings.gpu_operator.gpu_path == "dra":
-        raise NotImplementedError("the playground simulates GPU nodes of the device plugin path "
-                                  "(gpuOperator.gpuPath: devicePlugin) only")
+    dra = settings.gpu_operator.gpu_path == "dra"
     with ExitStack() as stack:
         cp = ControlPlane(apiserver_args=APISERVER_ARGS,
                           kubernetes=kubernetes_release(settings)).start()
         stack.callback(cp.stop)
-        platform = run_platform(stack, cp, stack_settings)
+        # On the DRA path: the GPU Operator's DeviceClass and its driver's rights, and the
+        # controller that makes the claims of pods' claim templates.
+        platform = run_platform(stack, cp, stack_settings,
+                                before_pods=operator_grants(cp) if dra else lambda _: None,
+                                controllers=("resourceclaim-controller",) if dra else ())
         kube = cp.admin
         for namespace in sorted(example_namespaces() | set(settings.teams.team_namespaces)
                                 if settings.teams.enabled else example_namespaces()):
             ensure_namespace(kube, namespace)
         simulated = simulated_nodes(settings, nodes, nodes_per_domain)
+        driver = cp.impersonating(driver_user(settings))
         for node in simulated:
-            create_gpu_node(kube, settings, node.name, gpus_per_node, labels=node.labels)
+            if dra:
+                create_dra_gpu_node(kube, settings, node.name, gpus_per_node, driver,
+                                    labels=node.labels)
+            else:
+                create_gpu_node(kube, settings, node.name, gpus_per_node, labels=node.labels)
         if settings.teams.enabled:
             wait_until(lambda: all_queues_active(kube), "the teams' ClusterQueues to be active",
                        timeout=60)

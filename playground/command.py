@@ -93,8 +93,6 @@ def up(args: argparse.Namespace) -> None:
                 print("stopping ...", flush=True)
     except KeyboardInterrupt:
         pass        # while starting: what had started is stopped all the same
-    except NotImplementedError as error:
-        raise SystemExit(f"{path}: {error}") from None
     print("stopped: every process the playground started has ended, and "
           f"{directory} is removed", flush=True)
 
@@ -113,7 +111,7 @@ def banner(playground: cluster.Playground, path: Path, seconds: float) -> str:
     platform = playground.platform
     settings = platform.settings
     release = platform.cp.kubernetes or tools.kubernetes_version()
-    gpus = {int(n["status"]["allocatable"].get("nvidia.com/gpu", 0))
+    gpus = {summary.node_gpus(n, devices(playground.kube))
             for n in playground.kube.list("v1", "Node")} - {0}
     real = ["etcd and kube-apiserver", f"OPA {tools.opa_version()} with the policy, behind the "
             "webhooks", f"{settings.scheduler.name} (kube-scheduler)",
@@ -140,7 +138,17 @@ def status(kube: Kube) -> str:
     workloads = (kube.list_everywhere(KUEUE_API_VERSION, "Workload")
                  if kube.serves(KUEUE_API_VERSION, "Workload") else [])
     return summary.render(kube.list("v1", "Node"), kube.list_everywhere("v1", "Pod"), workloads,
-                          levels)
+                          levels, devices(kube))
+
+
+def devices(kube: Kube) -> summary.DeviceView | None:
+    """On the DRA path (GPUs published as ResourceSlices), where the GPUs are and who holds
+    them; None on the device plugin path."""
+    slices = (kube.list("resource.k8s.io/v1", "ResourceSlice")
+              if kube.serves("resource.k8s.io/v1", "ResourceSlice") else [])
+    if not slices:
+        return None
+    return summary.DeviceView(slices, kube.list_everywhere("resource.k8s.io/v1", "ResourceClaim"))
 
 
 def manifests(files: list[str]) -> list[dict]:

@@ -11,7 +11,7 @@ Three GPU nodes of 8: pods that ask for nvidia.com/gpu land where the binpack sc
 them, as on the device plugin path; pods with claims of their own are placed by it too."""
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 
@@ -19,14 +19,13 @@ import pytest
 
 from components import gpu_operator
 from components.base.facts import GPU_RESOURCE
-from components.gpu_operator.dra import NVIDIA_DRA_DRIVER, NVIDIA_DRA_KUBELET_PLUGIN
+from components.gpu_operator.dra import NVIDIA_DRA_DRIVER
 from components.platform.settings import StackSettings
 from components.platform.wiring import component_inputs
 from tests.kit import tools
 from tests.kit.cluster.controlplane import ApiError, ControlPlane, Kube, wait_until
-from tests.kit.cluster.declared_objects import (
-    TEST_MANAGER,
-)
+from tests.kit.cluster.declared_objects import TEST_MANAGER
+from tests.kit.cluster.dra_driver import driver_user, grant, operator_grants
 from tests.kit.cluster.fake_kubelet import cordon
 from tests.kit.cluster.kueue import API_VERSION
 from tests.kit.cluster.nodes_and_pods import (
@@ -80,42 +79,6 @@ def platform(control_plane) -> Iterator[Platform]:
         for node in GPU_NODES:
             create_dra_gpu_node(kube, settings, node, 8, driver)
         yield Platform(cp, settings, settings.scheduler.name, driver)
-
-
-def driver_user(settings: StackSettings) -> str:
-    return f"system:serviceaccount:{settings.gpu_operator.namespace}:{NVIDIA_DRA_KUBELET_PLUGIN}"
-
-
-def operator_grants(cp: ControlPlane) -> Callable[[StackSettings], None]:
-    """What the GPU Operator grants itself and its DRA driver's kubelet plugin, and the
-    DeviceClass of whole GPUs it creates (manifests/state-dra-driver of v26.7.0)."""
-    def grant_and_create(settings: StackSettings) -> None:
-        operator_user = f"system:serviceaccount:{settings.gpu_operator.namespace}:gpu-operator"
-        for user, resource in ((driver_user(settings), "resourceslices"),
-                               (operator_user, "deviceclasses")):
-            grant(cp.admin, user, resource)
-        cp.impersonating(operator_user).create({
-            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-            "metadata": {"name": NVIDIA_DRA_DRIVER},
-            "spec": {"selectors": [{"cel": {"expression":
-                f"device.driver == '{NVIDIA_DRA_DRIVER}' && "
-                f"device.attributes['{NVIDIA_DRA_DRIVER}'].type == 'gpu'"}}]}})
-    return grant_and_create
-
-
-def grant(kube: Kube, user: str, resource: str) -> None:
-    """`user` may write `resource` (of resource.k8s.io) cluster-wide."""
-    name = f"{resource}-writer-{user.rsplit(':', 1)[1]}"
-    kube.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                "metadata": {"name": name}, "rules": [
-                    {"apiGroups": ["resource.k8s.io"], "resources": [resource],
-                     "verbs": ["get", "list", "watch", "create", "update", "delete"]}]},
-               TEST_MANAGER)
-    kube.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                "metadata": {"name": name},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                            "name": name},
-                "subjects": [{"kind": "User", "name": user}]}, TEST_MANAGER)
 
 
 def gpu_pod(name: str, namespace: str, platform: Platform, gpus: int) -> dict:

@@ -1,6 +1,7 @@
 """The playground as the tour (docs/users/playground.md) runs it: `python -m playground` started
-on the example stack, the users' examples applied with its own command, their outcomes as the
-tour shows them, and Ctrl-C leaving no process and no file behind.
+on the example stack (and on it moved to the DRA path), the users' examples applied with its own
+command, their outcomes as the tour shows them, and Ctrl-C leaving no process and no file
+behind.
 
 Marked serial: it times the start, which the tour promises takes under a minute."""
 
@@ -17,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from components.platform.settings import ClusterSettings
 from components.preview.cluster import ClusterReader
 from playground import cluster
-from tests.kit import harness
+from tests.kit import harness, tools
 from tests.kit.cluster.controlplane import Kube, wait_until
 
 pytestmark = pytest.mark.serial
@@ -77,10 +79,27 @@ def alive(pid: int) -> bool:
         return False
 
 
-@pytest.fixture(scope="module")
-def running(tmp_path_factory) -> Iterator[Running]:
-    directory = tmp_path_factory.mktemp("playground") / "state"
-    process = subprocess.Popen([sys.executable, "-m", "playground", "--dir", str(directory)],
+def dra_stack(path: Path) -> Path:
+    """The example stack on the DRA path (and without compaction, which that path refuses)."""
+    stack = yaml.safe_load(harness.EXAMPLE_STACK.read_text())
+    config = stack["config"]
+    config["gpu-platform:kubernetesVersion"] = tools.DRA_KUBERNETES_VERSION
+    config["gpu-platform:gpuOperator"]["gpuPath"] = "dra"
+    config["gpu-platform:compaction"]["enabled"] = False
+    path.write_text(yaml.safe_dump(stack))
+    return path
+
+
+@pytest.fixture(scope="module", params=["devicePlugin", "dra"])
+def running(request, tmp_path_factory) -> Iterator[Running]:
+    """The example stack's playground; on the DRA path, the same stack with its GPUs published
+    as ResourceSlices: the tour behaves the same on both."""
+    work = tmp_path_factory.mktemp("playground")
+    directory = work / "state"
+    stack = (["--stack", str(dra_stack(work / "Pulumi.dra.yaml"))]
+             if request.param == "dra" else [])
+    process = subprocess.Popen([sys.executable, "-m", "playground", *stack,
+                                "--dir", str(directory)],
                                cwd=harness.ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
     output: list[str] = []

@@ -7,7 +7,7 @@ import pytest
 
 from playground import command
 from playground.nodes import simulated_nodes
-from playground.summary import render
+from playground.summary import DeviceView, render
 from tests.kit import harness
 from tests.kit.stacks import MINIMAL, TEAMS, with_changes
 
@@ -91,6 +91,30 @@ Waiting:
 def test_status_of_an_idle_playground():
     assert render([node("gpu-node-1", 8)], [], [], []) == (
         "GPU nodes:\n  gpu-node-1           0/8 GPUs in use, 8 free\nWaiting:\n  nothing")
+
+
+def test_on_the_dra_path_gpus_are_counted_from_slices_and_the_claims_reserved_for_pods():
+    nodes = [node("gpu-node-1", None) | {"metadata": {"name": "gpu-node-1", "labels": {
+        "nvidia.com/gpu.present": "true"}}}]
+    slices = [{"spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu-node-1",
+                        "devices": [{"name": f"gpu-{i}"} for i in range(8)]}},
+              {"spec": {"driver": "example.com/nic", "nodeName": "gpu-node-1",
+                        "devices": [{"name": "nic-0"}]}}]
+
+    def claim(pod_name: str, *drivers: str) -> dict:
+        return {"metadata": {"namespace": "team-a"}, "status": {
+            "allocation": {"devices": {"results": [{"driver": d} for d in drivers]}},
+            "reservedFor": [{"resource": "pods", "name": pod_name}]}}
+    claims = [claim("train-0", "gpu.nvidia.com", "gpu.nvidia.com"),
+              claim("own-claim", "gpu.nvidia.com", "example.com/nic")]
+    pods = [pod("team-a/train-0", 2, "gpu-node-1"), pod("team-a/own-claim", 0, "gpu-node-1")]
+    assert render(nodes, pods, [], [], DeviceView(slices, claims)) == """\
+GPU nodes:
+  gpu-node-1           3/8 GPUs in use, 5 free
+    team-a/own-claim: 1 GPU
+    team-a/train-0: 2 GPUs
+Waiting:
+  nothing"""
 
 
 def test_an_unknown_stack_is_refused_naming_the_stacks_there_are():
