@@ -120,10 +120,11 @@ MODES = (Mode("off", None),
 
 
 def reclaim_settings(settings: StackSettings, mode: Mode) -> StackSettings:
-    """The stack with reclaim on for the replay's namespace, as `mode` sets it, validated as a
-    stack file's section would be."""
+    """The stack with reclaim on for the replay's namespace only, as `mode` sets it, validated
+    as a stack file's section would be."""
     section = settings.reclaim.model_dump(by_alias=True) | {
-        "enabled": True, "namespaces": [NAMESPACE], **(mode.changes or {})}
+        "enabled": True, "namespaces": [NAMESPACE], "teams": [], "policies": [],
+        **(mode.changes or {})}
     return settings.model_copy(update={
         "reclaim": type(settings.reclaim).model_validate(section)})
 

@@ -23,7 +23,9 @@ class GpuReclaim(Component[GpuReclaimInputs]):
     schedule: str
     "When a run starts (cron)."
     action: str
-    "What a run does with an idle pod: `report` or `evict`."
+    "What a run does with an idle pod by default: `report` or `evict` (`reclaim.action`)."
+    actions: dict[str, str]
+    "What a run does in each namespace it applies to: its policy's action, else `action`."
     namespaces: list[str]
     "The namespaces reclaim applies to."
 
@@ -51,6 +53,9 @@ class GpuReclaim(Component[GpuReclaimInputs]):
         self.namespace = inputs.reclaim.namespace
         self.schedule = inputs.reclaim.schedule
         self.action = inputs.reclaim.action
+        self.actions = {namespace: policy.action
+                        for namespace, policy in inputs.policies.items()}
         self.namespaces = inputs.opted_in_namespaces
         self.register_outputs({"namespace": self.namespace, "schedule": self.schedule,
-                               "action": self.action, "namespaces": self.namespaces})
+                               "action": self.action, "actions": self.actions,
+                               "namespaces": self.namespaces})

@@ -7,7 +7,7 @@ from pydantic import Field
 from ..base.facts import DEFAULT_ACTIVE_THRESHOLD
 from ..base.model import PulledImages, section
 from ..base.validation import NamespaceNames
-from .settings import ReclaimSettings
+from .settings import NamespacePolicy, ReclaimSettings
 
 
 class GpuReclaimInputs(PulledImages):
@@ -41,11 +41,19 @@ class GpuReclaimInputs(PulledImages):
                     "platform's own.")
 
     @property
-    def opted_in_namespaces(self) -> list[str]:
-        """The namespaces reclaim applies to: those named and those of the teams named, less
-        the exempt ones."""
+    def policies(self) -> dict[str, NamespacePolicy]:
+        """What reclaim does in each namespace it applies to: those named and those of the teams
+        named, less the exempt ones and those whose policy is `off`."""
         reclaim = self.reclaim
         named = set(reclaim.namespaces) | {namespace for namespace, team in
                                            self.team_namespaces.items()
                                            if team in reclaim.teams}
-        return sorted(named - set(self.exempt_namespaces))
+        chosen = {namespace: reclaim.policy_of(namespace, self.team_namespaces.get(namespace))
+                  for namespace in sorted(named - set(self.exempt_namespaces))}
+        return {namespace: policy for namespace, policy in chosen.items()
+                if policy.action != "off"}
+
+    @property
+    def opted_in_namespaces(self) -> list[str]:
+        """The namespaces reclaim acts in (see `policies`)."""
+        return list(self.policies)

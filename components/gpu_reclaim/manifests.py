@@ -7,7 +7,7 @@ from pathlib import Path
 from ..base import manifests
 from ..base.facts import KUEUE_API
 from .actor import gpu_reclaim
-from .actor.gpu_reclaim import Config
+from .actor.gpu_reclaim import Config, Policy
 from .inputs import GpuReclaimInputs
 
 COMPONENT = "reclaim"
@@ -35,44 +35,46 @@ def actor_config(inputs: GpuReclaimInputs) -> Config:
     return Config(
         prometheusUrl=inputs.prometheus_url,
         query=inputs.idle_query,
-        action=reclaim.action,
         idleBelow=inputs.idle_below,
         idleFor=reclaim.idle_for,
         idleForSeconds=reclaim.idle_for_seconds,
-        gracePeriod=reclaim.grace_period,
-        gracePeriodSeconds=reclaim.grace_period_seconds,
-        namespaces=inputs.opted_in_namespaces,
+        policies={namespace: Policy(action=policy.action, gracePeriod=policy.grace_period,
+                                    gracePeriodSeconds=policy.grace_period_seconds,
+                                    allowKeep=policy.allow_keep)
+                  for namespace, policy in inputs.policies.items()},
         exemptNamespaces=sorted(inputs.exempt_namespaces),
         keepAnnotation=reclaim.keep_annotation,
-        allowKeep=reclaim.allow_keep,
         maxEvictionsPerRun=reclaim.max_evictions_per_run,
         reportedAnnotation=REPORTED_ANNOTATION,
         controller=CONTROLLER,
-        # In a team namespace a pod Kueue admitted goes back to its queue with its workload.
-        teamNamespaces=sorted(set(inputs.team_namespaces) & set(inputs.opted_in_namespaces)),
+        # In a team namespace on evict, a pod Kueue admitted goes back to its queue with its
+        # workload (and only there may a run read and write Workloads).
+        teamNamespaces=[namespace for namespace, policy in inputs.policies.items()
+                        if namespace in inputs.team_namespaces and policy.action == "evict"],
         workloadsApi=f"/apis/{KUEUE_API}",
         ownerResources=inputs.workload_owners,
         requeuedAnnotation=REQUEUED_ANNOTATION,
         requeueWaitSeconds=REQUEUE_WAIT_SECONDS)
 
 
-def reclaim_rules(inputs: GpuReclaimInputs) -> list[dict]:
-    """What a run does in an opted-in namespace, and no more: read its pods, write the report
-    annotation on them (patch; evict mode needs it too, to time the grace period), evict
-    (never delete: evictions are what PodDisruptionBudgets govern) only with `action: evict`,
-    and create events."""
+def reclaim_rules(action: str) -> list[dict]:
+    """What a run does in an opted-in namespace whose action is `action`, and no more: read its
+    pods, write the report annotation on them (patch; evict needs it too, to time the grace
+    period), evict (never delete: evictions are what PodDisruptionBudgets govern) only where the
+    action is `evict`, and create events."""
     rules = [manifests.rule([""], ["pods"], ["get", "list", "patch"]),
              manifests.rule(["events.k8s.io"], ["events"], ["create"])]
-    if inputs.reclaim.action == "evict":
+    if action == "evict":
         rules.append(manifests.rule([""], ["pods/eviction"], ["create"]))
     return rules
 
 
-def team_rules(inputs: GpuReclaimInputs) -> list[dict]:
-    """With `action: evict`, in an opted-in team namespace, also: take a Kueue Workload off its
-    queue and put it back (`spec.active`), which is how Kueue frees a workload's quota and queues
-    it again, and read the kinds Kueue admits, to follow a pod's controllers to its Workload."""
-    if inputs.reclaim.action != "evict":
+def team_rules(inputs: GpuReclaimInputs, action: str) -> list[dict]:
+    """Where the action is `evict`, in an opted-in team namespace, also: take a Kueue Workload
+    off its queue and put it back (`spec.active`), which is how Kueue frees a workload's quota
+    and queues it again, and read the kinds Kueue admits, to follow a pod's controllers to its
+    Workload."""
+    if action != "evict":
         return []
     rules = [manifests.rule([KUEUE_API.partition("/")[0]], ["workloads"],
                             ["get", "list", "patch"])]
@@ -92,12 +94,13 @@ def rbac_objects(inputs: GpuReclaimInputs) -> list[dict]:
     objects: list[dict] = [{"apiVersion": "v1", "kind": "ServiceAccount",
                             "metadata": {"name": reclaim.name, "namespace": reclaim.namespace,
                                          "labels": meta_labels}}]
-    for namespace in inputs.opted_in_namespaces:
+    for namespace, policy in inputs.policies.items():
         objects += [
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
              "metadata": {"name": reclaim.name, "namespace": namespace, "labels": meta_labels},
-             "rules": reclaim_rules(inputs) + (team_rules(inputs)
-                                                if namespace in inputs.team_namespaces else [])},
+             "rules": reclaim_rules(policy.action) + (
+                 team_rules(inputs, policy.action) if namespace in inputs.team_namespaces
+                 else [])},
             manifests.role_binding("RoleBinding", reclaim.name, "Role", reclaim.name, account,
                                    meta_labels, namespace_=namespace),
         ]

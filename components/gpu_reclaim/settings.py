@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -23,6 +24,54 @@ from ..base.validation import (
 # Idle is judged on the usage rules' per-minute series and the exporter's samples: a shorter
 # window would judge a pod on a handful of samples (as monitoring.usage.window).
 MIN_IDLE_FOR = "10m"
+
+
+class ReclaimPolicy(Model):
+    """What reclaim does in some of the opted-in teams and namespaces where it differs from the
+    stack-wide `action`, `gracePeriod` and `allowKeep`: a team on `evict` beside teams on
+    `report`, or one that may not keep idle GPUs. A setting left unset is the stack-wide one."""
+
+    teams: list[str] = Field(
+        default_factory=list,
+        description="Teams of `reclaim.teams` the policy applies to (all their namespaces).")
+    namespaces: NamespaceNames = Field(
+        default_factory=list,
+        description="Opted-in namespaces the policy applies to (named in `reclaim.namespaces` "
+                    "or a namespace of a team in `reclaim.teams`). A namespace gets one policy "
+                    "at most, whether named or through its team.")
+    action: Literal["off", "report", "evict"] | None = Field(
+        default=None,
+        description="As `reclaim.action`, or `off`: reclaim leaves these namespaces alone (no "
+                    "report, no rights there). Unset: `reclaim.action`.")
+    grace_period: Duration | None = Field(
+        default=None, description="As `reclaim.gracePeriod`. Unset: `reclaim.gracePeriod`.")
+    allow_keep: bool | None = Field(
+        default=None, description="As `reclaim.allowKeep`. Unset: `reclaim.allowKeep`.")
+
+    @model_validator(mode="after")
+    def applies_to_something_and_changes_something(self) -> ReclaimPolicy:
+        if not (self.teams or self.namespaces):
+            raise Invalid("a policy for no team and no namespace",
+                          "at least one team in `teams` or namespace in `namespaces`",
+                          at=("teams",), value=[], has_value=True)
+        if self.action is None and self.grace_period is None and self.allow_keep is None:
+            raise Invalid("a policy that changes nothing",
+                          "at least one of action, gracePeriod and allowKeep",
+                          at=("action",), value=None, has_value=True)
+        return self
+
+
+@dataclass(frozen=True)
+class NamespacePolicy:
+    """What reclaim does in one namespace: its policy's settings, else the stack-wide ones."""
+    action: str
+    grace_period: str
+    allow_keep: bool
+
+    @property
+    def grace_period_seconds(self) -> float:
+        return duration_seconds(self.grace_period)
+
 
 
 class ReclaimSettings(Model):
@@ -65,6 +114,10 @@ class ReclaimSettings(Model):
         default_factory=list,
         description="Teams (names in `teams.teams`) whose namespaces reclaim applies to, as "
                     "well as `namespaces`; needs `teams.enabled`.")
+    policies: list[ReclaimPolicy] = Field(
+        default_factory=list,
+        description="Per team or namespace, what reclaim does where it differs from the "
+                    "stack-wide settings (docs/operators/idle-reclaim.md#a-policy-per-team).")
     keep_annotation: str = Field(
         default="gpu-platform.io/keep-gpus",
         description="The annotation by which a pod's owner asks to keep its GPUs although idle "
@@ -130,10 +183,36 @@ class ReclaimSettings(Model):
                           has_value=True)
         return self
 
+    @model_validator(mode="after")
+    def policies_name_opted_in_teams_once(self) -> ReclaimSettings:
+        seen: dict[str, int] = {}
+        for index, policy in enumerate(self.policies):
+            for position, team in enumerate(policy.teams):
+                if team not in self.teams:
+                    raise Invalid("a team that did not opt in to reclaim",
+                                  f"a team of reclaim.teams ({', '.join(self.teams) or 'none'})",
+                                  at=("policies", index, "teams", position), value=team,
+                                  has_value=True)
+                if team in seen:
+                    raise Invalid(f"a team with a policy already (reclaim.policies[{seen[team]}])",
+                                  "one policy per team", at=("policies", index, "teams", position),
+                                  value=team, has_value=True)
+                seen[team] = index
+        return self
+
+    def policy_of(self, namespace: str, team: str | None) -> NamespacePolicy:
+        """What reclaim does in `namespace` (of `team`, if a team's): the policy naming it or
+        its team (the settings allow one at most), else the stack-wide settings."""
+        chosen = next((p for p in self.policies
+                       if namespace in p.namespaces or (team is not None and team in p.teams)),
+                      None)
+        if chosen is None:
+            return NamespacePolicy(self.action, self.grace_period, self.allow_keep)
+        return NamespacePolicy(
+            chosen.action or self.action, chosen.grace_period or self.grace_period,
+            self.allow_keep if chosen.allow_keep is None else chosen.allow_keep)
+
     @property
     def idle_for_seconds(self) -> float:
         return duration_seconds(self.idle_for)
 
-    @property
-    def grace_period_seconds(self) -> float:
-        return duration_seconds(self.grace_period)

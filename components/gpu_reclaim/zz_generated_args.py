@@ -13,6 +13,26 @@ from typing import NotRequired, TypedDict
 from ..base.zz_generated_args import ContainerResources, ImageSettings
 
 
+class ReclaimPolicy(TypedDict):
+    ("What reclaim does in some of the opted-in teams and namespaces where it differs from "
+     "the stack-wide `action`, `gracePeriod` and `allowKeep`: a team on `evict` beside teams "
+     "on `report`, or one that may not keep idle GPUs. A setting left unset is the "
+     "stack-wide one.")
+    teams: NotRequired[list[str]]
+    "Teams of `reclaim.teams` the policy applies to (all their namespaces). Default: `[]`."
+    namespaces: NotRequired[list[str]]
+    ("Opted-in namespaces the policy applies to (named in `reclaim.namespaces` or a "
+     "namespace of a team in `reclaim.teams`). A namespace gets one policy at most, whether "
+     "named or through its team. Default: `[]`.")
+    action: NotRequired[str | None]
+    ("As `reclaim.action`, or `off`: reclaim leaves these namespaces alone (no report, no "
+     "rights there). Unset: `reclaim.action`. Allowed: `off`, `report`, `evict`.")
+    grace_period: NotRequired[str | None]
+    "As `reclaim.gracePeriod`. Unset: `reclaim.gracePeriod`."
+    allow_keep: NotRequired[bool | None]
+    "As `reclaim.allowKeep`. Unset: `reclaim.allowKeep`."
+
+
 class ReclaimSettings(TypedDict):
     ("Idle GPU reclaim: pods whose GPUs did no work for a while are reported to their owners "
      "and, where the stack says so, evicted so that others can use the GPUs. Opt-in per "
@@ -45,6 +65,9 @@ class ReclaimSettings(TypedDict):
     teams: NotRequired[list[str]]
     ("Teams (names in `teams.teams`) whose namespaces reclaim applies to, as well as "
      "`namespaces`; needs `teams.enabled`. Default: `[]`.")
+    policies: NotRequired[list[ReclaimPolicy]]
+    ("Per team or namespace, what reclaim does where it differs from the stack-wide settings "
+     "(docs/operators/idle-reclaim.md#a-policy-per-team). Default: `[]`.")
     keep_annotation: NotRequired[str]
     ("The annotation by which a pod's owner asks to keep its GPUs although idle (any value "
      "but `false`); honoured only with `allowKeep`. Default: `gpu-platform.io/keep-gpus`.")

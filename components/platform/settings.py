@@ -296,6 +296,28 @@ class StackSettings(Model):
                               "a namespace of GPU workloads, not exempt and not the "
                               "platform's own", at=("reclaim", "namespaces", index),
                               value=namespace, has_value=True)
+        team_of = self.teams.team_namespaces if self.teams.enabled else {}
+        opted_in = set(reclaim.namespaces) | {namespace for namespace, team in team_of.items()
+                                              if team in reclaim.teams}
+        # Each namespace's policy: (its index, how it names the namespace).
+        policy_of: dict[str, tuple[int, str]] = {}
+        for index, policy in enumerate(reclaim.policies):
+            for team in policy.teams:
+                policy_of |= {namespace: (index, f"through team {team}")
+                              for namespace, owner in team_of.items()
+                              if owner == team and namespace not in policy.namespaces}
+        for index, policy in enumerate(reclaim.policies):
+            for position, namespace in enumerate(policy.namespaces):
+                at = ("reclaim", "policies", index, "namespaces", position)
+                if namespace not in opted_in:
+                    raise Invalid("a namespace that did not opt in to reclaim",
+                                  "a namespace of reclaim.namespaces or of a team in "
+                                  "reclaim.teams", at=at, value=namespace, has_value=True)
+                other, how = policy_of.setdefault(namespace, (index, "by name"))
+                if other != index:
+                    raise Invalid(f"a namespace with a policy already (reclaim.policies"
+                                  f"[{other}], {how})", "one policy per namespace", at=at,
+                                  value=namespace, has_value=True)
         monitoring = self.monitoring
         if monitoring.stack == "existing" and reclaim.prometheus_url is None:
             raise Invalid("reclaim reads GPU activity from Prometheus, and the existing "

@@ -1,8 +1,9 @@
 """Idle reclaim on a team's Jobs, with the real Kueue running the Configuration the platform
 generates (test_kueue.py's Kueue, queues and kube-scheduler): an idle pod of a Job Kueue admitted
 goes back to the queue with its Workload, which frees the team's quota for the work waiting
-behind it. The declared reclaim script runs as in test_reclaim.py (reclaim_run.py), against the
-real Prometheus and an exporter stand-in, time compressed the same way.
+behind it, while the other team, on a policy of report only, keeps its idle Job. The declared
+reclaim script runs as in test_reclaim.py (reclaim_run.py), against the real Prometheus and an
+exporter stand-in, time compressed the same way.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from tests.integration.test_kueue import (
     SETTINGS,
     TEAM_A,
     TEAM_A_QUEUE,
+    TEAM_B,
     admitted_and_running,
     condition,
     gpu_job,
@@ -29,12 +31,14 @@ from tests.kit.cluster.reclaim_run import ExporterStandIn, Prometheus, declared_
 
 # Webhooks are called at their Services' ready endpoints (conftest.control_plane).
 APISERVER_ARGS = ("--enable-aggregator-routing=true",)
+# Both teams opted in, on report; team-a on evict by a policy of its own.
 RECLAIM = SETTINGS.model_copy(update={"reclaim": ReclaimSettings.model_validate({
-    "enabled": True, "teams": [TEAM_A], "action": "evict", "gracePeriod": "0s"}).model_copy(
+    "enabled": True, "teams": [TEAM_A, TEAM_B], "action": "report", "policies": [
+        {"teams": [TEAM_A], "action": "evict", "gracePeriod": "0s"}]}).model_copy(
         update={"idle_for": "40s"})})
 
 
-def test_an_idle_team_job_goes_back_to_its_queue_and_the_waiting_job_gets_its_gpus(kueue):  # noqa: F811
+def test_an_idle_job_of_a_team_on_evict_goes_back_to_its_queue_and_one_on_report_stays(kueue):  # noqa: F811
     cp, kube = kueue.cp, kueue.kube
     objects = declared_reclaim(RECLAIM)
     apply_declared(kube, objects)
@@ -46,16 +50,25 @@ def test_an_idle_team_job_goes_back_to_its_queue_and_the_waiting_job_gets_its_gp
         admitted_and_running(kube, TEAM_A, "idle", pods=GPUS_PER_TEAM)
         kube.create(gpu_job("waiting", TEAM_A, pods=2, queue=TEAM_A_QUEUE))
         pending(kube, TEAM_A, "waiting")
+        kube.create(gpu_job("idle", TEAM_B, pods=1, queue=None))
+        admitted_and_running(kube, TEAM_B, "idle", pods=1)
         idle_pods = [p["metadata"]["name"] for p in running_pods(kube, TEAM_A, "idle")]
-        for pod in idle_pods:
-            exporter.set(TEAM_A, pod, 0.0)
+        [reported_pod] = [p["metadata"]["name"] for p in running_pods(kube, TEAM_B, "idle")]
+        for namespace, pod in [*((TEAM_A, pod) for pod in idle_pods), (TEAM_B, reported_pod)]:
+            exporter.set(namespace, pod, 0.0)
         config = json.loads(find(objects, "ConfigMap", "gpu-reclaim")["data"]["config.json"])
-        wait_until(lambda: {(TEAM_A, pod) for pod in idle_pods} <= prometheus.idle(
-            config["query"]), "Prometheus to answer the idle pods", timeout=120, interval=2)
+        wait_until(lambda: {(TEAM_A, pod) for pod in idle_pods} | {(TEAM_B, reported_pod)} <=
+                   prometheus.idle(config["query"]), "Prometheus to answer the idle pods",
+                   timeout=120, interval=2)
         log = reclaim_run(cp, objects, RECLAIM, prometheus)      # reports
+        assert f"{TEAM_B}/{reported_pod}: reported" in log, log
         log += reclaim_run(cp, objects, RECLAIM, prometheus)     # requeues (grace period 0s)
         assert sum(f"{TEAM_A}/{pod}: requeued with its workload" in log
                    for pod in idle_pods) == len(idle_pods), log
+        # team-b's policy is the stack's, report: its idle Job keeps its GPU.
+        assert f"{TEAM_B}/{reported_pod}: reported already (action: report)" in log, log
+        assert [p["metadata"]["name"] for p in running_pods(kube, TEAM_B, "idle")] == \
+            [reported_pod]
 
         # Its GPUs went to the waiting Job; it is queued again, whole, behind it.
         admitted_and_running(kube, TEAM_A, "waiting", pods=2)

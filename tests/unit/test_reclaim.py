@@ -105,7 +105,7 @@ def test_pods_outside_the_opted_in_namespaces_are_never_touched():
     """`vision` is a team that did not opt in, `other` a namespace that did not; `serving` opted
     in by name and `research` through its team."""
     config = config_of()
-    assert config["namespaces"] == ["research", "serving"]
+    assert list(config["policies"]) == ["research", "serving"]
     old = NOW - 10 * HOUR
     idle = {(ns, "p"): 1 for ns in ("research", "serving", "vision", "other")}
     pods = [pod("p", ns, reported=old) for ns in ("research", "serving", "vision", "other")]
@@ -115,7 +115,7 @@ def test_pods_outside_the_opted_in_namespaces_are_never_touched():
 
 def test_an_exempt_namespace_is_never_touched_even_if_named():
     config = config_of()
-    config["namespaces"] = ["research", "kube-system"]
+    config["policies"]["kube-system"] = config["policies"]["research"]
     assert "kube-system" in config["exemptNamespaces"]
     idle = {("kube-system", "p"): 1}
     assert decided(config, idle, [pod("p", "kube-system", reported=NOW - 10 * HOUR)]) == {}
@@ -207,9 +207,90 @@ def test_rights_are_roles_in_the_opted_in_namespaces_only():
 
 
 def test_report_mode_has_no_right_to_evict():
-    rules = gpu_reclaim.reclaim_rules(inputs_of(action="report"))
+    objects = gpu_reclaim.reclaim_objects(inputs_of(action="report"))
+    rules = [rule for o in objects if o["kind"] == "Role" for rule in o["rules"]]
+    assert rules
     assert not any("pods/eviction" in rule["resources"] for rule in rules)
     assert not any("delete" in rule["verbs"] for rule in rules)
+    assert not any("workloads" in rule["resources"] for rule in rules)
+
+
+# --- a policy per team or namespace ---------------------------------------------------------
+
+# research on evict with a short grace and no keeping; serving on report; vision off.
+POLICIES = {"action": "report", "teams": ["research", "vision"], "policies": [
+    {"teams": ["research"], "action": "evict", "gracePeriod": "1h", "allowKeep": False},
+    {"teams": ["vision"], "action": "off"}]}
+
+
+def test_a_team_on_evict_beside_a_namespace_on_report():
+    config = config_of(**POLICIES)
+    assert config["policies"] == {
+        "research": {"action": "evict", "gracePeriod": "1h", "gracePeriodSeconds": 3600.0,
+                     "allowKeep": False},
+        "serving": {"action": "report", "gracePeriod": "4h", "gracePeriodSeconds": 14400.0,
+                    "allowKeep": True}}
+    old = NOW - 2 * HOUR
+    idle = {(ns, name): 1 for ns in ("research", "serving", "vision")
+            for name in ("p", "kept")}
+    pods = [pod(name, ns, reported=old, keep="true" if name == "kept" else None)
+            for ns in ("research", "serving", "vision") for name in ("p", "kept")]
+    assert decided(config, idle, pods) == {
+        "research/kept": ("evict", "idle after its grace period"),
+        "research/p": ("evict", "idle after its grace period"),
+        "serving/kept": ("skip", "kept by its owner (gpu-platform.io/keep-gpus)"),
+        "serving/p": ("skip", "reported already (action: report)")}
+    decision = actor.Decision("research", "p", "report", "idle", 1, NOW)
+    note = actor.report_note(config, decision, pod("p"))
+    assert "it will be evicted if still idle after 1h" in note
+    assert "does not honour gpu-platform.io/keep-gpus" in note
+
+
+def test_only_a_team_on_evict_has_its_workloads_read_and_requeued():
+    """A run lists Workloads only where it may (it has no right to on report)."""
+    config = config_of(action="report", teams=["research", "vision"],
+                       policies=[{"teams": ["research"], "action": "evict"}])
+    assert sorted(config["policies"]) == ["research", "serving", "vision"]
+    assert config["teamNamespaces"] == ["research"]
+
+
+def test_each_namespace_gets_the_rights_its_policy_needs_and_an_off_team_none():
+    objects = gpu_reclaim.reclaim_objects(inputs_of(**POLICIES))
+    roles = {o["metadata"]["namespace"]: {r for rule in o["rules"] for r in rule["resources"]}
+             for o in objects if o["kind"] == "Role"}
+    assert sorted(roles) == ["research", "serving"], "vision's policy is off"
+    assert {"pods/eviction", "workloads"} <= roles["research"]
+    assert roles["serving"] == {"pods", "events"}
+
+
+@pytest.mark.parametrize(("policies", "setting", "message"), [
+    ([{"teams": ["vision"], "action": "evict"}], "reclaim.policies[0].teams[0]",
+     '"vision": a team that did not opt in to reclaim; allowed: a team of reclaim.teams '
+     '(research)'),
+    ([{"teams": ["research"], "action": "evict"}, {"teams": ["research"], "action": "off"}],
+     "reclaim.policies[1].teams[0]", '"research": a team with a policy already '
+     '(reclaim.policies[0]); allowed: one policy per team'),
+    ([{"teams": ["research"], "action": "evict"}, {"namespaces": ["research"], "action": "off"}],
+     "reclaim.policies[1].namespaces[0]", '"research": a namespace with a policy already '
+     '(reclaim.policies[0], through team research); allowed: one policy per namespace'),
+    ([{"namespaces": ["serving"], "action": "evict"}, {"namespaces": ["serving"],
+                                                       "allowKeep": False}],
+     "reclaim.policies[1].namespaces[0]", '"serving": a namespace with a policy already '
+     '(reclaim.policies[0], by name)'),
+    ([{"namespaces": ["elsewhere"], "action": "evict"}], "reclaim.policies[0].namespaces[0]",
+     '"elsewhere": a namespace that did not opt in to reclaim'),
+    ([{"action": "evict"}], "reclaim.policies[0].teams", "[]: a policy for no team and no "
+     "namespace"),
+    ([{"teams": ["research"]}], "reclaim.policies[0].action", "null: a policy that changes "
+     "nothing; allowed: at least one of action, gracePeriod and allowKeep"),
+    ([{"teams": ["research"], "action": "delete"}], "reclaim.policies[0].action", "'off', "
+     "'report' or 'evict'"),
+])
+def test_a_policy_that_names_what_it_may_not_is_refused(policies, setting, message):
+    with pytest.raises(SettingsError) as refused:
+        settings_of(policies=policies)
+    assert f"gpu-platform:{setting} = " in str(refused.value), str(refused.value)
+    assert message in str(refused.value)
 
 
 def test_the_cron_job_runs_the_shipped_script_with_the_stacks_policy_restricted():

@@ -7,10 +7,12 @@ active at any sample within it). Of those, a pod is acted on only if it is in a 
 opted in and is not exempt, is Running and was started at least a window ago, and, where the
 stack honours it, does not carry its owner's keep annotation.
 
-A pod idle and not yet reported gets a `GpuIdle` event, on it and on its controller, and an
-annotation with the time of that first report. With `action: evict`, a reported pod still idle
-once the grace period has passed since then is evicted through the eviction API, so that
-PodDisruptionBudgets hold: a refusal (429) is reported and tried again next run. At most
+Each namespace has its policy (its team's or its own, else the stack's): its action, grace
+period and whether the keep annotation holds. A pod idle and not yet reported gets a `GpuIdle`
+event, on it and on its controller, and an annotation with the time of that first report.
+Where the action is `evict`, a reported pod still idle once the grace period has passed since
+then is evicted through the eviction API, so that PodDisruptionBudgets hold: a refusal (429) is
+reported and tried again next run. At most
 `maxEvictionsPerRun` pods are evicted per run, the longest reported first. A reported pod that
 is no longer idle loses the annotation, so its grace period starts over.
 
@@ -52,26 +54,31 @@ NOTE_BYTES = 1024
 MAX_OWNER_HOPS = 2
 
 
+class Policy(TypedDict):
+    """What a run does in one namespace (the team's or namespace's policy, else the stack's)."""
+
+    action: str                     # report or evict
+    gracePeriod: str
+    gracePeriodSeconds: float
+    allowKeep: bool
+
+
 class Config(TypedDict):
     """What a run reads (its config.json): components/gpu_reclaim/manifests.py writes it from
     the stack's settings, typed by this one definition."""
 
     prometheusUrl: str
     query: str                      # the idle pods, as Prometheus answers it
-    action: str                     # report or evict
     idleBelow: float
     idleFor: str
     idleForSeconds: float
-    gracePeriod: str
-    gracePeriodSeconds: float
-    namespaces: list[str]           # opted in
+    policies: dict[str, Policy]     # the opted-in namespaces, each with its policy
     exemptNamespaces: list[str]
     keepAnnotation: str
-    allowKeep: bool
     maxEvictionsPerRun: int
     reportedAnnotation: str
     controller: str                 # the events' reportingController
-    teamNamespaces: list[str]       # where a pod Kueue admitted goes back to its queue
+    teamNamespaces: list[str]       # on evict: where a pod Kueue admitted goes back to its queue
     workloadsApi: str
     ownerResources: dict[str, str]  # `<group>/<kind>` of a workload's owner: its resource
     requeuedAnnotation: str
@@ -135,20 +142,21 @@ def kept(pod: dict, config: Config) -> bool:
 def judge(config: Config, pod: dict, reported_at: float | None, now: float) -> tuple[str, str]:
     """(action, why) for one idle pod of an opted-in namespace."""
     meta, status = pod["metadata"], pod.get("status") or {}
+    policy = config["policies"][meta["namespace"]]
     started = parse_time(status.get("startTime") or "")
     if meta.get("deletionTimestamp") or status.get("phase") != "Running":
         return "skip", "not running"
     if started is None or now - started < config["idleForSeconds"]:
         return "skip", f"started less than {config['idleFor']} ago"
-    if config["allowKeep"] and kept(pod, config):
+    if policy["allowKeep"] and kept(pod, config):
         return "skip", f"kept by its owner ({config['keepAnnotation']})"
     if reported_at is None:
         return "report", "idle"
-    if config["action"] != "evict":
+    if policy["action"] != "evict":
         return "skip", "reported already (action: report)"
-    if now - reported_at < config["gracePeriodSeconds"]:
+    if now - reported_at < policy["gracePeriodSeconds"]:
         return "skip", (f"in its grace period until "
-                        f"{format_time(reported_at + config['gracePeriodSeconds'])}")
+                        f"{format_time(reported_at + policy['gracePeriodSeconds'])}")
     return "evict", "idle after its grace period"
 
 
@@ -157,7 +165,7 @@ def decide(config: Config, idle: dict[tuple[str, str], int], pods: list[dict],
     """What a run does with each pod of `pods` that is idle or was reported, given the idle set
     Prometheus answered. Only pods of the opted-in namespaces, less the exempt ones, are
     considered, whatever the answer holds."""
-    namespaces = set(config["namespaces"]) - set(config["exemptNamespaces"])
+    namespaces = set(config["policies"]) - set(config["exemptNamespaces"])
     reported_key = config["reportedAnnotation"]
     decisions: list[Decision] = []
     due: list[Decision] = []
@@ -191,15 +199,16 @@ def report_note(config: Config, decision: Decision, pod: dict) -> str:
     """The first report's message: how long the pod has been idle, what the policy will do,
     and how to keep it."""
     name = f"{decision.namespace}/{decision.pod}"
+    policy = config["policies"][decision.namespace]
     note = (f"Pod {name} has held {decision.gpus} GPU(s) with no activity above "
             f"{config['idleBelow']:.0%} for at least {config['idleFor']}. ")
-    if config["action"] == "evict":
-        when = format_time((decision.reported_at or 0) + config["gracePeriodSeconds"])
-        note += (f"Policy: it will be evicted if still idle after {config['gracePeriod']} "
+    if policy["action"] == "evict":
+        when = format_time((decision.reported_at or 0) + policy["gracePeriodSeconds"])
+        note += (f"Policy: it will be evicted if still idle after {policy['gracePeriod']} "
                  f"(from {when}); any GPU activity first starts the count again. ")
     else:
         note += "Policy: report only; nothing will be done to it. "
-    if config["allowKeep"]:
+    if policy["allowKeep"]:
         template = " (in its pod template)" if controller(pod) else ""
         note += (f"Done with it? Delete it to free the GPUs. To keep them, annotate it"
                  f"{template}: {config['keepAnnotation']}=true.")
@@ -445,7 +454,8 @@ def act(api: Api, config: Config, decision: Decision, pod: dict, now: float,
                                f"{answer.get('message', answer)}")
         idle = (f"its {decision.gpus} GPU(s) stayed at or below {config['idleBelow']:.0%} "
                 f"activity for at least {config['idleFor']}, and {since} after the first report "
-                f"(grace period {config['gracePeriod']}) it was still idle")
+                f"(grace period {config['policies'][namespace]['gracePeriod']}) it was still "
+                f"idle")
         if workload:
             requeued.add(workload["metadata"]["uid"])
             back = requeue(api, config, workload, now)
@@ -467,7 +477,7 @@ def act(api: Api, config: Config, decision: Decision, pod: dict, now: float,
 def run(api: Api, config: Config, idle: dict[tuple[str, str], int], now: float) -> dict[str, int]:
     """One run's decisions on the opted-in namespaces' pods, given the idle set Prometheus
     answered, carried out at `now` (seconds since the epoch); how many pods had each outcome."""
-    pods = [pod for namespace in sorted(set(config["namespaces"]) -
+    pods = [pod for namespace in sorted(set(config["policies"]) -
                                         set(config["exemptNamespaces"]))
             for pod in api.ok("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]]
     by_name = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
@@ -498,12 +508,13 @@ def main(argv: list[str]) -> int:
     with open(args.token_file) as f:
         token = f.read().strip()
     api = Api(args.server, token, ssl.create_default_context(cafile=args.ca_file))
-    if config["action"] == "evict":
+    actions = sorted({policy["action"] for policy in config["policies"].values()})
+    if "evict" in actions:
         for workload in put_back_left(api, config):
             print(f"{workload}: put back in its queue", flush=True)
     idle = query_idle(args.prometheus_url or config["prometheusUrl"], config["query"])
     counts = run(api, config, idle, time.time())
-    print(f"gpu reclaim ({config['action']}): {len(idle)} idle GPU pods in Prometheus' answer; "
+    print(f"gpu reclaim ({', '.join(actions)}): {len(idle)} idle GPU pods in Prometheus' answer; "
           + ", ".join(f"{kind}: {count}" for kind, count in sorted(counts.items())), flush=True)
     return 0
 

@@ -33,10 +33,11 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 
 def reclaim_settings(settings, **changes):
-    """The example stack with reclaim on for the team research and the namespace serving."""
+    """The example stack with reclaim on for the team research and the namespace serving, both
+    on the stack-wide settings (no policy of their own)."""
     reclaim = settings.reclaim.model_copy(update={
-        "enabled": True, "teams": ["research"], "namespaces": ["serving"], "idle_for": IDLE_FOR,
-        "max_evictions_per_run": 2, **changes})
+        "enabled": True, "teams": ["research"], "namespaces": ["serving"], "policies": [],
+        "idle_for": IDLE_FOR, "max_evictions_per_run": 2, **changes})
     return settings.model_copy(update={"reclaim": reclaim})
 
 
