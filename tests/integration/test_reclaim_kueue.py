@@ -1,7 +1,8 @@
 """Idle reclaim on a team's Jobs, with the real Kueue running the Configuration the platform
 generates (test_kueue.py's Kueue, queues and kube-scheduler): an idle pod of a Job Kueue admitted
 goes back to the queue with its Workload, which frees the team's quota for the work waiting
-behind it, while the other team, on a policy of report only, keeps its idle Job. The declared
+behind it, while the other team, on a policy of report only, keeps its idle Job; an idle bare
+notebook pod, which owns its Workload, is evicted for good and its quota freed. The declared
 reclaim script runs as in test_reclaim.py (reclaim_run.py), against the real Prometheus and an
 exporter stand-in, time compressed the same way.
 """
@@ -24,9 +25,10 @@ from tests.integration.test_kueue import (
     pending,
     workload_of,
 )
-from tests.kit.cluster.controlplane import wait_until
+from tests.kit.cluster.controlplane import Kube, wait_until
 from tests.kit.cluster.declared_objects import apply_declared, find
 from tests.kit.cluster.fake_kubelet import running_pods
+from tests.kit.cluster.nodes_and_pods import pod_spec
 from tests.kit.cluster.reclaim_run import ExporterStandIn, Prometheus, declared_reclaim, reclaim_run
 
 # Webhooks are called at their Services' ready endpoints (conftest.control_plane).
@@ -83,3 +85,48 @@ def test_an_idle_job_of_a_team_on_evict_goes_back_to_its_queue_and_one_on_report
     finally:
         prometheus.process.stop()
         exporter.stop()
+        for namespace, job in ((TEAM_A, "idle"), (TEAM_A, "waiting"), (TEAM_B, "idle")):
+            kube.delete("batch/v1", "Job", job, namespace, propagation="Background")
+
+
+NOTEBOOKS = SETTINGS.model_copy(update={"reclaim": ReclaimSettings.model_validate({
+    "enabled": True, "teams": [TEAM_B], "action": "evict", "gracePeriod": "0s"}).model_copy(
+        update={"idle_for": "40s"})})
+
+
+def test_an_idle_bare_notebook_pod_of_a_team_is_evicted_for_good_and_frees_its_quota(kueue):  # noqa: F811
+    """A bare pod owns its Workload (Kueue's pod integration): nothing would queue again, so it
+    is evicted as any pod, as the users' page says, and Kueue ends its Workload with it."""
+    cp, kube = kueue.cp, kueue.kube
+    objects = declared_reclaim(NOTEBOOKS)
+    apply_declared(kube, objects)
+    exporter = ExporterStandIn()
+    prometheus = Prometheus(cp, NOTEBOOKS, exporter.port)
+    try:
+        notebook = kube.create({"apiVersion": "v1", "kind": "Pod",
+                                "metadata": {"name": "notebook-0", "namespace": TEAM_B},
+                                "spec": pod_spec(gpus=1)})
+        wait_until(lambda: running_pod(kube, TEAM_B, "notebook-0"), "the notebook to run",
+                   timeout=60)
+        assert workload_of(kube, TEAM_B, notebook), "Kueue holds the notebook's GPU"
+        kube.create(gpu_job("waiting", TEAM_B, pods=GPUS_PER_TEAM, queue=None))
+        pending(kube, TEAM_B, "waiting")
+        exporter.set(TEAM_B, "notebook-0", 0.0)
+        config = json.loads(find(objects, "ConfigMap", "gpu-reclaim")["data"]["config.json"])
+        wait_until(lambda: (TEAM_B, "notebook-0") in prometheus.idle(config["query"]),
+                   "Prometheus to answer the idle notebook", timeout=120, interval=2)
+        log = reclaim_run(cp, objects, NOTEBOOKS, prometheus)     # reports
+        log += reclaim_run(cp, objects, NOTEBOOKS, prometheus)    # evicts (grace period 0s)
+        assert f"{TEAM_B}/notebook-0: evicted" in log, log
+        wait_until(lambda: not kube.list("v1", "Pod", TEAM_B,
+                                         fieldSelector="metadata.name=notebook-0"),
+                   "the notebook to be gone")
+        assert workload_of(kube, TEAM_B, notebook) is None
+        admitted_and_running(kube, TEAM_B, "waiting", pods=GPUS_PER_TEAM)
+    finally:
+        prometheus.process.stop()
+        exporter.stop()
+
+
+def running_pod(kube: Kube, namespace: str, name: str) -> bool:
+    return kube.get("v1", "Pod", name, namespace)["status"].get("phase") == "Running"

@@ -118,6 +118,16 @@ def test_a_pod_no_workload_of_its_namespace_holds_is_evicted(workloads):
         "/api/v1/namespaces/research/pods/train-0/eviction"]
 
 
+def test_a_bare_pod_that_owns_its_workload_is_evicted_not_requeued():
+    """Kueue's pod integration: the Workload belongs to the pod, and would go with it; the pod
+    is evicted through the eviction API and Kueue ends the Workload."""
+    notebook = pod("notebook-0", owner=None)
+    api = FakeApi([admitted_workload(owner_uid=notebook["metadata"]["uid"])])
+    assert evict(api, [notebook]) == ["evicted"]
+    assert [p for m, p, _ in api.calls if m in ("POST", "PATCH") and "events" not in p] == [
+        "/api/v1/namespaces/research/pods/notebook-0/eviction"]
+
+
 def test_a_workload_a_run_left_off_its_queue_is_put_back_by_the_next():
     left = admitted_workload()
     left["metadata"]["annotations"] = {gpu_reclaim.REQUEUED_ANNOTATION: stamp(NOW - 600)}

@@ -298,11 +298,14 @@ def condition_true(obj: dict, kind: str) -> bool:
 
 
 def kueue_workload(api: Api, config: Config, pod: dict) -> dict | None:
-    """The Kueue Workload that holds a team pod's GPUs: the one owned by the pod or by an object
-    up its chain of controllers (its Job; a JobSet's Job and the JobSet; a TrainJob's JobSet; a
-    RayJob's RayCluster...), followed through the kinds of `ownerResources` only. None for a
-    pod no Workload holds, or one whose owner has several Workloads (a LeaderWorkerSet's
-    groups): such a pod is evicted as any pod."""
+    """The Kueue Workload that holds a team pod's GPUs and can go back to its queue: the one
+    owned by an object up the pod's chain of controllers (its Job; a JobSet's Job and the
+    JobSet; a TrainJob's JobSet; a RayJob's RayCluster...), followed through the kinds of
+    `ownerResources` only. None for a pod no such Workload holds, one whose owner has several
+    Workloads (a LeaderWorkerSet's groups), or one that owns its Workload itself (Kueue's pod
+    integration: a bare pod, a Deployment's): such a pod is evicted as any pod, and Kueue ends
+    its Workload with it (deactivated, the Workload would go with the pod it belongs to, with
+    nothing left to queue again)."""
     meta = pod["metadata"]
     if meta["namespace"] not in config["teamNamespaces"]:
         return None
@@ -312,14 +315,15 @@ def kueue_workload(api: Api, config: Config, pod: dict) -> dict | None:
             owned.setdefault(ref.get("uid"), []).append(workload)
     if not owned:
         return None
-    uid, owner = meta.get("uid"), controller(pod)
-    # The pod, its controller, then up to MAX_OWNER_HOPS owners above that.
-    for hop in range(MAX_OWNER_HOPS + 2):
-        if uid in owned:
-            return owned[uid][0] if len(owned[uid]) == 1 else None
+    if meta.get("uid") in owned:
+        return None
+    owner = controller(pod)
+    # The pod's controller, then up to MAX_OWNER_HOPS owners above that.
+    for hop in range(MAX_OWNER_HOPS + 1):
         if owner is None:
             return None
-        uid = owner.get("uid")
+        if (uid := owner.get("uid")) in owned:
+            return owned[uid][0] if len(owned[uid]) == 1 else None
         owner = controller_of(api, config, meta["namespace"], owner) \
             if hop < MAX_OWNER_HOPS else None
     return None
@@ -374,7 +378,14 @@ def requeue(api: Api, config: Config, workload: dict, now: float) -> bool:
         config["requeuedAnnotation"]: format_time(now)}}, "spec": {"active": False}},
         "application/merge-patch+json")
     deadline = time.monotonic() + config["requeueWaitSeconds"]
-    while condition_true(api.ok("GET", path), "QuotaReserved"):
+    while True:
+        status, current = api.call("GET", path)
+        if status == 404:
+            return True         # removed meanwhile (its owner deleted): nothing to put back
+        if status >= 300:
+            raise RuntimeError(f"GET {path}: {status} {current.get('message', current)}")
+        if not condition_true(current, "QuotaReserved"):
+            break
         if time.monotonic() > deadline:
             return False
         time.sleep(1)
