@@ -10,7 +10,6 @@ JobSet's Jobs and suspends them when the JobSet is suspended, under its ServiceA
 from __future__ import annotations
 
 import copy
-import json
 
 from components.gpu_reclaim.settings import ReclaimSettings
 from tests.integration.test_frameworks import (
@@ -27,14 +26,7 @@ from tests.integration.test_frameworks import (
     workload_of,
 )
 from tests.kit.cluster.controlplane import wait_until
-from tests.kit.cluster.declared_objects import apply_declared, find
-from tests.kit.cluster.reclaim_run import (
-    IDLE_FOR,
-    ExporterStandIn,
-    Prometheus,
-    declared_reclaim,
-    reclaim_run,
-)
+from tests.kit.cluster.reclaim_run import IDLE_FOR, reclaiming
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 # A quota of two whole nodes: the JobSet below holds it all.
@@ -53,11 +45,7 @@ def test_an_idle_jobset_goes_back_to_its_queue_whole_and_the_waiting_job_runs(pl
     settings = platform.settings.model_copy(update={"reclaim": ReclaimSettings.model_validate({
         "enabled": True, "teams": [TEAM], "action": "evict", "gracePeriod": "0s"}).model_copy(
             update={"idle_for": IDLE_FOR})})
-    objects = declared_reclaim(settings)
-    apply_declared(kube, objects)
-    exporter = ExporterStandIn()
-    prometheus = Prometheus(cp, settings, exporter.port)
-    try:
+    with reclaiming(cp, settings) as reclaim:
         # The users' queued JobSet: two 8-GPU workers, the team's whole quota; of the Job's
         # priority (one of a higher priority, queued again, would preempt the Job to get back).
         manifest = example(platform, "queued/jobset.yaml")
@@ -90,13 +78,9 @@ def test_an_idle_jobset_goes_back_to_its_queue_whole_and_the_waiting_job_runs(pl
                    condition(w, "QuotaReserved") and w.get("status", {}).get("conditions"),
                    "the waiting Job's Workload to be pending", timeout=60)
 
-        for name in names:
-            exporter.set(TEAM, name, 0.0)
-        config = json.loads(find(objects, "ConfigMap", "gpu-reclaim")["data"]["config.json"])
-        wait_until(lambda: {(TEAM, name) for name in names} <= prometheus.idle(config["query"]),
-                   "Prometheus to answer the idle pods", timeout=120, interval=2)
-        log = reclaim_run(cp, objects, settings, prometheus)      # reports
-        log += reclaim_run(cp, objects, settings, prometheus)     # requeues (grace period 0s)
+        reclaim.set_idle({(TEAM, name) for name in names})
+        log = reclaim.run()      # reports
+        log += reclaim.run()     # requeues (grace period 0s)
         assert sum(f"{TEAM}/{name}: requeued with its workload" in log
                    for name in names) == len(names), log
 
@@ -119,6 +103,3 @@ def test_an_idle_jobset_goes_back_to_its_queue_whole_and_the_waiting_job_runs(pl
         assert not condition(workload, "QuotaReserved")
         assert workload["spec"].get("active", True)
         assert not any(running(kube, name) for name in jobs)
-    finally:
-        prometheus.process.stop()
-        exporter.stop()

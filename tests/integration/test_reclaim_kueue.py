@@ -9,8 +9,6 @@ exporter stand-in, time compressed the same way.
 
 from __future__ import annotations
 
-import json
-
 from components.gpu_reclaim.settings import ReclaimSettings
 from tests.integration.test_kueue import (
     GPUS_PER_TEAM,
@@ -26,10 +24,9 @@ from tests.integration.test_kueue import (
     workload_of,
 )
 from tests.kit.cluster.controlplane import Kube, wait_until
-from tests.kit.cluster.declared_objects import apply_declared, find
 from tests.kit.cluster.fake_kubelet import running_pods
 from tests.kit.cluster.nodes_and_pods import pod_spec
-from tests.kit.cluster.reclaim_run import ExporterStandIn, Prometheus, declared_reclaim, reclaim_run
+from tests.kit.cluster.reclaim_run import reclaiming
 
 # Webhooks are called at their Services' ready endpoints (conftest.control_plane).
 APISERVER_ARGS = ("--enable-aggregator-routing=true",)
@@ -42,49 +39,39 @@ RECLAIM = SETTINGS.model_copy(update={"reclaim": ReclaimSettings.model_validate(
 
 def test_an_idle_job_of_a_team_on_evict_goes_back_to_its_queue_and_one_on_report_stays(kueue):  # noqa: F811
     cp, kube = kueue.cp, kueue.kube
-    objects = declared_reclaim(RECLAIM)
-    apply_declared(kube, objects)
-    exporter = ExporterStandIn()
-    prometheus = Prometheus(cp, RECLAIM, exporter.port)
     try:
-        # The idle Job holds the team's whole quota; the busy one waits behind it.
-        kube.create(gpu_job("idle", TEAM_A, pods=GPUS_PER_TEAM, queue=TEAM_A_QUEUE))
-        admitted_and_running(kube, TEAM_A, "idle", pods=GPUS_PER_TEAM)
-        kube.create(gpu_job("waiting", TEAM_A, pods=2, queue=TEAM_A_QUEUE))
-        pending(kube, TEAM_A, "waiting")
-        kube.create(gpu_job("idle", TEAM_B, pods=1, queue=None))
-        admitted_and_running(kube, TEAM_B, "idle", pods=1)
-        idle_pods = [p["metadata"]["name"] for p in running_pods(kube, TEAM_A, "idle")]
-        [reported_pod] = [p["metadata"]["name"] for p in running_pods(kube, TEAM_B, "idle")]
-        for namespace, pod in [*((TEAM_A, pod) for pod in idle_pods), (TEAM_B, reported_pod)]:
-            exporter.set(namespace, pod, 0.0)
-        config = json.loads(find(objects, "ConfigMap", "gpu-reclaim")["data"]["config.json"])
-        wait_until(lambda: {(TEAM_A, pod) for pod in idle_pods} | {(TEAM_B, reported_pod)} <=
-                   prometheus.idle(config["query"]), "Prometheus to answer the idle pods",
-                   timeout=120, interval=2)
-        log = reclaim_run(cp, objects, RECLAIM, prometheus)      # reports
-        assert f"{TEAM_B}/{reported_pod}: reported" in log, log
-        log += reclaim_run(cp, objects, RECLAIM, prometheus)     # requeues (grace period 0s)
-        assert sum(f"{TEAM_A}/{pod}: requeued with its workload" in log
-                   for pod in idle_pods) == len(idle_pods), log
-        # team-b's policy is the stack's, report: its idle Job keeps its GPU.
-        assert f"{TEAM_B}/{reported_pod}: reported already (action: report)" in log, log
-        assert [p["metadata"]["name"] for p in running_pods(kube, TEAM_B, "idle")] == \
-            [reported_pod]
+        with reclaiming(cp, RECLAIM) as reclaim:
+            # The idle Job holds the team's whole quota; the busy one waits behind it.
+            kube.create(gpu_job("idle", TEAM_A, pods=GPUS_PER_TEAM, queue=TEAM_A_QUEUE))
+            admitted_and_running(kube, TEAM_A, "idle", pods=GPUS_PER_TEAM)
+            kube.create(gpu_job("waiting", TEAM_A, pods=2, queue=TEAM_A_QUEUE))
+            pending(kube, TEAM_A, "waiting")
+            kube.create(gpu_job("idle", TEAM_B, pods=1, queue=None))
+            admitted_and_running(kube, TEAM_B, "idle", pods=1)
+            idle_pods = [p["metadata"]["name"] for p in running_pods(kube, TEAM_A, "idle")]
+            [reported] = [p["metadata"]["name"] for p in running_pods(kube, TEAM_B, "idle")]
+            reclaim.set_idle({(TEAM_A, pod) for pod in idle_pods} | {(TEAM_B, reported)})
+            log = reclaim.run()      # reports
+            assert f"{TEAM_B}/{reported}: reported" in log, log
+            log += reclaim.run()     # requeues (grace period 0s)
+            assert sum(f"{TEAM_A}/{pod}: requeued with its workload" in log
+                       for pod in idle_pods) == len(idle_pods), log
+            # team-b's policy is the stack's, report: its idle Job keeps its GPU.
+            assert f"{TEAM_B}/{reported}: reported already (action: report)" in log, log
+            assert [p["metadata"]["name"] for p in running_pods(kube, TEAM_B, "idle")] == \
+                [reported]
 
-        # Its GPUs went to the waiting Job; it is queued again, whole, behind it.
-        admitted_and_running(kube, TEAM_A, "waiting", pods=2)
-        idle = kube.get("batch/v1", "Job", "idle", TEAM_A)
-        workload = wait_until(lambda: (w := workload_of(kube, TEAM_A, idle)) and condition(
-            w, "QuotaReserved") == "False" and w["spec"].get("active", True) and w,
-            "the idle Job's Workload to wait in its queue again")
-        assert "gpu-platform.io/idle-requeued-at" not in (
-            workload["metadata"].get("annotations") or {})
-        assert kube.get("batch/v1", "Job", "idle", TEAM_A)["spec"]["suspend"] is True
-        assert not running_pods(kube, TEAM_A, "idle")
+            # Its GPUs went to the waiting Job; it is queued again, whole, behind it.
+            admitted_and_running(kube, TEAM_A, "waiting", pods=2)
+            idle = kube.get("batch/v1", "Job", "idle", TEAM_A)
+            workload = wait_until(lambda: (w := workload_of(kube, TEAM_A, idle)) and condition(
+                w, "QuotaReserved") == "False" and w["spec"].get("active", True) and w,
+                "the idle Job's Workload to wait in its queue again")
+            assert "gpu-platform.io/idle-requeued-at" not in (
+                workload["metadata"].get("annotations") or {})
+            assert kube.get("batch/v1", "Job", "idle", TEAM_A)["spec"]["suspend"] is True
+            assert not running_pods(kube, TEAM_A, "idle")
     finally:
-        prometheus.process.stop()
-        exporter.stop()
         for namespace, job in ((TEAM_A, "idle"), (TEAM_A, "waiting"), (TEAM_B, "idle")):
             kube.delete("batch/v1", "Job", job, namespace, propagation="Background")
 
@@ -98,11 +85,7 @@ def test_an_idle_bare_notebook_pod_of_a_team_is_evicted_for_good_and_frees_its_q
     """A bare pod owns its Workload (Kueue's pod integration): nothing would queue again, so it
     is evicted as any pod, as the users' page says, and Kueue ends its Workload with it."""
     cp, kube = kueue.cp, kueue.kube
-    objects = declared_reclaim(NOTEBOOKS)
-    apply_declared(kube, objects)
-    exporter = ExporterStandIn()
-    prometheus = Prometheus(cp, NOTEBOOKS, exporter.port)
-    try:
+    with reclaiming(cp, NOTEBOOKS) as reclaim:
         notebook = kube.create({"apiVersion": "v1", "kind": "Pod",
                                 "metadata": {"name": "notebook-0", "namespace": TEAM_B},
                                 "spec": pod_spec(gpus=1)})
@@ -111,21 +94,15 @@ def test_an_idle_bare_notebook_pod_of_a_team_is_evicted_for_good_and_frees_its_q
         assert workload_of(kube, TEAM_B, notebook), "Kueue holds the notebook's GPU"
         kube.create(gpu_job("waiting", TEAM_B, pods=GPUS_PER_TEAM, queue=None))
         pending(kube, TEAM_B, "waiting")
-        exporter.set(TEAM_B, "notebook-0", 0.0)
-        config = json.loads(find(objects, "ConfigMap", "gpu-reclaim")["data"]["config.json"])
-        wait_until(lambda: (TEAM_B, "notebook-0") in prometheus.idle(config["query"]),
-                   "Prometheus to answer the idle notebook", timeout=120, interval=2)
-        log = reclaim_run(cp, objects, NOTEBOOKS, prometheus)     # reports
-        log += reclaim_run(cp, objects, NOTEBOOKS, prometheus)    # evicts (grace period 0s)
+        reclaim.set_idle({(TEAM_B, "notebook-0")})
+        log = reclaim.run()      # reports
+        log += reclaim.run()     # evicts (grace period 0s)
         assert f"{TEAM_B}/notebook-0: evicted" in log, log
         wait_until(lambda: not kube.list("v1", "Pod", TEAM_B,
                                          fieldSelector="metadata.name=notebook-0"),
                    "the notebook to be gone")
         assert workload_of(kube, TEAM_B, notebook) is None
         admitted_and_running(kube, TEAM_B, "waiting", pods=GPUS_PER_TEAM)
-    finally:
-        prometheus.process.stop()
-        exporter.stop()
 
 
 def running_pod(kube: Kube, namespace: str, name: str) -> bool:

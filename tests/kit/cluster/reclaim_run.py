@@ -10,20 +10,25 @@ allow 10 minutes or more). The rules and the query are otherwise what the stack 
 from __future__ import annotations
 
 import http.server
+import json
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import requests
 import yaml
 
 from components import gpu_reclaim
 from components.monitoring import usage
+from components.platform.settings import StackSettings
 from components.platform.wiring import component_inputs
 from tests.kit import tools
 from tests.kit.cluster.controlplane import ControlPlane, free_port, wait_until
-from tests.kit.cluster.declared_objects import find
+from tests.kit.cluster.declared_objects import apply_declared, find
 from tests.kit.cluster.descheduler import LocalContainer
 from tests.kit.harness import monitoring_of
 
@@ -162,3 +167,42 @@ def reclaim_run(cp: ControlPlane, objects: list[dict], settings, prometheus: Pro
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, f"the reclaim run failed\n{run.stdout}\n{run.stderr}"
     return run.stdout
+
+
+@dataclass
+class Reclaiming:
+    """Reclaim as a stack declares it, applied, with Prometheus scraping an exporter stand-in:
+    what a test sets idle, waits for Prometheus to answer, then runs."""
+    cp: ControlPlane
+    settings: StackSettings
+    objects: list[dict]
+    exporter: ExporterStandIn
+    prometheus: Prometheus
+
+    def set_idle(self, pods: set[tuple[str, str]]) -> None:
+        """The pods' GPUs at no activity, until Prometheus answers them idle."""
+        for namespace, pod in pods:
+            self.exporter.set(namespace, pod, 0.0)
+        config = json.loads(find(self.objects, "ConfigMap", self.settings.reclaim.name)
+                            ["data"][gpu_reclaim.CONFIG_FILE])
+        wait_until(lambda: pods <= self.prometheus.idle(config["query"]),
+                   "Prometheus to answer the idle pods", timeout=120, interval=2)
+
+    def run(self) -> str:
+        return reclaim_run(self.cp, self.objects, self.settings, self.prometheus)
+
+
+@contextmanager
+def reclaiming(cp: ControlPlane, settings: StackSettings) -> Iterator[Reclaiming]:
+    """Reclaim of `settings` applied on `cp`, and its Prometheus, stopped when done."""
+    objects = declared_reclaim(settings)
+    apply_declared(cp.admin, objects)
+    exporter = ExporterStandIn()
+    try:
+        prometheus = Prometheus(cp, settings, exporter.port)
+        try:
+            yield Reclaiming(cp, settings, objects, exporter, prometheus)
+        finally:
+            prometheus.process.stop()
+    finally:
+        exporter.stop()
