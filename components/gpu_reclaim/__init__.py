@@ -7,6 +7,9 @@ from .inputs import GpuReclaimInputs
 from .manifests import (
     CONFIG_DIR,
     CONFIG_FILE,
+    DEADLINE_ANNOTATION,
+    KEEP_ALIVE_ANNOTATION,
+    KEEP_ALIVES_ANNOTATION,
     REPORTED_ANNOTATION,
     REQUEUED_ANNOTATION,
     actor_config,
@@ -15,5 +18,6 @@ from .manifests import (
     reclaim_rules,
 )
 
-__all__ = ["CONFIG_DIR", "CONFIG_FILE", "GpuReclaim", "GpuReclaimInputs", "REPORTED_ANNOTATION",
+__all__ = ["CONFIG_DIR", "CONFIG_FILE", "DEADLINE_ANNOTATION", "KEEP_ALIVES_ANNOTATION",
+           "KEEP_ALIVE_ANNOTATION", "GpuReclaim", "GpuReclaimInputs", "REPORTED_ANNOTATION",
            "REQUEUED_ANNOTATION", "actor_config", "cron_job", "reclaim_objects", "reclaim_rules"]

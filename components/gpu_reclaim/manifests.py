@@ -16,6 +16,13 @@ CONFIG_FILE = "config.json"
 SCRIPT = Path(gpu_reclaim.__file__).name
 # When a pod was first reported idle (RFC 3339), written by the run on the pod.
 REPORTED_ANNOTATION = "gpu-platform.io/idle-reported-at"
+# Where the action is evict, when the reported pod may be evicted if still idle (RFC 3339),
+# written by the run: what its owner reads on the pod.
+DEADLINE_ANNOTATION = "gpu-platform.io/idle-evict-after"
+# Set by a pod's owner to restart its grace period; the run removes it and counts it in
+# KEEP_ALIVES_ANNOTATION, up to the policy's keepAlives.
+KEEP_ALIVE_ANNOTATION = "gpu-platform.io/keep-alive"
+KEEP_ALIVES_ANNOTATION = "gpu-platform.io/idle-keep-alives-used"
 # On a team's Kueue Workload the run took off its queue to hand its GPUs back, until it puts
 # it back: when (RFC 3339).
 REQUEUED_ANNOTATION = "gpu-platform.io/idle-requeued-at"
@@ -40,12 +47,16 @@ def actor_config(inputs: GpuReclaimInputs) -> Config:
         idleForSeconds=reclaim.idle_for_seconds,
         policies={namespace: Policy(action=policy.action, gracePeriod=policy.grace_period,
                                     gracePeriodSeconds=policy.grace_period_seconds,
-                                    allowKeep=policy.allow_keep)
+                                    allowKeep=policy.allow_keep,
+                                    keepAlives=policy.keep_alives)
                   for namespace, policy in inputs.policies.items()},
         exemptNamespaces=sorted(inputs.exempt_namespaces),
         keepAnnotation=reclaim.keep_annotation,
         maxEvictionsPerRun=reclaim.max_evictions_per_run,
         reportedAnnotation=REPORTED_ANNOTATION,
+        deadlineAnnotation=DEADLINE_ANNOTATION,
+        keepAliveAnnotation=KEEP_ALIVE_ANNOTATION,
+        keepAlivesAnnotation=KEEP_ALIVES_ANNOTATION,
         controller=CONTROLLER,
         # In a team namespace on evict, a pod Kueue admitted goes back to its queue with its
         # workload (and only there may a run read and write Workloads).

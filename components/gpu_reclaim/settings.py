@@ -24,6 +24,8 @@ from ..base.validation import (
 # Idle is judged on the usage rules' per-minute series and the exporter's samples: a shorter
 # window would judge a pod on a handful of samples (as monitoring.usage.window).
 MIN_IDLE_FOR = "10m"
+# Keep-alives a policy may allow per report: a bound, so that a grace period ends.
+MAX_KEEP_ALIVES = 10
 
 
 class ReclaimPolicy(Model):
@@ -47,6 +49,9 @@ class ReclaimPolicy(Model):
         default=None, description="As `reclaim.gracePeriod`. Unset: `reclaim.gracePeriod`.")
     allow_keep: bool | None = Field(
         default=None, description="As `reclaim.allowKeep`. Unset: `reclaim.allowKeep`.")
+    keep_alives: int | None = Field(
+        default=None, ge=0, le=MAX_KEEP_ALIVES,
+        description="As `reclaim.keepAlives`. Unset: `reclaim.keepAlives`.")
 
     @model_validator(mode="after")
     def applies_to_something_and_changes_something(self) -> ReclaimPolicy:
@@ -54,9 +59,10 @@ class ReclaimPolicy(Model):
             raise Invalid("a policy for no team and no namespace",
                           "at least one team in `teams` or namespace in `namespaces`",
                           at=("teams",), value=[], has_value=True)
-        if self.action is None and self.grace_period is None and self.allow_keep is None:
+        if (self.action is None and self.grace_period is None and self.allow_keep is None
+                and self.keep_alives is None):
             raise Invalid("a policy that changes nothing",
-                          "at least one of action, gracePeriod and allowKeep",
+                          "at least one of action, gracePeriod, allowKeep and keepAlives",
                           at=("action",), value=None, has_value=True)
         return self
 
@@ -67,6 +73,7 @@ class NamespacePolicy:
     action: str
     grace_period: str
     allow_keep: bool
+    keep_alives: int
 
     @property
     def grace_period_seconds(self) -> float:
@@ -126,6 +133,11 @@ class ReclaimSettings(Model):
         default=True,
         description="Honour `keepAnnotation`: a pod that carries it is neither reported nor "
                     "evicted. Off: the annotation is ignored, and the report says so.")
+    keep_alives: int = Field(
+        default=1, ge=0, le=MAX_KEEP_ALIVES,
+        description="Where the action is `evict`: how many times the owner of a reported pod "
+                    "may restart its grace period by annotating it `gpu-platform.io/keep-alive` "
+                    "(the run removes the annotation and counts it); 0: never.")
     max_evictions_per_run: int = Field(
         default=4, ge=1, le=100,
         description="Pods evicted per run, at most (the longest reported first).")
@@ -207,10 +219,12 @@ class ReclaimSettings(Model):
                        if namespace in p.namespaces or (team is not None and team in p.teams)),
                       None)
         if chosen is None:
-            return NamespacePolicy(self.action, self.grace_period, self.allow_keep)
+            return NamespacePolicy(self.action, self.grace_period, self.allow_keep,
+                                   self.keep_alives)
         return NamespacePolicy(
             chosen.action or self.action, chosen.grace_period or self.grace_period,
-            self.allow_keep if chosen.allow_keep is None else chosen.allow_keep)
+            self.allow_keep if chosen.allow_keep is None else chosen.allow_keep,
+            self.keep_alives if chosen.keep_alives is None else chosen.keep_alives)
 
     @property
     def idle_for_seconds(self) -> float:

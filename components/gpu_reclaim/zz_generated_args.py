@@ -31,6 +31,8 @@ class ReclaimPolicy(TypedDict):
     "As `reclaim.gracePeriod`. Unset: `reclaim.gracePeriod`."
     allow_keep: NotRequired[bool | None]
     "As `reclaim.allowKeep`. Unset: `reclaim.allowKeep`."
+    keep_alives: NotRequired[int | None]
+    "As `reclaim.keepAlives`. Unset: `reclaim.keepAlives`. Allowed: 0..10."
 
 
 class ReclaimSettings(TypedDict):
@@ -74,6 +76,10 @@ class ReclaimSettings(TypedDict):
     allow_keep: NotRequired[bool]
     ("Honour `keepAnnotation`: a pod that carries it is neither reported nor evicted. Off: "
      "the annotation is ignored, and the report says so. Default: `true`.")
+    keep_alives: NotRequired[int]
+    ("Where the action is `evict`: how many times the owner of a reported pod may restart "
+     "its grace period by annotating it `gpu-platform.io/keep-alive` (the run removes the "
+     "annotation and counts it); 0: never. Allowed: 0..10. Default: `1`.")
     max_evictions_per_run: NotRequired[int]
     "Pods evicted per run, at most (the longest reported first). Allowed: 1..100. Default: `4`."
     schedule: NotRequired[str]

@@ -16,6 +16,7 @@ import json
 import pytest
 
 from components import gpu_reclaim
+from components.gpu_reclaim.actor import gpu_reclaim as actor
 from tests.kit.cluster.controlplane import ApiError, wait_until
 from tests.kit.cluster.declared_objects import apply_declared, find
 from tests.kit.cluster.fake_kubelet import gpu_workloads
@@ -154,6 +155,13 @@ def test_reports_then_evicts_only_opted_in_idle_pods_past_grace_within_budgets(c
     log = reclaim_run(cp, objects, evicting, prometheus)
     assert "in its grace period until" in log
     assert all(running(kube, ns, name) for ns, name in pods)
+    # Each reported pod says when it may go (reported in report mode, before the change).
+    for name in ("idle", "guarded"):
+        annotations = kube.get("v1", "Pod", name, "serving")["metadata"]["annotations"]
+        reported_at = actor.parse_time(annotations[gpu_reclaim.REPORTED_ANNOTATION])
+        assert reported_at is not None
+        assert annotations[gpu_reclaim.DEADLINE_ANNOTATION] == actor.format_time(
+            reported_at + 3600)
 
     # Past the grace period: two evictions per run at most, the budget holds, and only the
     # opted-in idle pods go.

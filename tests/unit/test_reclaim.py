@@ -164,8 +164,10 @@ def test_the_report_says_how_long_what_will_happen_and_how_to_keep_it():
     assert note == (
         "Pod research/nb has held 2 GPU(s) with no activity above 5% for at least 2h. Policy: "
         "it will be evicted if still idle after 4h (from 2026-11-27T16:00:00Z); any GPU "
-        "activity first starts the count again. Done with it? Delete it to free the GPUs. To "
-        "keep them, annotate it (in its pod template): gpu-platform.io/keep-gpus=true.")
+        "activity first starts the count again. Need it a while longer? Annotate the pod "
+        "gpu-platform.io/keep-alive=true to restart the grace period (1 time(s) more). Done "
+        "with it? Delete it to free the GPUs. To keep them, annotate it (in its pod template): "
+        "gpu-platform.io/keep-gpus=true.")
     refused = actor.report_note(config_of(action="report", allowKeep=False), decision,
                                 pod("nb", owner=None))
     assert "report only; nothing will be done" in refused
@@ -175,6 +177,81 @@ def test_the_report_says_how_long_what_will_happen_and_how_to_keep_it():
     assert [e["regarding"]["kind"] for e in events] == ["Pod", "Job"]
     assert all(e["reason"] == "GpuIdle" and e["reportingController"] == "gpu-platform.io/reclaim"
                for e in events)
+
+
+def keep_alive(pod_: dict, used: int | None = None) -> dict:
+    annotations = pod_["metadata"]["annotations"]
+    annotations[gpu_reclaim.KEEP_ALIVE_ANNOTATION] = "true"
+    if used is not None:
+        annotations[gpu_reclaim.KEEP_ALIVES_ANNOTATION] = str(used)
+    return pod_
+
+
+def test_a_keep_alive_restarts_the_grace_period_as_often_as_the_policy_allows():
+    config = config_of(keepAlives=2)
+    due = NOW - 5 * HOUR
+    idle = {("research", name): 1 for name in ("first", "last", "spent", "report")}
+    pods = [keep_alive(pod("first", reported=due)), keep_alive(pod("last", reported=due), 1),
+            keep_alive(pod("spent", reported=due), 2)]
+    assert decided(config, idle, pods) == {
+        "research/first": ("keep-alive", "kept alive by its owner (1 of 2)"),
+        "research/last": ("keep-alive", "kept alive by its owner (2 of 2)"),
+        "research/spent": ("evict", "idle after its grace period")}
+    # On report nothing is evicted, so there is nothing to keep alive from.
+    assert decided(config_of(action="report"), idle, [keep_alive(
+        pod("report", reported=due))]) == {
+        "research/report": ("skip", "reported already (action: report)")}
+    # Where the policy allows none, the annotation changes nothing.
+    assert decided(config_of(keepAlives=0), idle, [keep_alive(pod("first", reported=due))]) \
+        == {"research/first": ("evict", "idle after its grace period")}
+
+
+class Recorded(actor.Api):
+    """An API server that accepts every call, recording it."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, str, dict | None]] = []
+
+    def call(self, method: str, path: str, body: dict | None = None,
+             content_type: str = "application/json") -> tuple[int, dict]:
+        self.calls.append((method, path, body))
+        return 200, {}
+
+
+def test_the_owner_reads_the_deadline_on_the_pod_and_a_keep_alive_moves_it():
+    config, api = config_of(), Recorded()
+    [report] = actor.decide(config, {("research", "nb"): 1}, [pod("nb")], NOW)
+    assert actor.act(api, config, report, pod("nb"), NOW, set()) == "reported"
+    kept = keep_alive(pod("nb", reported=NOW - HOUR))
+    [renewal] = actor.decide(config, {("research", "nb"): 1}, [kept], NOW + HOUR)
+    assert actor.act(api, config, renewal, kept, NOW + HOUR, set()) == \
+        "kept alive: grace period restarted"
+    patches = [body["metadata"]["annotations"] for method, _, body in api.calls
+               if method == "PATCH" and body]
+    assert patches == [
+        {gpu_reclaim.REPORTED_ANNOTATION: stamp(NOW),
+         gpu_reclaim.DEADLINE_ANNOTATION: stamp(NOW + 4 * HOUR)},
+        {gpu_reclaim.REPORTED_ANNOTATION: stamp(NOW + HOUR),
+         gpu_reclaim.DEADLINE_ANNOTATION: stamp(NOW + 5 * HOUR),
+         gpu_reclaim.KEEP_ALIVE_ANNOTATION: None, gpu_reclaim.KEEP_ALIVES_ANNOTATION: "1"}]
+    events = [body for method, path, body in api.calls if method == "POST" and body]
+    assert {e["reason"] for e in events} == {"GpuIdle", "GpuIdleKeptAlive"}
+    assert "kept it alive (1 of 1). It will be evicted if still idle after 4h (from " \
+           f"{stamp(NOW + 5 * HOUR)})" in events[-1]["note"]
+    # Reported before the namespace was on evict (or with another grace period): the next run
+    # writes the deadline the policy gives now.
+    waiting = pod("nb", reported=NOW - HOUR)
+    [skip] = actor.decide(config, {("research", "nb"): 1}, [waiting], NOW)
+    assert skip.why == f"in its grace period until {stamp(NOW + 3 * HOUR)}"
+    actor.act(api, config, skip, waiting, NOW, set())
+    assert api.calls[-1][2] == {"metadata": {"annotations": {
+        gpu_reclaim.DEADLINE_ANNOTATION: stamp(NOW + 3 * HOUR)}}}
+    # Active again: the report, the deadline and the count go.
+    [clear] = actor.decide(config, {}, [pod("nb", reported=NOW)], NOW)
+    actor.act(api, config, clear, pod("nb"), NOW, set())
+    assert api.calls[-1][2] == {"metadata": {"annotations": {
+        gpu_reclaim.REPORTED_ANNOTATION: None, gpu_reclaim.DEADLINE_ANNOTATION: None,
+        gpu_reclaim.KEEP_ALIVES_ANNOTATION: None}}}
 
 
 def test_the_idle_set_sums_a_pods_series():
@@ -227,9 +304,9 @@ def test_a_team_on_evict_beside_a_namespace_on_report():
     config = config_of(**POLICIES)
     assert config["policies"] == {
         "research": {"action": "evict", "gracePeriod": "1h", "gracePeriodSeconds": 3600.0,
-                     "allowKeep": False},
+                     "allowKeep": False, "keepAlives": 1},
         "serving": {"action": "report", "gracePeriod": "4h", "gracePeriodSeconds": 14400.0,
-                    "allowKeep": True}}
+                    "allowKeep": True, "keepAlives": 1}}
     old = NOW - 2 * HOUR
     idle = {(ns, name): 1 for ns in ("research", "serving", "vision")
             for name in ("p", "kept")}
@@ -282,7 +359,7 @@ def test_each_namespace_gets_the_rights_its_policy_needs_and_an_off_team_none():
     ([{"action": "evict"}], "reclaim.policies[0].teams", "[]: a policy for no team and no "
      "namespace"),
     ([{"teams": ["research"]}], "reclaim.policies[0].action", "null: a policy that changes "
-     "nothing; allowed: at least one of action, gracePeriod and allowKeep"),
+     "nothing; allowed: at least one of action, gracePeriod, allowKeep and keepAlives"),
     ([{"teams": ["research"], "action": "delete"}], "reclaim.policies[0].action", "'off', "
      "'report' or 'evict'"),
 ])

@@ -14,7 +14,11 @@ Where the action is `evict`, a reported pod still idle once the grace period has
 then is evicted through the eviction API, so that PodDisruptionBudgets hold: a refusal (429) is
 reported and tried again next run. At most
 `maxEvictionsPerRun` pods are evicted per run, the longest reported first. A reported pod that
-is no longer idle loses the annotation, so its grace period starts over.
+is no longer idle loses the annotation, so its grace period starts over. Where the action is
+`evict`, the report also writes when the pod may be evicted, and the pod's owner may restart
+the grace period by annotating the pod with the keep-alive annotation, up to the policy's
+`keepAlives` times: the run removes the annotation, counts it on the pod and reports again
+(`GpuIdleKeptAlive`).
 
 In a team namespace, a pod that a Kueue Workload holds (the pod's own, its Job's, or that of
 the framework's object above the Job) goes back to the queue with its workload instead: once a
@@ -47,6 +51,7 @@ from typing import TypedDict
 
 IN_CLUSTER = "/var/run/secrets/kubernetes.io/serviceaccount"
 IDLE, EVICTED, REFUSED = "GpuIdle", "GpuIdleEvicted", "GpuIdleEvictionRefused"
+KEPT_ALIVE = "GpuIdleKeptAlive"
 # An event's note is at most 1 kB.
 NOTE_BYTES = 1024
 # Owners followed up from a pod's controller to find its Workload: a TrainJob's pod is its
@@ -61,6 +66,7 @@ class Policy(TypedDict):
     gracePeriod: str
     gracePeriodSeconds: float
     allowKeep: bool
+    keepAlives: int                 # grace periods an owner may restart (keepAliveAnnotation)
 
 
 class Config(TypedDict):
@@ -77,6 +83,9 @@ class Config(TypedDict):
     keepAnnotation: str
     maxEvictionsPerRun: int
     reportedAnnotation: str
+    deadlineAnnotation: str         # on evict: when the pod may be evicted if still idle
+    keepAliveAnnotation: str        # set by the owner: restart the grace period
+    keepAlivesAnnotation: str       # how many times it was
     controller: str                 # the events' reportingController
     teamNamespaces: list[str]       # on evict: where a pod Kueue admitted goes back to its queue
     workloadsApi: str
@@ -139,6 +148,12 @@ def kept(pod: dict, config: Config) -> bool:
     return value is not None and value.strip().lower() != "false"
 
 
+def keep_alives_used(pod: dict, config: Config) -> int:
+    """How many times the pod's owner restarted its grace period since its first report."""
+    value = (pod["metadata"].get("annotations") or {}).get(config["keepAlivesAnnotation"], "0")
+    return int(value) if value.isdigit() else 0
+
+
 def judge(config: Config, pod: dict, reported_at: float | None, now: float) -> tuple[str, str]:
     """(action, why) for one idle pod of an opted-in namespace."""
     meta, status = pod["metadata"], pod.get("status") or {}
@@ -154,6 +169,11 @@ def judge(config: Config, pod: dict, reported_at: float | None, now: float) -> t
         return "report", "idle"
     if policy["action"] != "evict":
         return "skip", "reported already (action: report)"
+    annotations = meta.get("annotations") or {}
+    if config["keepAliveAnnotation"] in annotations:
+        used = keep_alives_used(pod, config)
+        if used < policy["keepAlives"]:
+            return "keep-alive", f"kept alive by its owner ({used + 1} of {policy['keepAlives']})"
     if now - reported_at < policy["gracePeriodSeconds"]:
         return "skip", (f"in its grace period until "
                         f"{format_time(reported_at + policy['gracePeriodSeconds'])}")
@@ -183,7 +203,7 @@ def decide(config: Config, idle: dict[tuple[str, str], int], pods: list[dict],
             continue
         action, why = judge(config, pod, reported_at, now)
         decision = Decision(namespace, name, action, why, gpus,
-                            now if action == "report" else reported_at)
+                            now if action in ("report", "keep-alive") else reported_at)
         (due if action == "evict" else decisions).append(decision)
     # The longest reported first, up to the run's limit.
     due.sort(key=lambda d: (d.reported_at or now, d.namespace, d.pod))
@@ -206,6 +226,10 @@ def report_note(config: Config, decision: Decision, pod: dict) -> str:
         when = format_time((decision.reported_at or 0) + policy["gracePeriodSeconds"])
         note += (f"Policy: it will be evicted if still idle after {policy['gracePeriod']} "
                  f"(from {when}); any GPU activity first starts the count again. ")
+        left = policy["keepAlives"] - keep_alives_used(pod, config)
+        if left > 0:
+            note += (f"Need it a while longer? Annotate the pod {config['keepAliveAnnotation']}"
+                     f"=true to restart the grace period ({left} time(s) more). ")
     else:
         note += "Policy: report only; nothing will be done to it. "
     if policy["allowKeep"]:
@@ -427,18 +451,36 @@ def act(api: Api, config: Config, decision: Decision, pod: dict, now: float,
     path = f"/api/v1/namespaces/{namespace}/pods/{name}"
     events = f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
     if decision.action == "clear":
-        if not annotate(api, path, {config["reportedAnnotation"]: None}):
+        if not annotate(api, path, dict.fromkeys(
+                (config["reportedAnnotation"], config["deadlineAnnotation"],
+                 config["keepAlivesAnnotation"]))):
             return "gone before its report was cleared"
         return "active again: report cleared"
-    if decision.action == "report":
-        # The events first: should the annotation fail, the next run reports again.
-        note = report_note(config, decision, pod)
+    if decision.action in ("report", "keep-alive"):
+        # The events first: should the annotations fail, the next run reports again.
+        policy = config["policies"][namespace]
+        reported = {config["reportedAnnotation"]: format_time(now)}
+        if policy["action"] == "evict":
+            reported[config["deadlineAnnotation"]] = format_time(
+                now + policy["gracePeriodSeconds"])
+        if decision.action == "keep-alive":
+            used = keep_alives_used(pod, config) + 1
+            reported |= {config["keepAliveAnnotation"]: None,
+                         config["keepAlivesAnnotation"]: str(used)}
+            note = (f"Pod {namespace}/{name}: its owner kept it alive ({used} of "
+                    f"{policy['keepAlives']}). It will be evicted if still idle after "
+                    f"{policy['gracePeriod']} (from {reported[config['deadlineAnnotation']]}).")
+            reason, action, what = KEPT_ALIVE, "KeepAlive", "keep-alive"
+            outcome = "kept alive: grace period restarted"
+        else:
+            note = report_note(config, decision, pod)
+            reason, action, what, outcome = IDLE, "Report", "report", "reported"
         for ref in regarding(pod):
-            api.ok("POST", events, event(config, ref, namespace, IDLE, "Normal", "Report",
+            api.ok("POST", events, event(config, ref, namespace, reason, "Normal", action,
                                          note, now))
-        if not annotate(api, path, {config["reportedAnnotation"]: format_time(now)}):
-            return "gone before its report was recorded"
-        return "reported"
+        if not annotate(api, path, reported):
+            return f"gone before its {what} was recorded"
+        return outcome
     if decision.action == "evict":
         # A team's pod that Kueue admitted goes back to the queue with its workload, once its
         # disruption budgets allow the eviction (asked as a dry run).
@@ -482,6 +524,13 @@ def act(api: Api, config: Config, decision: Decision, pod: dict, now: float,
             api.ok("POST", events, event(config, ref, namespace, EVICTED, "Normal", "Evict",
                                          note, now))
         return outcome
+    policy = config["policies"][namespace]
+    if decision.reported_at is not None and policy["action"] == "evict":
+        # The deadline the owner reads, kept true where the policy changed since the report.
+        deadline = format_time(decision.reported_at + policy["gracePeriodSeconds"])
+        if (pod["metadata"].get("annotations") or {}).get(config["deadlineAnnotation"]) \
+                != deadline:
+            annotate(api, path, {config["deadlineAnnotation"]: deadline})
     return decision.why
 
 
