@@ -15,6 +15,7 @@ from .preview.cluster import check_cluster
 from .preview.conflicts import check_conflicts
 from .preview.existing_stacks import check_existing_stacks
 from .preview.framework_crds import report_framework_crds
+from .preview.prices import check_prices
 
 
 def deploy(config: Mapping[str, Any], secret_keys: Collection[str] = ()) -> GpuPlatform:
@@ -29,6 +30,7 @@ def deploy(config: Mapping[str, Any], secret_keys: Collection[str] = ()) -> GpuP
         check_cluster(settings)
         check_conflicts(settings)
         check_existing_stacks(settings)
+        check_prices(settings)
         report_framework_crds(settings)
     platform = GpuPlatform.from_inputs(PLATFORM_NAME, platform_inputs(settings, secret_keys))
     for key, value in platform.outputs.items():

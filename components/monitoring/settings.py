@@ -64,7 +64,8 @@ class UsageSettings(Model):
         description="Showback: a price per GPU-hour (0 or more) per GPU model, keyed by the "
                     "model name the DCGM exporter reports (its `modelName` label, e.g. "
                     "`NVIDIA H100 80GB HBM3`). Costs are shown for the models priced here "
-                    "only; empty: no costs.")
+                    "only; empty: no costs. A key that names no GPU model of the cluster's "
+                    "nodes stops the preview.")
     currency: str | None = Field(
         default=None, max_length=8,
         description="The prices' currency, as the dashboard writes it after a cost (e.g. "

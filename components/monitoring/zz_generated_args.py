@@ -60,7 +60,8 @@ class UsageSettings(TypedDict):
     price_per_gpu_hour: NotRequired[dict[str, float]]
     ("Showback: a price per GPU-hour (0 or more) per GPU model, keyed by the model name the "
      "DCGM exporter reports (its `modelName` label, e.g. `NVIDIA H100 80GB HBM3`). Costs are "
-     "shown for the models priced here only; empty: no costs. Default: `{}`.")
+     "shown for the models priced here only; empty: no costs. A key that names no GPU model "
+     "of the cluster's nodes stops the preview. Default: `{}`.")
     currency: NotRequired[str | None]
     ("The prices' currency, as the dashboard writes it after a cost (e.g. `EUR`; at most 8 "
      "characters); unset: costs are plain numbers.")

@@ -31,6 +31,7 @@ from ..platform.wiring import component_inputs
 from .conflicts import CHECKS
 from .existing_kueue import KueueReads
 from .framework_crds import framework_reads
+from .prices import price_reads
 
 NAME = "gpu-platform-preview"
 NAMESPACE = NAME
@@ -53,7 +54,7 @@ def resource_of(kind: str) -> str:
 def preview_reads(settings: StackSettings) -> list[Read]:
     """Every read the stack's preview makes of the cluster."""
     reads = [read for check in CHECKS if check.applies(settings) for read in check.reads]
-    reads += KueueReads(settings).all() + framework_reads(settings)
+    reads += KueueReads(settings).all() + framework_reads(settings) + price_reads(settings)
     if settings.monitoring.stack == "existing":
         reads += existing_stack.reads(component_inputs(settings).monitoring).values()
     return list(dict.fromkeys(reads))

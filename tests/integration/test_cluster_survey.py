@@ -11,8 +11,10 @@ import pytest
 import yaml
 
 from components.gpu_nodes.settings import GpuNodesSettings
+from components.monitoring.prices import GPU_PRODUCT_LABEL
 from components.platform.settings import ClusterSettings, StackSettings
 from components.preview.conflicts import CHECKS, ClusterConflicts, check_conflicts
+from components.preview.prices import PriceError, check_prices
 from tests.kit.cluster.controlplane import ControlPlane
 from tests.kit.cluster.declared_objects import TEST_MANAGER
 from tests.kit.cluster.nodes_and_pods import create_gpu_node, ensure_namespace
@@ -61,7 +63,8 @@ def cluster(control_plane: ControlPlane, example_settings: StackSettings) -> Con
                  "registry.k8s.io/kueue/kueue:v0.14.2"),
     ):
         kube.create(obj)
-    create_gpu_node(kube, example_settings, "gpu-tainted", 8)
+    create_gpu_node(kube, example_settings, "gpu-tainted", 8,
+                    labels={GPU_PRODUCT_LABEL: "NVIDIA-H100-80GB-HBM3"})
     kube.create({"apiVersion": "v1", "kind": "Node", "metadata": {
         "name": "gpu-untainted", "labels": {"nvidia.com/gpu.present": "true"}}})
     return control_plane
@@ -127,3 +130,49 @@ def test_an_identity_without_rights_is_told_what_was_not_checked(cluster, exampl
                  "list pods in namespace kube-system", "list deployments.apps cluster-wide",
                  "get customresourcedefinitions.apiextensions.k8s.io cluster-wide"):
         assert f"may not {rule}" in warned, warned
+
+
+def priced(settings: StackSettings, prices: dict[str, float]) -> StackSettings:
+    monitoring = settings.monitoring
+    return settings.model_copy(update={"monitoring": monitoring.model_copy(update={
+        "usage": monitoring.usage.model_copy(update={"price_per_gpu_hour": prices})})})
+
+
+def test_a_price_for_a_gpu_the_cluster_does_not_have_stops_the_preview(cluster, example_settings,
+                                                                       logged):
+    """Keyed by the exporter's model name, a price finds the node GPU Feature Discovery labelled
+    with it; `H100` names none, and would have left every cost empty."""
+    stack = stack_on(cluster, example_settings)
+    check_prices(priced(stack, {"NVIDIA H100 80GB HBM3": 3.2}))
+    with pytest.raises(PriceError) as refused:
+        check_prices(priced(stack, {"H100": 3.2, "NVIDIA H100 80GB HBM3": 3.2}))
+    lines = str(refused.value).splitlines()
+    assert "nothing was deployed" in lines[0]
+    assert lines[1:] == [
+        "  - gpu-platform:monitoring.usage.pricePerGpuHour.H100 = 3.2: names no GPU model of the "
+        "cluster's nodes; allowed: a model as the DCGM exporter's modelName writes it, which GPU "
+        "Feature Discovery's nvidia.com/gpu.product writes with dashes for spaces (the nodes': "
+        "NVIDIA-H100-80GB-HBM3)"]
+    assert logged["warn"] == []
+
+
+def test_the_preview_identity_may_check_the_prices_and_one_without_rights_is_told(
+        cluster, example_settings, logged):
+    access = list(yaml.safe_load_all(ACCESS.read_text()))
+    for namespace in {o["metadata"].get("namespace") for o in access} - {None}:
+        ensure_namespace(cluster.admin, namespace)
+    for obj in access:
+        cluster.admin.apply(obj, TEST_MANAGER)
+    account = next(o for o in access if o["kind"] == "ServiceAccount")["metadata"]
+    token = cluster.service_account_token(account["namespace"], account["name"])
+    with pytest.raises(PriceError):
+        check_prices(priced(stack_on(cluster, example_settings, "preview", token), {"H100": 1}))
+    cluster.admin.apply({"apiVersion": "v1", "kind": "ServiceAccount",
+                         "metadata": {"name": "no-rights", "namespace": "default"}},
+                        TEST_MANAGER)
+    token = cluster.service_account_token("default", "no-rights")
+    check_prices(priced(stack_on(cluster, example_settings, "no-rights", token), {"H100": 1}))
+    assert logged["warn"] == [
+        "gpu-platform: monitoring.usage.pricePerGpuHour: the price keys were not checked against "
+        "the cluster's GPU models (GET /api/v1/nodes: HTTP 403 for the context's user); the "
+        "preview identity needs to list nodes"]
