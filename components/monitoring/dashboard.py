@@ -38,12 +38,11 @@ from .rules import (
 )
 from .usage import (
     IDLE_POD_GPUS,
-    PRICE,
-    SAMPLES_PER_HOUR,
     active,
     gpu_hours,
     held,
     idle_means,
+    range_gpu_hours,
     team_namespaces,
 )
 
@@ -273,28 +272,11 @@ def _columns(title: str, description: str, columns: list[tuple[str, str, str]], 
     return panel
 
 
-def _range_hours(level: str, by: str, select: str, priced: bool, currency: str | None
-                 ) -> list:
-    """GPU-hours allocated, used and idle over the dashboard's time range, and their cost where
-    the GPU model has a price: sums of the minute samples the usage rules record."""
-    def over_range(series: str) -> str:
-        return f"sum_over_time({series}{{{select}}}[$__range])"
-    allocated = over_range(held(level))
-    idle = f"({allocated} - {over_range(active(level))})"
-
-    def total(expr: str) -> str:
-        return f"sum by ({by}) ({expr}) / {SAMPLES_PER_HOUR}"
-
-    def cost(expr: str) -> str:
-        # Models without a price have no price series: the join leaves them out.
-        return total(f"{expr} * on (modelName) group_left () {PRICE}")
+def _range_hours(level: str, select: str, priced: bool, currency: str | None) -> list:
+    """The showback table's columns over the dashboard's time range, with their units."""
     money = f"suffix: {currency}" if currency else "none"
-    columns = [("GPU-hours allocated", "none", total(allocated)),
-               ("GPU-hours used", "none", total(over_range(active(level)))),
-               ("GPU-hours idle", "none", total(idle))]
-    if priced:
-        columns += [("cost", money, cost(allocated)), ("cost of idle GPUs", money, cost(idle))]
-    return columns
+    return [(name, money if name.startswith("cost") else "none", expr)
+            for name, expr in range_gpu_hours(level, select, "$__range", priced).items()]
 
 
 def showback_panels(inputs: MonitoringInputs) -> list:
@@ -317,7 +299,7 @@ def showback_panels(inputs: MonitoringInputs) -> list:
                  "Over the dashboard's time range, GPUs of the team's namespaces: held "
                  "(allocated), active (used), and held but not active (idle). "
                  + active_means + cost_means,
-                 _range_hours("team", "team", model_filter, priced, usage.currency), width=12),
+                 _range_hours("team", model_filter, priced, usage.currency), width=12),
         _timeseries(f"Idle GPU-hours per team, over the last {window}", active_means,
                     [_query(f"sum by (team) ({gpu_hours('team', 'idle')}{{{model_filter}}})",
                             "{{team}}")], width=12),
@@ -337,7 +319,7 @@ def showback_panels(inputs: MonitoringInputs) -> list:
         _columns("GPU-hours per namespace",
                  "Over the dashboard's time range: GPU-hours held (allocated), active (used), "
                  "and held but not active (idle). " + active_means + cost_means,
-                 _range_hours("namespace", "namespace", namespaces, priced, usage.currency),
+                 _range_hours("namespace", namespaces, priced, usage.currency),
                  width=12),
         _timeseries(f"Idle GPU-hours per namespace, over the last {window}", active_means,
                     [_query(f"sum by (namespace) ({gpu_hours('namespace', 'idle')}"

@@ -57,6 +57,31 @@ def gpu_hours(level: str, kind: str) -> str:
     return f"gpu_platform:{level}_gpu_hours_{kind}:window"
 
 
+def range_gpu_hours(level: str, select: str, over: str, priced: bool) -> dict[str, str]:
+    """Showback over a range (`over`, a PromQL duration, `$__range` on the dashboard): each
+    column with its query, one series per `level` (team or namespace) of the pods `select`
+    matches. GPU-hours allocated, used and idle are sums of the minute samples the rules record;
+    costs, where `priced`, multiply them by the price of each GPU model (a model without a
+    price has no price series, and the join leaves it out). One definition for the dashboard's
+    tables and the showback report."""
+    def over_range(series: str) -> str:
+        return f"sum_over_time({series}{{{select}}}[{over}])"
+    allocated = over_range(held(level))
+    used = over_range(active(level))
+    idle = f"({allocated} - {used})"
+
+    def total(expr: str) -> str:
+        return f"sum by ({level}) ({expr}) / {SAMPLES_PER_HOUR}"
+
+    def cost(expr: str) -> str:
+        return total(f"{expr} * on (modelName) group_left () {PRICE}")
+    columns = {"GPU-hours allocated": total(allocated), "GPU-hours used": total(used),
+               "GPU-hours idle": total(idle)}
+    if priced:
+        columns |= {"cost": cost(allocated), "cost of idle GPUs": cost(idle)}
+    return columns
+
+
 def team_namespaces(inputs: MonitoringInputs) -> dict[str, str]:
     """Each team namespace with its team; none without teams."""
     return dict(inputs.teams.namespaces) if inputs.teams is not None else {}

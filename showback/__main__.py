@@ -1,0 +1,7 @@
+"""`python -m showback`: the showback report's command (showback/report.py)."""
+
+import sys
+
+from showback.report import main
+
+main(sys.argv[1:])
