@@ -101,7 +101,9 @@ def test_an_idle_bare_notebook_pod_of_a_team_is_evicted_for_good_and_frees_its_q
         wait_until(lambda: not kube.list("v1", "Pod", TEAM_B,
                                          fieldSelector="metadata.name=notebook-0"),
                    "the notebook to be gone")
-        assert workload_of(kube, TEAM_B, notebook) is None
+        # The garbage collector removes the Workload once its pod is gone.
+        wait_until(lambda: workload_of(kube, TEAM_B, notebook) is None,
+                   "the notebook's Workload to end with it")
         admitted_and_running(kube, TEAM_B, "waiting", pods=GPUS_PER_TEAM)
 
 
