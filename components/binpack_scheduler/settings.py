@@ -91,7 +91,8 @@ class LeaderElectionSettings(Model):
         default="10s",
         description="How long a standby replica waits after the leader's last renewal before "
                     "it takes over (a Go duration): a leader that crashes stops GPU placement "
-                    "for about this long plus `retryPeriod`.")
+                    "for about this long plus `retryPeriod`, at most plus 4.4 x "
+                    "`retryPeriod` (a standby's tries are jittered).")
     renew_deadline: GoDuration = Field(
         default="8s",
         description="How long the leader keeps trying to renew before it gives up leading and "

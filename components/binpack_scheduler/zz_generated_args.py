@@ -48,7 +48,8 @@ class LeaderElectionSettings(TypedDict):
     lease_duration: NotRequired[str]
     ("How long a standby replica waits after the leader's last renewal before it takes over "
      "(a Go duration): a leader that crashes stops GPU placement for about this long plus "
-     "`retryPeriod`. Default: `10s`.")
+     "`retryPeriod`, at most plus 4.4 x `retryPeriod` (a standby's tries are jittered). "
+     "Default: `10s`.")
     renew_deadline: NotRequired[str]
     ("How long the leader keeps trying to renew before it gives up leading and restarts "
      "(shorter than `leaseDuration`): the API server may be unreachable this long without "
