@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import ssl
 import subprocess
 import threading
 import time
@@ -32,13 +33,30 @@ from benchmark.binpack import (
     Trace,
     play,
 )
-from benchmark.replay_setup import DEVICE_PLUGIN, Compaction, GpuPath, scheduler_name
+from benchmark.replay_setup import (
+    DEVICE_PLUGIN,
+    Compaction,
+    GpuPath,
+    Reservation,
+    scheduler_name,
+)
+from components.base import kube_api
 from components.binpack_scheduler import preemptible_priority_class
+from components.gpu_reservation.actor import gpu_reservation
 from components.platform.settings import StackSettings
 from tests.kit import tools
-from tests.kit.cluster import descheduler, fake_kubelet, kube_components, nodes_and_pods
+from tests.kit.cluster import (
+    declared_objects,
+    descheduler,
+    fake_kubelet,
+    kube_components,
+    nodes_and_pods,
+)
 from tests.kit.cluster.controlplane import ApiError, ControlPlane, wait_until
 from tests.kit.harness import scheduler_of
+
+HOUR = 3600.0      # seconds in a simulated hour
+
 
 # --- the real cluster -----------------------------------------------------------------------
 
@@ -69,9 +87,19 @@ class RealCluster(Backend):
                  trace: Trace, settings: StackSettings,
                  compaction: Compaction | None = None,
                  preemptible_jobs: frozenset = frozenset(), checkpoint_every: float = 0.5,
-                 gpu_path: GpuPath = DEVICE_PLUGIN):
+                 gpu_path: GpuPath = DEVICE_PLUGIN, reservation: Reservation | None = None):
         self.kube, self.settings = cp.admin, settings
-        self.compaction = compaction
+        if compaction and reservation:
+            raise ValueError("a replay plays compaction or reservation, not both")
+        self.compaction, self.reservation = compaction, reservation
+        self.reservations: list[str] = []    # what each reservation run did
+        self.reserved_idle_gpu_hours = 0.0     # free GPUs on reserved nodes, over time
+        if reservation:
+            self.periodic_interval = reservation.interval
+            declared_objects.apply_declared(self.kube, reservation.objects)
+            self.reservation_api = kube_api.Api(
+                cp.server, cp.service_account_token(reservation.namespace, reservation.name),
+                ssl.create_default_context(cafile=str(cp.ca_file)))
         self.preemptible_jobs = preemptible_jobs
         self.checkpoint_every = checkpoint_every
         if compaction:
@@ -159,6 +187,27 @@ class RealCluster(Backend):
             {"type": "Ready", "status": "False", "reason": "PodCompleted"}]})
 
     def periodic(self, now: float) -> None:
+        if self.reservation:
+            self.reserve(now)
+        else:
+            self.compact(now)
+
+    def reserve(self, now: float) -> None:
+        """One reservation run at simulated `now`, its pods waiting from their simulated
+        creation."""
+        self.now = now
+        assert self.reservation is not None
+        self.reservations += gpu_reservation.run(
+            self.reservation_api, self.reservation.config, now * HOUR,
+            created=lambda pod: self.by_name[pod["metadata"]["name"]].created * HOUR
+            if pod["metadata"]["name"] in self.by_name else None)
+        key = self.reservation.config["taintKey"]
+        reserved = [n["metadata"]["name"] for n in self.kube.list("v1", "Node")
+                    if any(t["key"] == key for t in n["spec"].get("taints") or [])]
+        self.reserved_idle_gpu_hours += sum(self.ledger.free[node][0] for node in reserved) \
+            * self.reservation.interval
+
+    def compact(self, now: float) -> None:
         """One run of the real descheduler with the platform's compaction policy; the pods it
         evicts go, and their replacements wait for the scheduler, as any new pod does.
 
@@ -340,8 +389,16 @@ class RealCluster(Backend):
         return self.ledger.sample(now, self.waiting.values())
 
     def figures(self, cp: ControlPlane) -> dict:
-        """The run's own figures, read before the control plane goes: the scheduler's."""
-        return scrape(self.scheduler, cp)
+        """The run's own figures, read before the control plane goes: the scheduler's, and
+        with reservation, how many it made, how many expired and the GPU-hours they held
+        idle (free GPUs on reserved nodes at each run, until the next)."""
+        figures = scrape(self.scheduler, cp)
+        if self.reservation:
+            figures |= {"reservations": sum("reserved for" in r for r in self.reservations),
+                        "reservations_expired": sum("expired after" in r
+                                                    for r in self.reservations),
+                        "reserved_idle_gpu_hours": self.reserved_idle_gpu_hours}
+        return figures
 
     def stop(self) -> None:
         self.watch.stop()
@@ -413,7 +470,8 @@ def replay(label: str, config: dict, trace: Trace, nodes: dict[str, NodeShape],
            settings: StackSettings,
            progress: Callable[[int, int], None] = lambda done, total: None,
            compaction: Compaction | None = None, preemptible: frozenset = frozenset(),
-           checkpoint_every: float = 0.5, gpu_path: GpuPath = DEVICE_PLUGIN) -> Outcome:
+           checkpoint_every: float = 0.5, gpu_path: GpuPath = DEVICE_PLUGIN,
+           reservation: Reservation | None = None) -> Outcome:
     """The trace against one kube-scheduler running `config`, on a fresh control plane (with
     `compaction`: the descheduler's runs as well; the jobs in `preemptible` run in the
     platform's preemptible class), whose GPU nodes hand out GPUs by `gpu_path`. A job that is
@@ -421,7 +479,7 @@ def replay(label: str, config: dict, trace: Trace, nodes: dict[str, NodeShape],
     simulated hours."""
     return on_control_plane(label, trace, nodes, lambda cp: RealCluster(
         cp, config, nodes, trace, settings, compaction, preemptible, checkpoint_every,
-        gpu_path), progress, gpu_path=gpu_path)[0]
+        gpu_path, reservation), progress, gpu_path=gpu_path)[0]
 
 
 def on_control_plane(label: str, trace: Trace, nodes: dict[str, NodeShape],

@@ -18,10 +18,12 @@ from benchmark.binpack import (  # first: binpack puts the project on the path
     NodeShape,
     Trace,
 )
-from components import gpu_compaction, gpu_operator
+from components import gpu_compaction, gpu_operator, gpu_reservation
 from components.binpack_scheduler import scheduler_configuration
 from components.gpu_compaction.planner import compaction_plan
+from components.gpu_reservation.actor.gpu_reservation import Config as ReservationConfig
 from components.platform.settings import StackSettings
+from components.platform.wiring import component_inputs
 from tests.kit import tools
 from tests.kit.cluster import kube_components, nodes_and_pods
 from tests.kit.cluster.controlplane import ControlPlane
@@ -191,6 +193,32 @@ def compaction_for(settings: StackSettings, trace: Trace, services_share: float,
     policy = gpu_compaction.descheduler_policy(compaction_of(settings))
     return Compaction(interval, opted, jobs, policy, scheduler_scoring(settings),
                       work / f"compaction-policy-{os.getpid()}.json")
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """The platform's reservation in a replay: a run every `interval` simulated hours, as the
+    CronJob's pod runs it (with the declared ServiceAccount's rights), on the simulated
+    clock: a pod waits from its simulated creation."""
+    interval: float
+    config: ReservationConfig
+    objects: list[dict]         # its namespace, ServiceAccount, ClusterRole and binding
+    name: str
+    namespace: str
+
+
+def reservation_for(settings: StackSettings, path: GpuPath, interval: float) -> Reservation:
+    """`settings.reservation`, on, as the stack renders it for `path`."""
+    if path.dra:
+        settings = settings.model_copy(update={"gpu_operator": settings.gpu_operator.model_copy(
+            update={"gpu_path": "dra"}), "kubernetes_version": tools.DRA_KUBERNETES_VERSION})
+    settings = settings.model_copy(update={"reservation": settings.reservation.model_copy(
+        update={"enabled": True})})
+    inputs = component_inputs(settings).reservation
+    objects = [o for o in gpu_reservation.reservation_objects(inputs)
+               if o["kind"] not in ("ConfigMap", "CronJob")]
+    return Reservation(interval, gpu_reservation.actor_config(inputs), objects,
+                       settings.reservation.name, settings.reservation.namespace)
 
 
 def opts_in(job: BatchJob, share: float) -> bool:

@@ -133,21 +133,25 @@ def run(args, settings) -> None:
                     print(f"  {label}: {time.monotonic() - started:.0f}s", file=sys.stderr,
                           flush=True)
                     keep(args.out, args.results, key | figures(outcome, best))
-                if args.dra:
-                    continue
-                label = moving_label(args, settings, biggest.gpus)
-                if label and label not in done:
+                for path in paths:
+                    label = moving_label(args, settings, biggest.gpus)
+                    if not label or label + path.label in done:
+                        continue
                     compaction = replay_setup.compaction_for(
                         settings, trace, args.compaction, args.compaction_jobs,
                         args.compaction_interval, args.out / "work") \
                         if args.compaction is not None else None
                     preemptible = replay_setup.preemptible_jobs(trace, args.preemptible,
                                                                 biggest.gpus)
+                    reservation = replay_setup.reservation_for(
+                        settings, path, args.reservation_interval / 60) \
+                        if args.reservation else None
                     started = time.monotonic()
-                    outcome = real_cluster.replay(label, shipped, trace, nodes, settings,
-                                                  progress_printer(label), compaction,
-                                                  preemptible, args.checkpoint_every)
-                    print(f"  {label}: {time.monotonic() - started:.0f}s, "
+                    outcome = real_cluster.replay(label + path.label, shipped, trace, nodes,
+                                                  settings, progress_printer(label),
+                                                  compaction, preemptible,
+                                                  args.checkpoint_every, path, reservation)
+                    print(f"  {label + path.label}: {time.monotonic() - started:.0f}s, "
                           f"{outcome.evictions} evictions and preemptions", file=sys.stderr,
                           flush=True)
                     keep(args.out, args.results, key | figures(outcome, best))
@@ -193,6 +197,11 @@ def moving_label(args, settings, whole_node_gpus: int) -> str:
     if args.preemptible:
         label += (f" + preemption ({args.preemptible:.0%} of the jobs below "
                   f"{whole_node_gpus} GPUs preemptible, {checkpoint})")
+    if args.reservation:
+        reservation = settings.reservation
+        label += (f" + reservation (after {reservation.wait_before}, at most "
+                  f"{reservation.max_nodes} nodes and {reservation.max_share:.0%}, expiring after "
+                  f"{reservation.expire_after}, a run every {args.reservation_interval:g} min)")
     return "" if label == settings.scheduler.name else label
 
 
@@ -380,6 +389,11 @@ def main(argv: list[str]) -> None:
                              "batch jobs smaller than a whole node in the preemptible priority "
                              "class, as checkpointing Jobs (with --compaction: one replay with "
                              "both)")
+    parser.add_argument("--reservation", action="store_true",
+                        help="also replay the shipped profile with reservation by attrition "
+                             "on, as the stack file sets it (reservation.*)")
+    parser.add_argument("--reservation-interval", type=float, default=2.0, metavar="MINUTES",
+                        help="with --reservation: simulated minutes between runs")
     parser.add_argument("--profile", dest="profiles", action="append",
                         help="only this scheduler (a label as in the table); repeatable")
     parser.add_argument("--dra", action="store_true",
@@ -457,6 +471,8 @@ def main(argv: list[str]) -> None:
         # counts no GPUs (the settings refuse or warn of both): such a replay would stall.
         parser.error("--preemptible and --compaction replay the device plugin path only; "
                      "leave out --dra")
+    if args.reservation and args.compaction is not None:
+        parser.error("--reservation and --compaction are replayed apart; give one")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.latency:
         latency(args, harness.example_settings())

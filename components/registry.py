@@ -8,6 +8,7 @@ from .gpu_compaction.descriptor import DESCRIPTOR as gpu_compaction
 from .gpu_nodes.descriptor import DESCRIPTOR as gpu_nodes
 from .gpu_operator.descriptor import DESCRIPTOR as gpu_operator
 from .gpu_reclaim.descriptor import DESCRIPTOR as gpu_reclaim
+from .gpu_reservation.descriptor import DESCRIPTOR as gpu_reservation
 from .monitoring.descriptor import DESCRIPTOR as monitoring
 from .opa_admission.descriptor import DESCRIPTOR as opa_admission
 from .teams.descriptor import DESCRIPTOR as teams
@@ -21,4 +22,5 @@ DESCRIPTORS: list[Descriptor] = [
     gpu_compaction,
     teams,
     gpu_reclaim,
+    gpu_reservation,
 ]

@@ -20,7 +20,10 @@ from typing import Any, NoReturn
 import requests
 import yaml
 
+from components.base.facts import GPU_RESOURCE
+from components.base.gpu_count import DeviceView, node_gpus
 from components.base.validation import SettingsError
+from components.gpu_operator.dra import NVIDIA_DRA_DRIVER
 from playground import cluster, summary
 from tests.kit import harness, tools
 from tests.kit.cluster.controlplane import ApiError, Kube
@@ -111,7 +114,7 @@ def banner(playground: cluster.Playground, path: Path, seconds: float) -> str:
     platform = playground.platform
     settings = platform.settings
     release = platform.cp.kubernetes or tools.kubernetes_version()
-    gpus = {summary.node_gpus(n, devices(playground.kube))
+    gpus = {node_gpus(n, GPU_RESOURCE, devices(playground.kube))
             for n in playground.kube.list("v1", "Node")} - {0}
     real = ["etcd and kube-apiserver", f"OPA {tools.opa_version()} with the policy, behind the "
             "webhooks", f"{settings.scheduler.name} (kube-scheduler)",
@@ -141,14 +144,15 @@ def status(kube: Kube) -> str:
                           levels, devices(kube))
 
 
-def devices(kube: Kube) -> summary.DeviceView | None:
+def devices(kube: Kube) -> DeviceView | None:
     """On the DRA path (GPUs published as ResourceSlices), where the GPUs are and who holds
     them; None on the device plugin path."""
     slices = (kube.list("resource.k8s.io/v1", "ResourceSlice")
               if kube.serves("resource.k8s.io/v1", "ResourceSlice") else [])
     if not slices:
         return None
-    return summary.DeviceView(slices, kube.list_everywhere("resource.k8s.io/v1", "ResourceClaim"))
+    return DeviceView(slices, kube.list_everywhere("resource.k8s.io/v1", "ResourceClaim"),
+                      NVIDIA_DRA_DRIVER)
 
 
 def manifests(files: list[str]) -> list[dict]:

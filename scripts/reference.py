@@ -46,6 +46,7 @@ SECTION_PAGES: dict[str, list[tuple[str, str]]] = {
     "teams": [("Teams", "../concepts/teams.md"), ("Running teams", "teams.md")],
     "reclaim": [("Idle GPU reclaim", "idle-reclaim.md"),
                 ("Idle GPUs (for users)", "../users/idle-gpus.md")],
+    "reservation": [("Reservation by attrition", "../concepts/reservation.md")],
 }
 
 # Models written as one value in the stack file rather than as a section of their own.

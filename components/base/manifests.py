@@ -9,6 +9,8 @@ import base64
 import hashlib
 import json
 from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml
@@ -172,16 +174,53 @@ def python_script_container(name: str, image: str, script: str, args: list[str],
     """A restricted container that runs `script`, a standard-library Python script at a path
     of `volume_mounts` (a ConfigMap's), in a stock Python `image`; `resources` are its
     ContainerResources settings."""
+    return _python_container(name, image, [script, *args], {}, resources, volume_mounts)
+
+
+def python_module_container(name: str, image: str, directory: str, module: ModuleType,
+                            args: list[str], resources, volume_mounts: list[dict]) -> dict:
+    """As python_script_container, running `module` from `directory`, where a ConfigMap ships
+    it and the modules it imports at their import paths (python_module_files)."""
+    return _python_container(name, image, ["-m", module.__name__, *args],
+                             {"PYTHONPATH": directory}, resources, volume_mounts)
+
+
+def _python_container(name: str, image: str, arguments: list[str], env: dict[str, str],
+                      resources, volume_mounts: list[dict]) -> dict:
     return {
         "name": name,
         "image": image,
-        "command": ["python3", script, *args],
+        "command": ["python3", *arguments],
         # The script's directory and the root filesystem are read-only: no bytecode to write.
-        "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
+        "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+                *({"name": key, "value": value} for key, value in env.items())],
         "resources": container_resources(resources),
         "securityContext": RESTRICTED_CONTAINER_SECURITY,
         "volumeMounts": volume_mounts,
     }
+
+
+def python_module_files(*modules: ModuleType) -> dict[str, str]:
+    """ConfigMap data shipping standard-library modules of the program at their import paths:
+    each module's source keyed by its dotted name, and an empty `__init__.py` for each package
+    above it (the program's own packages import more than the standard library)."""
+    files: dict[str, str] = {}
+    for module in modules:
+        parts = module.__name__.split(".")
+        files |= {".".join([*parts[:depth], "__init__.py"]): "" for depth in range(1, len(parts))}
+        files[f"{module.__name__}.py"] = Path(module.__file__ or "").read_text()
+    return files
+
+
+def python_modules_mount(volume: str, mount_path: str, config_map_: str, data: dict[str, str]
+                         ) -> tuple[dict, dict]:
+    """(volumeMount, volume) of a ConfigMap holding python_module_files (and other files),
+    each module at its import path below `mount_path`."""
+    def path(key: str) -> str:
+        return key.removesuffix(".py").replace(".", "/") + ".py" if key.endswith(".py") else key
+    mount, volume_ = config_map_mount(volume, mount_path, config_map_)
+    volume_["configMap"]["items"] = [{"key": key, "path": path(key)} for key in sorted(data)]
+    return mount, volume_
 
 
 def cron_job(name: str, namespace_: str, component: str, schedule: str, deadline_seconds: int,

@@ -235,6 +235,11 @@ class GpuNodeFacts(Model):
         default=None,
         description="The GPU nodes' names (the GpuNodes component's `nodeNames` output); unset "
                     "when node pools set the taint and the names are not known.")
+    passing_taints: list[str] = Field(
+        default_factory=list,
+        description="Keys of the taints the platform puts on a GPU node for a while (a "
+                    "reservation's): the DaemonSets of GPU nodes tolerate them, so that a pod "
+                    "of theirs recreated on such a node is not held back.")
 
 
 def gpu_nodes_field():

@@ -135,6 +135,10 @@ class GpuNodeFacts(TypedDict):
     names: NotRequired[list[str] | None]
     ("The GPU nodes' names (the GpuNodes component's `nodeNames` output); unset when node "
      "pools set the taint and the names are not known.")
+    passing_taints: NotRequired[list[str]]
+    ("Keys of the taints the platform puts on a GPU node for a while (a reservation's): the "
+     "DaemonSets of GPU nodes tolerate them, so that a pod of theirs recreated on such a "
+     "node is not held back. Default: `[]`.")
 
 
 class Scrape(TypedDict):

@@ -12,6 +12,7 @@ from ..gpu_compaction.component import GpuCompaction
 from ..gpu_nodes.component import GpuNodes
 from ..gpu_operator.component import GpuOperator
 from ..gpu_reclaim.component import GpuReclaim
+from ..gpu_reservation.component import GpuReservation
 from ..monitoring.component import Monitoring
 from ..opa_admission.component import OpaAdmission
 from ..teams.component import Teams
@@ -116,6 +117,12 @@ class GpuPlatform(Component[GpuPlatformInputs]):
             self.child_name("gpu-reclaim"), components.reclaim,
             child(self.monitoring, *([self.teams] if self.teams else [])))
             if settings.reclaim.enabled else None)
+        # Reservations serve the binpack scheduler's pods; its taint is one admission leaves
+        # to it.
+        self.reservation = (GpuReservation.from_inputs(
+            self.child_name("gpu-reservation"), components.reservation,
+            child(self.scheduler, self.admission))
+            if settings.reservation.enabled else None)
 
         self.cluster_context = cluster.context
         self.scheduler_name = self.scheduler.scheduler_name
@@ -151,5 +158,6 @@ class GpuPlatform(Component[GpuPlatformInputs]):
         """Every object and release its components declare."""
         return [declared for component in (self.nodes, self.operator, self.scheduler,
                                            self.teams, self.admission, self.monitoring,
-                                           self.compaction, self.reclaim) if component
+                                           self.compaction, self.reclaim,
+                                           self.reservation) if component
                 for declared in component.declared]

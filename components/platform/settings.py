@@ -32,6 +32,7 @@ from ..gpu_compaction.settings import CompactionSettings
 from ..gpu_nodes.settings import GpuNodesSettings
 from ..gpu_operator.settings import GpuOperatorSettings
 from ..gpu_reclaim.settings import ReclaimSettings
+from ..gpu_reservation.settings import ReservationSettings
 from ..monitoring.settings import MonitoringSettings
 from ..opa_admission.settings import AdmissionSettings
 from ..teams.settings import KUEUE_MIN_KUBERNETES, TeamsSettings
@@ -75,6 +76,7 @@ class StackSettings(Model):
     compaction: CompactionSettings = section(CompactionSettings)
     teams: TeamsSettings = section(TeamsSettings)
     reclaim: ReclaimSettings = section(ReclaimSettings)
+    reservation: ReservationSettings = section(ReservationSettings)
 
 
     @model_validator(mode="after")
@@ -109,6 +111,8 @@ class StackSettings(Model):
             sections.append(("teams", "kueue"))
         if self.reclaim.enabled:
             sections.append(("reclaim",))
+        if self.reservation.enabled:
+            sections.append(("reservation",))
         found = []
         for path in sections:
             section: Any = self

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from ..base.descriptor import Deployable, Descriptor
-from ..base.facts import kueue_integrations
+from ..base.facts import GPU_RESOURCE, kueue_integrations
 from ..base.model import GpuNodeFacts
 from ..base.validation import SettingsError, Subject, describe_invalid
 from ..binpack_scheduler.inputs import BinpackSchedulerInputs
@@ -23,6 +23,8 @@ from ..gpu_operator import dra
 from ..gpu_operator import values as gpu_operator_values
 from ..gpu_operator.inputs import GpuOperatorInputs
 from ..gpu_reclaim.inputs import GpuReclaimInputs
+from ..gpu_reservation import manifests as reservation_manifests
+from ..gpu_reservation.inputs import GpuReservationInputs
 from ..monitoring import usage
 from ..monitoring import values as monitoring_values
 from ..monitoring.inputs import (
@@ -48,7 +50,7 @@ from .settings import StackSettings
 @dataclass(frozen=True)
 class ComponentInputs:
     """Each component's inputs, as the platform declares it (compaction's, teams' and
-    reclaim's also when they are off, for what they would run)."""
+    reclaim's and reservation's also when they are off, for what they would run)."""
 
     gpu_nodes: GpuNodesInputs
     gpu_operator: GpuOperatorInputs
@@ -58,6 +60,7 @@ class ComponentInputs:
     compaction: GpuCompactionInputs
     teams: TeamsInputs
     reclaim: GpuReclaimInputs
+    reservation: GpuReservationInputs
 
 
 Valid = TypeVar("Valid", bound=BaseModel)
@@ -77,7 +80,9 @@ def component_inputs(settings: StackSettings, secret_sections: Collection[str] =
     compaction, teams = settings.compaction, settings.teams
     mirror = {"image_registry_mirror": settings.image_registry_mirror}
     gpu_nodes = valid(GpuNodeFacts, taints=nodes.taints,
-                      names=list(nodes.names) if nodes.tainted_by == "program" else None)
+                      names=list(nodes.names) if nodes.tainted_by == "program" else None,
+                      passing_taints=([reservation_manifests.TAINT_KEY]
+                                      if settings.reservation.enabled else []))
     monitoring = valid(
         MonitoringInputs, monitoring=settings.monitoring,
         kubernetes_version=settings.kubernetes_version,
@@ -123,6 +128,11 @@ def component_inputs(settings: StackSettings, secret_sections: Collection[str] =
         teams=valid(TeamsInputs, teams=teams, gpu_nodes=gpu_nodes,
                     device_classes=dra.served_resources(op), **mirror),
         reclaim=reclaim_inputs(settings, monitoring),
+        reservation=valid(GpuReservationInputs, reservation=settings.reservation,
+                          scheduler_name=sched.name,
+                          dra_driver=dra.NVIDIA_DRA_DRIVER if op.gpu_path == "dra" else None,
+                          gpu_device_classes=(dra.served_resources(op)[GPU_RESOURCE]
+                                              if op.gpu_path == "dra" else []), **mirror),
     )
     return with_mixins(inputs)
 

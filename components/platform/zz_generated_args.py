@@ -15,6 +15,7 @@ from ..gpu_compaction.zz_generated_args import CompactionSettings
 from ..gpu_nodes.zz_generated_args import GpuNodesSettings
 from ..gpu_operator.zz_generated_args import GpuOperatorSettings
 from ..gpu_reclaim.zz_generated_args import ReclaimSettings
+from ..gpu_reservation.zz_generated_args import ReservationSettings
 from ..monitoring.zz_generated_args import MonitoringSettings
 from ..opa_admission.zz_generated_args import AdmissionSettings
 from ..teams.zz_generated_args import TeamsSettings
@@ -71,6 +72,11 @@ class GpuPlatformArgs(TypedDict):
     ("Idle GPU reclaim: pods whose GPUs did no work for a while are reported to their owners "
      "and, where the stack says so, evicted so that others can use the GPUs. Opt-in per "
      "namespace or team; report only unless `action` is `evict`.")
+    reservation: NotRequired[ReservationSettings]
+    ("Reservation by attrition: a GPU pod that needs a whole node and has waited gets the "
+     "node that will free soonest reserved for it (a taint only it tolerates), so that small "
+     "pods stop landing there and the node empties as its pods end. Nothing is evicted. "
+     "Opt-in; see docs/concepts/reservation.md.")
     secret_sections: NotRequired[list[str]]
     ("Sections that hold a secret (a credential in extra chart values, the Grafana "
      "password): their Helm release's values are stored as a secret. Allowed: a list of "

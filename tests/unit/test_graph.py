@@ -455,6 +455,7 @@ OPTION_STACKS = {
     "teams": with_changes(teams=TEAMS),
     "compaction": with_changes(compaction={"enabled": True}),
     "reclaim": with_changes(reclaim={"enabled": True, "namespaces": ["ml"]}),
+    "reservation": with_changes(reservation={"enabled": True}),
     "dra": with_changes(kubernetesVersion="1.37.2", gpuOperator={"gpuPath": "dra"}),
     "every operand": with_changes(gpuOperator={
         "driver": {"enabled": True}, "migManager": {"enabled": True},
@@ -501,10 +502,9 @@ def test_the_air_gapped_page_lists_every_chart_and_image_of_every_option(option_
     ("teams", "oci://registry.k8s.io/kueue/charts/kueue (version 0.19.2)", "`teams.enabled`"),
     ("dra", "nvcr.io/nvidia/dra-driver-nvidia-gpu:v0.5.0", "`gpuOperator.gpuPath: dra`"),
     ("compaction", "registry.k8s.io/descheduler/descheduler:v0.36.0", "`compaction.enabled`"),
-    ("compaction", "docker.io/library/python:3.13.9-alpine3.22",
-     "`compaction.enabled` with `compaction.planThreshold`, or `reclaim.enabled`"),
-    ("reclaim", "docker.io/library/python:3.13.9-alpine3.22",
-     "`compaction.enabled` with `compaction.planThreshold`, or `reclaim.enabled`"),
+    *((option, "docker.io/library/python:3.13.9-alpine3.22",
+       "`compaction.enabled` with `compaction.planThreshold`, or `reclaim.enabled`, or "
+       "`reservation.enabled`") for option in ("compaction", "reclaim", "reservation")),
     ("every operand", "nvcr.io/nvidia/driver:595.91.07", "`gpuOperator.driver.enabled`"),
 ])
 def test_the_air_gapped_page_names_the_setting_that_brings_each_optional_image(

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from components.base.gpu_count import DeviceView
 from playground import command
 from playground.nodes import simulated_nodes
-from playground.summary import DeviceView, render
+from playground.summary import render
 from tests.kit import harness
 from tests.kit.stacks import MINIMAL, TEAMS, with_changes
 
@@ -108,7 +109,7 @@ def test_on_the_dra_path_gpus_are_counted_from_slices_and_the_claims_reserved_fo
     claims = [claim("train-0", "gpu.nvidia.com", "gpu.nvidia.com"),
               claim("own-claim", "gpu.nvidia.com", "example.com/nic")]
     pods = [pod("team-a/train-0", 2, "gpu-node-1"), pod("team-a/own-claim", 0, "gpu-node-1")]
-    assert render(nodes, pods, [], [], DeviceView(slices, claims)) == """\
+    assert render(nodes, pods, [], [], DeviceView(slices, claims, "gpu.nvidia.com")) == """\
 GPU nodes:
   gpu-node-1           3/8 GPUs in use, 5 free
     team-a/own-claim: 1 GPU

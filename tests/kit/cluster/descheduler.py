@@ -99,6 +99,9 @@ class LocalContainer:
     def args(self) -> list[str]:
         return [self.localize(a) for a in self.spec.get("command", []) + self.spec.get("args", [])]
 
+    def env(self) -> dict[str, str]:
+        return {e["name"]: self.localize(e["value"]) for e in self.spec.get("env", [])}
+
 
 def _volume_files(objects: list[dict], volume: dict, namespace: str) -> dict[str, str]:
     if "secret" in volume:

@@ -1,0 +1,87 @@
+"""Who holds which GPUs, read from the objects the API server lists: the device plugin's
+extended resource in pods and nodes, or on the DRA path, the driver's ResourceSlices and the
+ResourceClaims that allocate their devices. Standard library only (a platform run ships it, see
+kube_api.py)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+ENDED = ("Succeeded", "Failed")
+
+
+def pod_gpus(pod: dict, resource: str) -> int:
+    """The GPUs a pod's containers ask for (limits, which the API server copies to requests)."""
+    total = 0
+    for container in pod["spec"].get("containers", []):
+        resources = container.get("resources", {})
+        asked = resources.get("limits", {}).get(resource,
+                                                resources.get("requests", {}).get(resource))
+        total += int(asked or 0)
+    return total
+
+
+@dataclass(frozen=True)
+class DeviceView:
+    """The DRA path's GPUs, which no node status lists: `driver`'s ResourceSlices, and the
+    ResourceClaims that allocate them (the scheduler's for pods asking for the extended
+    resource, and claims of the pods' own)."""
+    slices: list[dict]
+    claims: list[dict]
+    driver: str
+
+    def node_gpus(self, node: str) -> int:
+        return sum(len(s["spec"].get("devices") or []) for s in self.slices
+                   if s["spec"]["driver"] == self.driver and s["spec"].get("nodeName") == node)
+
+    def held(self) -> Counter[tuple[str, str]]:
+        """The GPUs allocated to each pod (namespace, name) through the claims reserved for
+        it."""
+        held: Counter[tuple[str, str]] = Counter()
+        for claim in self.claims:
+            status = claim.get("status") or {}
+            results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+            gpus = sum(1 for r in results if r["driver"] == self.driver)
+            for consumer in status.get("reservedFor") or []:
+                if consumer.get("resource") == "pods":
+                    held[(claim["metadata"]["namespace"], consumer["name"])] += gpus
+        return held
+
+    def asked(self, pod: dict, device_classes: list[str], whole_node: int) -> int:
+        """The GPUs a pod's own claims ask for, allocated or not: each request of a GPU
+        device class, its count (all of a node's with allocationMode All)."""
+        names = {s.get("resourceClaimName") for s in pod["status"].get("resourceClaimStatuses")
+                 or []}
+        namespace = pod["metadata"]["namespace"]
+        total = 0
+        for claim in self.claims:
+            meta = claim["metadata"]
+            if meta["namespace"] != namespace or meta["name"] not in names:
+                continue
+            for request in (claim["spec"].get("devices") or {}).get("requests") or []:
+                exactly = request.get("exactly") or request
+                if exactly.get("deviceClassName") not in device_classes:
+                    continue
+                total += (whole_node if exactly.get("allocationMode") == "All"
+                          else int(exactly.get("count", 1)))
+        return total
+
+
+def node_gpus(node: dict, resource: str, devices: DeviceView | None) -> int:
+    """The GPUs a node offers: in its status, or on the DRA path, in its ResourceSlices."""
+    if devices is not None:
+        return devices.node_gpus(node["metadata"]["name"])
+    return int(node["status"].get("allocatable", {}).get(resource, 0))
+
+
+def gpus_held(pods: list[dict], resource: str, devices: DeviceView | None
+              ) -> Counter[tuple[str, str]]:
+    """The GPUs each pod that has not ended holds or asks for: its extended resource, plus on
+    the DRA path, what its claims were allocated."""
+    held = devices.held() if devices is not None else Counter()
+    for pod in pods:
+        if pod["status"].get("phase") not in ENDED:
+            key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+            held[key] = max(held[key], pod_gpus(pod, resource))
+    return held

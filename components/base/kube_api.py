@@ -1,0 +1,78 @@
+"""The Kubernetes API as a platform run's pod reaches it, and the times it reads and writes.
+
+Standard library only: it runs in a stock Python image, shipped in a ConfigMap at this same
+import path beside the run's script (manifests.python_modules)."""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import urllib.error
+import urllib.request
+from argparse import ArgumentParser, Namespace
+from datetime import UTC, datetime
+
+IN_CLUSTER = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+class Api:
+    """Calls to the API server with a bearer token; answers as (status, JSON body)."""
+
+    def __init__(self, server: str, token: str, context: ssl.SSLContext):
+        self.server, self.token, self.context = server, token, context
+
+    def call(self, method: str, path: str, body: dict | list | None = None,
+             content_type: str = "application/json") -> tuple[int, dict]:
+        request = urllib.request.Request(
+            self.server + path, method=method,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": content_type,
+                     "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(request, context=self.context, timeout=30) as reply:
+                return reply.status, json.load(reply)
+        except urllib.error.HTTPError as error:
+            text = error.read().decode(errors="replace")
+            try:
+                return error.code, json.loads(text)
+            except ValueError:
+                return error.code, {"message": text}
+
+    def ok(self, method: str, path: str, body: dict | list | None = None,
+           content_type: str = "application/json") -> dict:
+        status, answer = self.call(method, path, body, content_type)
+        if status >= 300:
+            raise RuntimeError(f"{method} {path}: {status} {answer.get('message', answer)}")
+        return answer
+
+    def items(self, path: str) -> list[dict]:
+        return self.ok("GET", path)["items"]
+
+
+def add_connection_arguments(parser: ArgumentParser) -> None:
+    """The API server and credentials, the pod's own unless given."""
+    parser.add_argument("--server", default="https://{}:{}".format(
+        os.environ.get("KUBERNETES_SERVICE_HOST", ""),
+        os.environ.get("KUBERNETES_SERVICE_PORT", "")))
+    parser.add_argument("--token-file", default=f"{IN_CLUSTER}/token")
+    parser.add_argument("--ca-file", default=f"{IN_CLUSTER}/ca.crt")
+
+
+def connect(args: Namespace) -> Api:
+    with open(args.token_file) as f:
+        token = f.read().strip()
+    return Api(args.server, token, ssl.create_default_context(cafile=args.ca_file))
+
+
+def parse_time(text: str | None) -> float | None:
+    """An RFC 3339 time (as the API server and the runs write them), in seconds; None if it is
+    not one."""
+    try:
+        return datetime.fromisoformat((text or "").replace("Z", "+00:00")).timestamp()
+    except (ValueError, AttributeError):
+        return None
+
+
+def format_time(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,151 @@
+"""Reservation by attrition, as a run plans it and as the stack ships it: which node is reserved
+for which waiting pod and when it is released, and the CronJob's modules running from the
+ConfigMap's layout alone."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from components import gpu_operator
+from components.gpu_operator import values as gpu_operator_values
+from components.gpu_reservation import TAINT_KEY, actor_config, reservation_objects
+from components.gpu_reservation.actor.gpu_reservation import (
+    NodeView,
+    Waiting,
+    plan,
+    tolerates,
+)
+from components.platform.settings import StackSettings
+from components.platform.wiring import component_inputs
+from tests.kit.cluster.declared_objects import find
+from tests.kit.stacks import with_changes
+
+HOUR = 3600.0
+NOW = 100 * HOUR
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def reservation_inputs():
+    settings = StackSettings.model_validate(with_changes(reservation={"enabled": True}))
+    return component_inputs(settings).reservation
+
+
+@pytest.fixture(scope="module")
+def config():
+    return actor_config(reservation_inputs())
+
+
+def node(name: str, used: int, gpus: int = 8, **fields) -> NodeView:
+    return NodeView(**{"name": name, "gpus": gpus, "used": used, "schedulable": True,
+                       "taints": (GPU_TAINT,), "reserved_for": None, "reserved_pod": None,
+                       "reserved_until": None, "frees_at": None, "newest_start": 0.0, **fields})
+
+
+def waiting(name: str, gpus: int = 8, waited: float = HOUR) -> Waiting:
+    return Waiting(f"uid-{name}", "ml", name, gpus, NOW - waited, (GPU_TOLERATION,))
+
+
+def reserved(steps) -> dict[str, str]:
+    return {s.node: s.pod.name for s in steps if s.action == "reserve" and s.pod}
+
+
+def test_a_whole_node_pod_that_waited_gets_the_node_with_fewest_gpus_in_use(config):
+    steps = plan(config, [node("a", 6), node("b", 2), node("c", 7)], [waiting("big")], NOW)
+    assert reserved(steps) == {"b": "big"}
+    assert steps[0].until == NOW + 3 * HOUR         # expireAfter, the default 3h
+
+
+def test_declared_run_time_limits_rank_first(config):
+    """A node whose pods all declare when they end is chosen by that end, before any node
+    whose pods may run on."""
+    nodes = [node("a", 2), node("b", 6, frees_at=NOW + 600), node("c", 4, frees_at=NOW + 60)]
+    assert reserved(plan(config, nodes, [waiting("big")], NOW)) == {"c": "big"}
+
+
+def test_no_reservation_before_the_wait_for_small_pods_or_where_a_node_is_free(config):
+    nodes = [node("a", 6), node("b", 2)]
+    assert plan(config, nodes, [waiting("young", waited=14 * 60)], NOW) == []
+    assert plan(config, nodes, [waiting("small", gpus=4)], NOW) == []
+    assert plan(config, [*nodes, node("free", 0)], [waiting("big")], NOW) == []
+
+
+def test_a_pod_no_node_could_hold_is_reported_not_reserved_for(config):
+    steps = plan(config, [node("a", 6), node("b", 2)], [waiting("huge", gpus=16)], NOW)
+    assert [(s.action, s.pod) for s in steps] == [("report", waiting("huge", gpus=16))]
+    assert "no GPU node holds 16 GPUs (the largest holds 8)" in steps[0].why
+
+
+def test_cordoned_nodes_and_taints_the_pod_does_not_tolerate_are_passed_over(config):
+    other = {"key": "maintenance", "value": "", "effect": "NoSchedule"}
+    nodes = [node("cordoned", 1, schedulable=False), node("tainted", 1, taints=(GPU_TAINT, other)),
+             node("open", 5)]
+    assert reserved(plan(config, nodes, [waiting("big")], NOW)) == {"open": "big"}
+
+
+def test_at_most_max_nodes_and_max_share_are_reserved_oldest_waiting_first(config):
+    """The defaults: 2 nodes, a quarter of the GPU nodes."""
+    pods = [waiting("third", waited=HOUR), waiting("first", waited=3 * HOUR),
+            waiting("second", waited=2 * HOUR)]
+    eight = [node(f"n{i}", i % 7 + 1) for i in range(8)]
+    assert sorted(reserved(plan(config, eight, pods, NOW)).values()) == ["first", "second"]
+    four = eight[:4]
+    assert list(reserved(plan(config, four, pods, NOW)).values()) == ["first"]
+    held = [node("n0", 1, reserved_for="uid-first", reserved_until=NOW + HOUR), *eight[1:]]
+    assert list(reserved(plan(config, held, pods, NOW)).values()) == ["second"]
+
+
+def test_a_reservation_is_released_once_its_pod_landed_or_expired(config):
+    nodes = [node("a", 3, reserved_for="uid-gone", reserved_pod="ml/gone",
+                  reserved_until=NOW + HOUR),
+             node("b", 3, reserved_for="uid-late", reserved_pod="ml/late", reserved_until=NOW)]
+    steps = plan(config, nodes, [waiting("late", waited=4 * HOUR)], NOW)
+    assert [(s.action, s.node, s.why) for s in steps] == [
+        ("release", "a", "ml/gone landed or is gone"), ("release", "b", "expired after 3h")]
+
+
+def test_the_gpu_operators_daemonsets_tolerate_reservations_and_gpu_pods_do_not():
+    """A DaemonSet pod recreated on a reserved node is not held back; the tolerations the
+    platform gives GPU pods (the GPU taints) do not let them onto a reserved node."""
+    settings = StackSettings.model_validate(with_changes(reservation={"enabled": True}))
+    operator = component_inputs(settings).gpu_operator
+    values = gpu_operator_values.operator_values(operator)
+    reserved = {"key": TAINT_KEY, "value": "uid-1", "effect": "NoSchedule"}
+    assert tolerates(tuple(values["daemonsets"]["tolerations"]), reserved)
+    assert tolerates(tuple(values["node-feature-discovery"]["worker"]["tolerations"]), reserved)
+    assert not tolerates(tuple(gpu_operator.gpu_node_tolerations(operator)), reserved)
+
+
+def test_tolerations_match_as_the_scheduler_matches_them():
+    taint = {"key": TAINT_KEY, "value": "uid-1", "effect": "NoSchedule"}
+    assert tolerates(({"key": TAINT_KEY, "operator": "Equal", "value": "uid-1"},), taint)
+    assert not tolerates(({"key": TAINT_KEY, "operator": "Equal", "value": "uid-2"},), taint)
+    assert tolerates(({"operator": "Exists"},), taint)
+    assert not tolerates(({"key": TAINT_KEY, "operator": "Exists", "effect": "NoExecute"},),
+                         taint)
+    assert tolerates((), {**taint, "effect": "PreferNoSchedule"})
+
+
+def test_the_cron_job_runs_its_modules_from_the_config_map_alone(tmp_path):
+    """The ConfigMap's items put each module at its import path; the run starts there with the
+    standard library only (none of the program's packages, nothing installed)."""
+    objects = reservation_objects(reservation_inputs())
+    config_map = find(objects, "ConfigMap", "gpu-reservation")
+    job = find(objects, "CronJob", "gpu-reservation")["spec"]["jobTemplate"]["spec"]["template"]
+    volume = job["spec"]["volumes"][0]["configMap"]
+    for item in volume["items"]:
+        path = tmp_path / item["path"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(config_map["data"][item["key"]])
+    container = job["spec"]["containers"][0]
+    env = {e["name"]: e["value"].replace("/reservation", str(tmp_path))
+           for e in container["env"]}
+    command = [sys.executable, "-S", *container["command"][1:], "--help"]
+    run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=30)
+    assert run.returncode == 0, run.stderr
+    assert "One reservation run" in run.stdout
+    written = json.loads((tmp_path / "config.json").read_text())
+    assert written["taintKey"] == TAINT_KEY and written["minGpus"] == 8
