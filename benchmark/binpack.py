@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 import statistics
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -254,12 +254,13 @@ class Ledger:
         """The GPUs each node's pods hold."""
         return {n: s.gpus - self.free[n][0] for n, s in self.nodes.items()}
 
-    def fits_somewhere(self, task: Task, preempting: bool = False) -> bool:
-        """Whether a pod of `task` fits on some node now, or (`preempting`) once that node's
-        preemptible pods were gone."""
+    def fits_somewhere(self, task: Task, preempting: bool = False,
+                       excluding: Collection[str] = ()) -> bool:
+        """Whether a pod of `task` fits on some node but those `excluding` now, or
+        (`preempting`) once that node's preemptible pods were gone."""
         return any(all(free[i] + (self.preemptible[n][i] if preempting else 0) >= need
                        for i, need in enumerate(needs(task)))
-                   for n, free in self.free.items())
+                   for n, free in self.free.items() if n not in excluding)
 
     def sample(self, now: float, waiting: Iterable[PodRecord]) -> Sample:
         biggest = max(s.gpus for s in self.nodes.values())

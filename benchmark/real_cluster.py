@@ -94,6 +94,7 @@ class RealCluster(Backend):
         self.compaction, self.reservation = compaction, reservation
         self.reservations: list[str] = []    # what each reservation run did
         self.reserved_idle_gpu_hours = 0.0     # free GPUs on reserved nodes, over time
+        self.reserved_for: dict[str, str] = {}  # reserved node: the pod it is kept for
         if reservation:
             self.periodic_interval = reservation.interval
             declared_objects.apply_declared(self.kube, reservation.objects)
@@ -201,10 +202,13 @@ class RealCluster(Backend):
             self.reservation_api, self.reservation.config, now * HOUR,
             created=lambda pod: self.by_name[pod["metadata"]["name"]].created * HOUR
             if pod["metadata"]["name"] in self.by_name else None)
-        key = self.reservation.config["taintKey"]
-        reserved = [n["metadata"]["name"] for n in self.kube.list("v1", "Node")
-                    if any(t["key"] == key for t in n["spec"].get("taints") or [])]
-        self.reserved_idle_gpu_hours += sum(self.ledger.free[node][0] for node in reserved) \
+        config = self.reservation.config
+        self.reserved_for = {
+            n["metadata"]["name"]: n["metadata"]["annotations"][config["podAnnotation"]]
+            .partition("/")[2] for n in self.kube.list("v1", "Node")
+            if any(t["key"] == config["taintKey"] for t in n["spec"].get("taints") or [])}
+        self.reserved_idle_gpu_hours += sum(self.ledger.free[node][0]
+                                            for node in self.reserved_for) \
             * self.reservation.interval
 
     def compact(self, now: float) -> None:
@@ -337,7 +341,8 @@ class RealCluster(Backend):
             # A finished pod's claim is released by the resource-claim controller a moment
             # later: until then the scheduler sees its GPUs taken.
             return f"claims allocate {allocated}, the pods hold {self.ledger.gpus_held()}"
-        fitting = [r.name for r in self.placeable() if self.ledger.fits_somewhere(r.task)]
+        fitting = [r.name for r in self.placeable() if self.ledger.fits_somewhere(
+            r.task, excluding=[n for n, pod in self.reserved_for.items() if pod != r.name])]
         if fitting:
             return f"waiting pods that fit on a node: {fitting[:5]}"
         if self.preemptible_jobs:

@@ -12,7 +12,13 @@ import pytest
 
 from components.gpu_reservation import ENDED_ANNOTATION, TAINT_KEY, UNTIL_ANNOTATION
 from tests.kit.cluster.controlplane import wait_until
-from tests.kit.cluster.nodes_and_pods import create_gpu_node, ensure_namespace, placement, pod
+from tests.kit.cluster.nodes_and_pods import (
+    create_gpu_node,
+    ensure_namespace,
+    lands,
+    placement,
+    pod,
+)
 from tests.kit.cluster.reservation_run import (
     apply_reservation,
     declared_reservation,
@@ -93,7 +99,7 @@ def test_the_node_freeing_soonest_is_kept_for_the_whole_node_pod_until_it_lands(
     assert placement(cluster.admin, NAMESPACE, "one") in {"gpu-a", "gpu-c", "gpu-d"}
 
     end(cluster, "gpu-b")
-    assert placement(cluster.admin, NAMESPACE, "whole-node", timeout=60) == "gpu-b"
+    assert lands(cluster.admin, NAMESPACE, "whole-node") == "gpu-b"
     assert "gpu-b: released, batch/whole-node landed or is gone" in run(cluster, settings)
     assert reservation(cluster, "gpu-b") is None
     assert len(cluster.admin.list("v1", "Pod", NAMESPACE)) == sum(BUSY.values()) - 2 + 3, \

@@ -159,6 +159,12 @@ def pod_spec(*, gpus: int = 0, scheduler: str | None = None,
     return spec
 
 
+def lands(kube: Kube, namespace: str, name: str, timeout: float = 60.0) -> str:
+    """The node a pod that waits is bound to once its scheduler places it."""
+    return wait_until(lambda: kube.get("v1", "Pod", name, namespace)["spec"].get("nodeName"),
+                      f"{namespace}/{name} to be bound", timeout=timeout, interval=0.2)
+
+
 def placement(kube: Kube, namespace: str, name: str, timeout: float = 30.0,
               poll: float = 0.1) -> str | None:
     """The node the pod was bound to, or None once its scheduler reports it unschedulable."""

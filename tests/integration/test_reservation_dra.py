@@ -1,0 +1,101 @@
+"""Reservation where features meet: the DRA path on Kubernetes 1.37.2 (GPUs in NVIDIA's
+driver's ResourceSlices, allocated through claims), with admission's webhooks in front and two
+teams whose workloads the real Kueue admits. A team's whole-node pod, admitted within its quota
+and waiting because every node is partly busy, gets the node with the fewest GPUs allocated;
+the run's toleration passes admission and Kueue; a pod that would have refilled that node waits
+instead, and the whole-node pod lands once the node has emptied.
+
+The busy state is made the way churn makes it: nodes cordoned while pods start, so they land
+on nodes the binpack scheduler would not have chosen, then uncordoned."""
+
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import pytest
+
+from components.base.facts import GPU_RESOURCE
+from tests.kit import tools
+from tests.kit.cluster.controlplane import ControlPlane, wait_until
+from tests.kit.cluster.dra_driver import driver_user, operator_grants
+from tests.kit.cluster.fake_kubelet import cordon
+from tests.kit.cluster.nodes_and_pods import (
+    create_dra_gpu_node,
+    ensure_namespace,
+    lands,
+    placement,
+    pod,
+)
+from tests.kit.cluster.reservation_run import (
+    declared_reservation,
+    reservation_run,
+    reservation_settings,
+)
+from tests.kit.cluster.running_platform import RunningPlatform, run_platform
+from tests.kit.stacks import with_changes
+
+KUBERNETES = tools.DRA_KUBERNETES_VERSION
+# Webhooks are called at their Services' ready endpoints (conftest.control_plane).
+APISERVER_ARGS = ("--enable-aggregator-routing=true",)
+RESEARCH, OUTSIDE = "research", "batch"
+# GPUs allocated on each node at the start: none has 8 free, and only gpu-2 has 4.
+BUSY = {"gpu-1": 6, "gpu-2": 2, "gpu-3": 5}
+STACK = with_changes(
+    kubernetesVersion=KUBERNETES, gpuNodes={"names": list(BUSY)}, gpuOperator={"gpuPath": "dra"},
+    reservation={"enabled": True},
+    teams={"enabled": True, "gpuPodsOutsideTeams": "admit",
+           "teams": [{"name": RESEARCH, "namespaces": [RESEARCH],
+                      "quota": {"gpu": {GPU_RESOURCE: 16}}}]})
+
+
+@pytest.fixture(scope="module")
+def platform(control_plane: ControlPlane) -> Iterator[RunningPlatform]:
+    cp, kube = control_plane, control_plane.admin
+    with ExitStack() as stack:
+        running = run_platform(stack, cp, STACK, before_pods=operator_grants(cp),
+                               controllers=("resourceclaim-controller",))
+        driver = cp.impersonating(driver_user(running.settings))
+        for node in BUSY:
+            create_dra_gpu_node(kube, running.settings, node, 8, driver)
+        ensure_namespace(kube, OUTSIDE)
+        for node, gpus in BUSY.items():
+            cordon(kube, [n for n in BUSY if n != node], True)
+            for index in range(gpus):
+                gpu_pod(running, OUTSIDE, f"{node}-{index}", 1)
+                assert placement(kube, OUTSIDE, f"{node}-{index}") == node
+            cordon(kube, BUSY, False)
+        yield running
+
+
+def gpu_pod(platform: RunningPlatform, namespace: str, name: str, gpus: int) -> dict:
+    return platform.kube.create(pod(name, namespace, gpus=gpus, settings=platform.settings,
+                                    scheduler=platform.settings.scheduler.name))
+
+
+def unschedulable(platform: RunningPlatform, namespace: str, name: str) -> bool:
+    conditions = platform.kube.get("v1", "Pod", name, namespace)["status"].get("conditions", [])
+    return any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
+               for c in conditions)
+
+
+def test_a_teams_whole_node_pod_gets_a_node_kept_on_the_dra_path(platform):
+    kube = platform.kube
+    settings = reservation_settings(platform.settings, wait_before="0s", wait_before_seconds=0.0)
+    objects = declared_reservation(settings)     # its ServiceAccount's rights as declared
+    big = gpu_pod(platform, RESEARCH, "whole-node", 8)
+    wait_until(lambda: unschedulable(platform, RESEARCH, "whole-node"),
+               "Kueue to admit the whole-node pod and the scheduler to find no node", timeout=60)
+    printed = reservation_run(platform.cp, objects, settings)
+    assert f"gpu-2: reserved for {RESEARCH}/whole-node (2 of its 8 GPUs in use)" in printed
+    taints = kube.get("v1", "Node", "gpu-2")["spec"]["taints"]
+    assert {"key": "gpu-platform.io/reserved-for", "value": big["metadata"]["uid"],
+            "effect": "NoSchedule"} in taints
+
+    gpu_pod(platform, OUTSIDE, "four", 4)
+    wait_until(lambda: unschedulable(platform, OUTSIDE, "four"),
+               "the 4-GPU pod to find no node but the reserved one", timeout=30)
+    for index in range(BUSY["gpu-2"]):
+        kube.delete("v1", "Pod", f"gpu-2-{index}", OUTSIDE)
+    assert lands(kube, RESEARCH, "whole-node") == "gpu-2"
+    assert "gpu-2: released" in reservation_run(platform.cp, objects, settings)
+    assert not [t for t in kube.get("v1", "Node", "gpu-2")["spec"]["taints"]
+                if t["key"] == "gpu-platform.io/reserved-for"]
