@@ -416,6 +416,9 @@ def contended_seeds(count: int, trace_of: Callable[[int], Trace],
     return found
 
 
+REFERENCE = "reference (repacking)"
+
+
 def reference(trace: Trace, nodes: dict[str, NodeShape]) -> Outcome:
-    return play("reference (repacking)", trace, RepackingReference(nodes).with_services(trace),
+    return play(REFERENCE, trace, RepackingReference(nodes).with_services(trace),
                 sum(s.gpus for s in nodes.values()))

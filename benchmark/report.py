@@ -10,6 +10,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from benchmark import binpack
 from components.teams.settings import DEFAULT_QUEUEING_STRATEGY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,6 +101,45 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def reservation_table(rows: list[dict]) -> str:
+    """The replays with reservation, each against the same seed's reference and the shipped
+    profile's replay on the same GPU path without reservation: what the issue's targets are
+    stated in."""
+    def of(row: dict, scheduler: str) -> dict | None:
+        return next((r for r in rows if r["scheduler"] == scheduler and all(
+            r.get(k) == row.get(k) for k in ("mix", "nodes", "seed"))), None)
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a is not None and b else None
+
+    lines = ["| mix | scheduler | seeds | GPU-time vs reference | 8-GPU p95 wait vs reference: "
+             "with / without reservation | 1-GPU p95 wait, min: with / without | "
+             "reservations, expired | GPU-hours held idle on reserved nodes |",
+             "|" + " --- |" * 2 + " ---: |" * 6]
+    groups: dict = {}
+    for row in rows:
+        if "reservations" in row:
+            groups.setdefault((row["mix"], row["scheduler"]), []).append(row)
+    for (mix, scheduler), group in groups.items():
+        path = scheduler.rpartition(")")[2]     # the GPU path's part of the label
+        pairs = [(r, of(r, binpack.REFERENCE), of(r, scheduler.partition(" + ")[0] + path))
+                 for r in group]
+        with_ = [ratio(r["wait_p95_8"], ref["wait_p95_8"]) for r, ref, _ in pairs if ref]
+        without = [ratio(plain["wait_p95_8"], ref["wait_p95_8"])
+                   for _, ref, plain in pairs if ref and plain]
+        idle = [r["reserved_idle_gpu_hours"] / (r["gpus"] * r["samples"][-1][0]) for r in group]
+        lines.append(
+            f"| {mix} | {scheduler} | {len(group)} | "
+            f"{spread([100 * r['delivered_share'] for r in group], '.1f')}% | "
+            f"{spread(with_, '.2f')} / {spread(without, '.2f')} | "
+            f"{hours([r['wait_p95_1'] for r in group])} / "
+            f"{hours([plain['wait_p95_1'] for _, _, plain in pairs if plain])} | "
+            f"{spread([r['reservations'] for r in group], '.0f')}, "
+            f"{spread([r['reservations_expired'] for r in group], '.0f')} | "
+            f"{spread([100 * v for v in idle], '.1f')}% |")
+    return "\n".join(lines)
+
+
 def results_page(rows: list[dict]) -> str:
     """docs/benchmarks/results.md: every replay configuration of runs.jsonl, one row each."""
     return f"""# Binpack benchmark: every replay
@@ -130,6 +170,20 @@ seeds in brackets; columns as in [every replay](results.md). The method and what
 show: [the benchmark's page](README.md#contended-traces).
 
 {table(rows)}
+{reserving(rows)}"""
+
+
+def reserving(rows: list[dict]) -> str:
+    if not any("reservations" in r for r in rows):
+        return ""
+    return f"""
+## Reservation by attrition
+
+Each replay with reservation against the same seed's reference and the shipped profile's replay
+without it on the same GPU path; GPU-hours held idle as a share of the cluster's GPU-hours
+([Reservation by attrition](../concepts/reservation.md)).
+
+{reservation_table(rows)}
 """
 
 

@@ -46,7 +46,7 @@ def cluster(control_plane_with_schedulers, example_settings):
 @pytest.fixture(scope="module")
 def settings(example_settings):
     # Runs are started by the test: no minute-long wait between them.
-    return reservation_settings(example_settings, wait_before="0s", wait_before_seconds=0.0)
+    return reservation_settings(example_settings, wait_before="0s")
 
 
 def run(cp, settings) -> str:
@@ -107,7 +107,7 @@ def test_the_node_freeing_soonest_is_kept_for_the_whole_node_pod_until_it_lands(
 
 
 def test_an_expired_reservation_releases_the_node_and_the_pod_waits_again(cluster, settings):
-    brief = reservation_settings(settings, expire_after="1s", expire_after_seconds=1.0)
+    brief = reservation_settings(settings, expire_after="1s")
     gpu_pod(cluster, brief, "expires", 8)
     waits(cluster, "expires")
     assert "reserved for batch/expires" in run(cluster, brief)

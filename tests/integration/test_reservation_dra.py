@@ -79,7 +79,7 @@ def unschedulable(platform: RunningPlatform, namespace: str, name: str) -> bool:
 
 def test_a_teams_whole_node_pod_gets_a_node_kept_on_the_dra_path(platform):
     kube = platform.kube
-    settings = reservation_settings(platform.settings, wait_before="0s", wait_before_seconds=0.0)
+    settings = reservation_settings(platform.settings, wait_before="0s")
     objects = declared_reservation(settings)     # its ServiceAccount's rights as declared
     big = gpu_pod(platform, RESEARCH, "whole-node", 8)
     wait_until(lambda: unschedulable(platform, RESEARCH, "whole-node"),

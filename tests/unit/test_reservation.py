@@ -41,7 +41,8 @@ def config():
 def node(name: str, used: int, gpus: int = 8, **fields) -> NodeView:
     return NodeView(**{"name": name, "gpus": gpus, "used": used, "schedulable": True,
                        "taints": (GPU_TAINT,), "reserved_for": None, "reserved_pod": None,
-                       "reserved_until": None, "frees_at": None, "newest_start": 0.0, **fields})
+                       "reserved_until": None, "frees_at": None, "serving": 0, "newest_start": 0.0,
+                       **fields})
 
 
 def waiting(name: str, gpus: int = 8, waited: float = HOUR) -> Waiting:
@@ -63,6 +64,23 @@ def test_declared_run_time_limits_rank_first(config):
     whose pods may run on."""
     nodes = [node("a", 2), node("b", 6, frees_at=NOW + 600), node("c", 4, frees_at=NOW + 60)]
     assert reserved(plan(config, nodes, [waiting("big")], NOW)) == {"c": "big"}
+
+
+def test_a_node_holding_a_serving_pod_ranks_after_nodes_of_batch_pods_only(config):
+    """A Deployment's replica ends only when scaled down: its node may never empty."""
+    nodes = [node("serving", 1, serving=1), node("batch", 5)]
+    assert reserved(plan(config, nodes, [waiting("big")], NOW)) == {"batch": "big"}
+
+
+def test_a_reservation_moves_to_a_node_that_has_come_to_hold_fewer_gpus(config):
+    """Pods ended elsewhere: that node will free sooner than the one kept, whose end the
+    moved reservation keeps."""
+    kept = node("kept", 5, reserved_for="uid-big", reserved_pod="ml/big",
+                reserved_until=NOW + HOUR)
+    steps = plan(config, [kept, node("emptier", 2), node("busy", 7)], [waiting("big")], NOW)
+    assert [(s.action, s.node, s.until) for s in steps] == [
+        ("release", "kept", None), ("reserve", "emptier", NOW + HOUR)]
+    assert plan(config, [kept, node("as-busy", 5)], [waiting("big")], NOW) == []
 
 
 def test_no_reservation_before_the_wait_for_small_pods_or_where_a_node_is_free(config):

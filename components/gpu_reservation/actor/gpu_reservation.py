@@ -86,6 +86,7 @@ class NodeView:
     reserved_pod: str | None        # namespace/name
     reserved_until: float | None
     frees_at: float | None          # every GPU pod's run time limit ends by then
+    serving: int                    # GPU pods that run until scaled down (ReplicaSet's...)
     newest_start: float             # of its GPU pods (0 when none)
 
 
@@ -137,18 +138,32 @@ def cap(config: Config, gpu_nodes: int) -> int:
                                        math.floor(config["maxShare"] * gpu_nodes)))
 
 
-def soonest(node: NodeView) -> tuple[float, int, float]:
-    """A node's rank: the one that will free soonest first."""
-    return (node.frees_at if node.frees_at is not None else math.inf, node.used,
-            node.newest_start)
+def soonest(node: NodeView) -> tuple[float, int, int]:
+    """A node's rank: the one that will free soonest first. A serving pod ends only when
+    scaled down, so a node holding one frees later than any holding batch pods only."""
+    return (node.frees_at if node.frees_at is not None else math.inf, node.serving,
+            node.used)
+
+
+def candidates(pod: Waiting, nodes: list[NodeView]) -> list[NodeView]:
+    """The nodes that could be kept for `pod`: large enough, schedulable, taints tolerated."""
+    return [n for n in nodes if n.gpus >= pod.gpus and n.schedulable
+            and all(tolerates(pod.tolerations, t) for t in n.taints)]
+
+
+def best(nodes: list[NodeView]) -> NodeView:
+    """The node that will free soonest; of equals, the one whose newest pod is oldest."""
+    return min(nodes, key=lambda n: (soonest(n), n.newest_start, n.name))
 
 
 def plan(config: Config, nodes: list[NodeView], waiting: list[Waiting], now: float
          ) -> list[Step]:
-    """What a run does: releases first, then reservations, oldest waiting pod first."""
+    """What a run does: releases first (a reservation moved to a node that will free sooner
+    among them), then reservations, oldest waiting pod first."""
     by_uid = {pod.uid: pod for pod in waiting}
     steps: list[Step] = []
     kept: set[str] = set()
+    open_nodes = [n for n in nodes if n.reserved_for is None]
     for node in nodes:
         if node.reserved_for is None:
             continue
@@ -156,13 +171,23 @@ def plan(config: Config, nodes: list[NodeView], waiting: list[Waiting], now: flo
         if pod is None:
             steps.append(Step("release", node.name, None,
                               f"{node.reserved_pod or 'its pod'} landed or is gone"))
-        elif node.reserved_until is not None and now >= node.reserved_until:
+            continue
+        if node.reserved_until is not None and now >= node.reserved_until:
             steps.append(Step("release", node.name, pod,
                               f"expired after {config['expireAfter']}"))
-        else:
-            kept.add(pod.uid)
+            continue
+        kept.add(pod.uid)
+        # Another node has come to hold fewer GPUs (or to end sooner): the reservation moves
+        # there, with its end unchanged; the node it leaves takes pods again.
+        better = [n for n in candidates(pod, open_nodes) if soonest(n) < soonest(node)]
+        if better:
+            target = best(better)
+            open_nodes.remove(target)
+            steps += [Step("release", node.name, None, f"moved to {target.name}"),
+                      Step("reserve", target.name, pod,
+                           f"{target.used} of its {target.gpus} GPUs in use, against "
+                           f"{node.used} on {node.name}", until=node.reserved_until)]
     free_slots = cap(config, sum(1 for n in nodes if n.gpus)) - len(kept)
-    open_nodes = [n for n in nodes if n.reserved_for is None]
     for pod in sorted(waiting, key=lambda p: (p.waiting_since, p.key)):
         if (pod.uid in kept or pod.gpus < config["minGpus"]
                 or now - pod.waiting_since < config["waitBeforeSeconds"]):
@@ -171,11 +196,10 @@ def plan(config: Config, nodes: list[NodeView], waiting: list[Waiting], now: flo
             steps.append(Step("report", None, pod, f"no GPU node holds {pod.gpus} GPUs "
                               f"(the largest holds {max((n.gpus for n in nodes), default=0)})"))
             continue
-        fits = [n for n in open_nodes if n.gpus >= pod.gpus and n.schedulable
-                and all(tolerates(pod.tolerations, t) for t in n.taints)]
+        fits = candidates(pod, open_nodes)
         if free_slots <= 0 or not fits or any(n.gpus - n.used >= pod.gpus for n in fits):
             continue
-        node = min(fits, key=lambda n: (soonest(n), n.name))
+        node = best(fits)
         open_nodes.remove(node)
         free_slots -= 1
         steps.append(Step("reserve", node.name, pod,
@@ -209,6 +233,15 @@ def waiting_pods(config: Config, pods: list[dict], devices: DeviceView | None,
     return found
 
 
+# Controllers whose pods run until scaled down.
+SERVING_OWNERS = ("ReplicaSet", "StatefulSet", "LeaderWorkerSet")
+
+
+def serves(pod: dict) -> bool:
+    return any(o.get("controller") and o["kind"] in SERVING_OWNERS
+               for o in pod["metadata"].get("ownerReferences") or [])
+
+
 def node_views(config: Config, nodes: list[dict], pods: list[dict],
                devices: DeviceView | None) -> list[NodeView]:
     held = gpus_held(pods, config["gpuResource"], devices)
@@ -236,6 +269,7 @@ def node_views(config: Config, nodes: list[dict], pods: list[dict],
             reserved_pod=annotations.get(config["podAnnotation"]),
             reserved_until=parse_time(annotations.get(config["untilAnnotation"])),
             frees_at=max(limits) if on_node and len(limits) == len(on_node) else None,
+            serving=sum(1 for p in on_node if serves(p)),
             newest_start=max(starts, default=0.0)))
     return views
 
@@ -297,12 +331,11 @@ def act(api: Api, config: Config, step: Step, now: float) -> str:
         return f"{step.node}: released, {step.why}"
     assert pod is not None and step.until is not None
     # The toleration first: a node reserved for a pod that cannot go there would only idle.
-    api.ok("PATCH", pod_path, {
-        "metadata": {"uid": pod.uid},
-        "spec": {"tolerations": [*pod.tolerations, {"key": key, "operator": "Equal",
-                                                   "value": pod.uid,
-                                                   "effect": "NoSchedule"}]}},
-        "application/strategic-merge-patch+json")
+    toleration = {"key": key, "operator": "Equal", "value": pod.uid, "effect": "NoSchedule"}
+    if toleration not in pod.tolerations:
+        api.ok("PATCH", pod_path, {"metadata": {"uid": pod.uid},
+                                   "spec": {"tolerations": [*pod.tolerations, toleration]}},
+               "application/strategic-merge-patch+json")
     patch_node(api, step.node, lambda taints: [*[t for t in taints if t["key"] != key],
                                                {"key": key, "value": pod.uid,
                                                 "effect": "NoSchedule"}],
