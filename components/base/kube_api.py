@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import ssl
+import time
 import urllib.error
 import urllib.request
 from argparse import ArgumentParser, Namespace
 from datetime import UTC, datetime
 
 IN_CLUSTER = "/var/run/secrets/kubernetes.io/serviceaccount"
+# An event's note is at most 1 kB.
+NOTE_BYTES = 1024
 
 
 class Api:
@@ -22,7 +26,7 @@ class Api:
     def __init__(self, server: str, token: str, context: ssl.SSLContext):
         self.server, self.token, self.context = server, token, context
 
-    def call(self, method: str, path: str, body: dict | list | None = None,
+    def call(self, method: str, path: str, body: dict | None = None,
              content_type: str = "application/json") -> tuple[int, dict]:
         request = urllib.request.Request(
             self.server + path, method=method,
@@ -39,7 +43,7 @@ class Api:
             except ValueError:
                 return error.code, {"message": text}
 
-    def ok(self, method: str, path: str, body: dict | list | None = None,
+    def ok(self, method: str, path: str, body: dict | None = None,
            content_type: str = "application/json") -> dict:
         status, answer = self.call(method, path, body, content_type)
         if status >= 300:
@@ -76,3 +80,18 @@ def parse_time(text: str | None) -> float | None:
 
 def format_time(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def event(controller: str, regarding: dict, namespace: str, reason: str, kind: str,
+          action: str, note: str, now: float) -> dict:
+    """An events.k8s.io/v1 Event of `controller` about `regarding` (an object reference)."""
+    micro = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {"apiVersion": "events.k8s.io/v1", "kind": "Event",
+            # Named as client-go's recorder names events: the object's name and a timestamp.
+            "metadata": {"name": f"{regarding['name'][:200]}.{time.time_ns():x}",
+                         "namespace": namespace},
+            "eventTime": micro, "type": kind, "reason": reason, "action": action,
+            "reportingController": controller,
+            "reportingInstance": (os.environ.get("HOSTNAME") or socket.gethostname())[:128],
+            "regarding": regarding,
+            "note": note.encode()[:NOTE_BYTES].decode(errors="ignore")}

@@ -129,6 +129,20 @@ def role_binding(kind: str, name: str, role_kind: str, role: str, account: dict,
             "subjects": [account]}
 
 
+def account_with_cluster_role(name: str, namespace_: str, component: str,
+                              rules: list[dict]) -> list[dict]:
+    """A ServiceAccount `name` and a ClusterRole of `rules` bound to it, all named `name`."""
+    meta_labels = labels(name, component)
+    account = {"kind": "ServiceAccount", "name": name, "namespace": namespace_}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": name, "namespace": namespace_, "labels": meta_labels}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": name, "labels": meta_labels}, "rules": rules},
+        role_binding("ClusterRoleBinding", name, "ClusterRole", name, account, meta_labels),
+    ]
+
+
 def container_resources(resources) -> dict:
     """A container's `resources` from ContainerResources settings (empty parts left out)."""
     return {key: value for key, value in resources.model_dump().items() if value}

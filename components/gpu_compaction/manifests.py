@@ -81,19 +81,8 @@ def compaction_rules() -> list[dict]:
 
 def rbac_objects(inputs: GpuCompactionInputs) -> list[dict]:
     compaction = inputs.compaction
-    meta_labels = manifests.labels(compaction.name, COMPONENT)
-    account = {"kind": "ServiceAccount", "name": compaction.name,
-               "namespace": compaction.namespace}
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": compaction.name, "namespace": compaction.namespace,
-                      "labels": meta_labels}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": {"name": compaction.name, "labels": meta_labels},
-         "rules": compaction_rules()},
-        manifests.role_binding("ClusterRoleBinding", compaction.name, "ClusterRole",
-                               compaction.name, account, meta_labels),
-    ]
+    return manifests.account_with_cluster_role(compaction.name, compaction.namespace,
+                                               COMPONENT, compaction_rules())
 
 
 def config_map(inputs: GpuCompactionInputs) -> dict:

@@ -2,9 +2,8 @@
 ConfigMap with the run's settings and script, and the CronJob."""
 
 import json
-from pathlib import Path
 
-from ..base import manifests
+from ..base import kube_api, manifests
 from ..base.facts import KUEUE_API
 from .actor import gpu_reclaim
 from .actor.gpu_reclaim import Config, Policy
@@ -13,7 +12,7 @@ from .inputs import GpuReclaimInputs
 COMPONENT = "reclaim"
 CONFIG_DIR = "/reclaim"
 CONFIG_FILE = "config.json"
-SCRIPT = Path(gpu_reclaim.__file__).name
+MODULES = (gpu_reclaim, kube_api)
 # When a pod was first reported idle (RFC 3339), written by the run on the pod.
 REPORTED_ANNOTATION = "gpu-platform.io/idle-reported-at"
 # Where the action is evict, when the reported pod may be evicted if still idle (RFC 3339),
@@ -122,19 +121,20 @@ def config_map(inputs: GpuReclaimInputs) -> dict:
     reclaim = inputs.reclaim
     return manifests.config_map(reclaim.name, reclaim.namespace, COMPONENT, reclaim.name,
                                 {CONFIG_FILE: json.dumps(actor_config(inputs), indent=1),
-                                 SCRIPT: Path(gpu_reclaim.__file__).read_text()})
+                                 **manifests.python_module_files(*MODULES)})
 
 
 def cron_job(inputs: GpuReclaimInputs) -> dict:
     reclaim = inputs.reclaim
-    mount, volume = manifests.config_map_mount("reclaim", CONFIG_DIR, reclaim.name)
-    container = manifests.python_script_container(
-        "reclaim", inputs.image(reclaim.image), f"{CONFIG_DIR}/{SCRIPT}",
+    data = config_map(inputs)["data"]
+    mount, volume = manifests.python_modules_mount("reclaim", CONFIG_DIR, reclaim.name, data)
+    container = manifests.python_module_container(
+        "reclaim", inputs.image(reclaim.image), CONFIG_DIR, gpu_reclaim,
         [f"--config={CONFIG_DIR}/{CONFIG_FILE}"], reclaim.resources, [mount])
     # Its runs never overlap: two would report, or evict, the same pods.
     return manifests.cron_job(
         reclaim.name, reclaim.namespace, COMPONENT, reclaim.schedule, RUN_DEADLINE_SECONDS,
-        {CONFIG_HASH_ANNOTATION: manifests.content_hash(config_map(inputs)["data"])},
+        {CONFIG_HASH_ANNOTATION: manifests.content_hash(data)},
         {"containers": [container], "volumes": [volume]})
 
 

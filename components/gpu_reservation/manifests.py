@@ -62,19 +62,8 @@ def reservation_rules(inputs: GpuReservationInputs) -> list[dict]:
 
 def rbac_objects(inputs: GpuReservationInputs) -> list[dict]:
     reservation = inputs.reservation
-    meta_labels = manifests.labels(reservation.name, COMPONENT)
-    account = {"kind": "ServiceAccount", "name": reservation.name,
-               "namespace": reservation.namespace}
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": reservation.name, "namespace": reservation.namespace,
-                      "labels": meta_labels}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": {"name": reservation.name, "labels": meta_labels},
-         "rules": reservation_rules(inputs)},
-        manifests.role_binding("ClusterRoleBinding", reservation.name, "ClusterRole",
-                               reservation.name, account, meta_labels),
-    ]
+    return manifests.account_with_cluster_role(reservation.name, reservation.namespace,
+                                               COMPONENT, reservation_rules(inputs))
 
 
 def config_map(inputs: GpuReservationInputs) -> dict:

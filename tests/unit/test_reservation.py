@@ -2,15 +2,12 @@
 for which waiting pod and when it is released, and the CronJob's modules running from the
 ConfigMap's layout alone."""
 
-import json
-import subprocess
-import sys
 
 import pytest
 
 from components import gpu_operator
 from components.gpu_operator import values as gpu_operator_values
-from components.gpu_reservation import TAINT_KEY, actor_config, reservation_objects
+from components.gpu_reservation import TAINT_KEY, actor_config
 from components.gpu_reservation.actor.gpu_reservation import (
     NodeView,
     Waiting,
@@ -19,7 +16,6 @@ from components.gpu_reservation.actor.gpu_reservation import (
 )
 from components.platform.settings import StackSettings
 from components.platform.wiring import component_inputs
-from tests.kit.cluster.declared_objects import find
 from tests.kit.stacks import with_changes
 
 HOUR = 3600.0
@@ -144,26 +140,3 @@ def test_tolerations_match_as_the_scheduler_matches_them():
     assert not tolerates(({"key": TAINT_KEY, "operator": "Exists", "effect": "NoExecute"},),
                          taint)
     assert tolerates((), {**taint, "effect": "PreferNoSchedule"})
-
-
-def test_the_cron_job_runs_its_modules_from_the_config_map_alone(tmp_path):
-    """The ConfigMap's items put each module at its import path; the run starts there with the
-    standard library only (none of the program's packages, nothing installed)."""
-    objects = reservation_objects(reservation_inputs())
-    config_map = find(objects, "ConfigMap", "gpu-reservation")
-    job = find(objects, "CronJob", "gpu-reservation")["spec"]["jobTemplate"]["spec"]["template"]
-    volume = job["spec"]["volumes"][0]["configMap"]
-    for item in volume["items"]:
-        path = tmp_path / item["path"]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(config_map["data"][item["key"]])
-    container = job["spec"]["containers"][0]
-    env = {e["name"]: e["value"].replace("/reservation", str(tmp_path))
-           for e in container["env"]}
-    command = [sys.executable, "-S", *container["command"][1:], "--help"]
-    run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=30)
-    assert run.returncode == 0, run.stderr
-    assert "One reservation run" in run.stdout
-    written = json.loads((tmp_path / "config.json").read_text())
-    assert written["taintKey"] == TAINT_KEY and written["minGpus"] == 8

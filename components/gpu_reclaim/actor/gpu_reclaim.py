@@ -37,23 +37,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
-import ssl
 import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TypedDict
 
-IN_CLUSTER = "/var/run/secrets/kubernetes.io/serviceaccount"
+from components.base.kube_api import (
+    Api,
+    add_connection_arguments,
+    connect,
+    event,
+    format_time,
+    parse_time,
+)
+
 IDLE, EVICTED, REFUSED = "GpuIdle", "GpuIdleEvicted", "GpuIdleEvictionRefused"
 KEPT_ALIVE = "GpuIdleKeptAlive"
-# An event's note is at most 1 kB.
-NOTE_BYTES = 1024
 # Owners followed up from a pod's controller to find its Workload: a TrainJob's pod is its
 # JobSet's Job's, two hops above the Job.
 MAX_OWNER_HOPS = 2
@@ -105,19 +107,6 @@ class Decision:
     why: str
     gpus: int = 0
     reported_at: float | None = None
-
-
-def parse_time(text: str) -> float | None:
-    """An RFC 3339 time (as the API server and this script write them), in seconds; None if it
-    is not one."""
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except (ValueError, AttributeError):
-        return None
-
-
-def format_time(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def format_duration(seconds: float) -> str:
@@ -248,21 +237,6 @@ def controller(pod: dict) -> dict | None:
                  if ref.get("controller")), None)
 
 
-def event(config: Config, regarding: dict, namespace: str, reason: str, kind: str,
-          action: str, note: str, now: float) -> dict:
-    """An events.k8s.io/v1 Event about `regarding` (an object reference)."""
-    micro = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return {"apiVersion": "events.k8s.io/v1", "kind": "Event",
-            # Named as client-go's recorder names events: the object's name and a timestamp.
-            "metadata": {"name": f"{regarding['name'][:200]}.{time.time_ns():x}",
-                         "namespace": namespace},
-            "eventTime": micro, "type": kind, "reason": reason, "action": action,
-            "reportingController": config["controller"],
-            "reportingInstance": (os.environ.get("HOSTNAME") or socket.gethostname())[:128],
-            "regarding": regarding,
-            "note": note.encode()[:NOTE_BYTES].decode(errors="ignore")}
-
-
 def regarding(pod: dict) -> list[dict]:
     """The pod and its controller, as events refer to them."""
     meta = pod["metadata"]
@@ -276,35 +250,6 @@ def regarding(pod: dict) -> list[dict]:
 
 
 # --- in the CronJob's pod ----------------------------------------------------------------------
-
-class Api:
-    def __init__(self, server: str, token: str, context: ssl.SSLContext):
-        self.server, self.token, self.context = server, token, context
-
-    def call(self, method: str, path: str, body: dict | None = None,
-             content_type: str = "application/json") -> tuple[int, dict]:
-        request = urllib.request.Request(
-            self.server + path, method=method,
-            data=json.dumps(body).encode() if body is not None else None,
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": content_type,
-                     "Accept": "application/json"})
-        try:
-            with urllib.request.urlopen(request, context=self.context, timeout=30) as reply:
-                return reply.status, json.load(reply)
-        except urllib.error.HTTPError as error:
-            text = error.read().decode(errors="replace")
-            try:
-                return error.code, json.loads(text)
-            except ValueError:
-                return error.code, {"message": text}
-
-    def ok(self, method: str, path: str, body: dict | None = None,
-           content_type: str = "application/json") -> dict:
-        status, answer = self.call(method, path, body, content_type)
-        if status >= 300:
-            raise RuntimeError(f"{method} {path}: {status} {answer.get('message', answer)}")
-        return answer
-
 
 def query_idle(url: str, query: str) -> dict[tuple[str, str], int]:
     """Prometheus' answer to the idle query, now."""
@@ -476,8 +421,8 @@ def act(api: Api, config: Config, decision: Decision, pod: dict, now: float,
             note = report_note(config, decision, pod)
             reason, action, what, outcome = IDLE, "Report", "report", "reported"
         for ref in regarding(pod):
-            api.ok("POST", events, event(config, ref, namespace, reason, "Normal", action,
-                                         note, now))
+            api.ok("POST", events, event(config["controller"], ref, namespace, reason,
+                                         "Normal", action, note, now))
         if not annotate(api, path, reported):
             return f"gone before its {what} was recorded"
         return outcome
@@ -497,8 +442,8 @@ def act(api: Api, config: Config, decision: Decision, pod: dict, now: float,
                     f"ago, but its eviction was refused: {answer.get('message', '')}. Tried "
                     f"again next run.")
             for ref in regarding(pod):
-                api.ok("POST", events, event(config, ref, namespace, REFUSED, "Warning",
-                                             "Evict", note, now))
+                api.ok("POST", events, event(config["controller"], ref, namespace, REFUSED,
+                                             "Warning", "Evict", note, now))
             return "eviction refused by a disruption budget"
         if status == 404:
             return "gone before its eviction"
@@ -521,8 +466,8 @@ def act(api: Api, config: Config, decision: Decision, pod: dict, now: float,
             note = f"Pod {namespace}/{name} was evicted: {idle}."
             outcome = "evicted"
         for ref in regarding(pod):
-            api.ok("POST", events, event(config, ref, namespace, EVICTED, "Normal", "Evict",
-                                         note, now))
+            api.ok("POST", events, event(config["controller"], ref, namespace, EVICTED,
+                                         "Normal", "Evict", note, now))
         return outcome
     policy = config["policies"][namespace]
     if decision.reported_at is not None and policy["action"] == "evict":
@@ -557,17 +502,11 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--config", required=True, help="the run's settings (JSON)")
     parser.add_argument("--prometheus-url", help="instead of the configured one")
-    parser.add_argument("--server", default="https://{}:{}".format(
-        os.environ.get("KUBERNETES_SERVICE_HOST", ""),
-        os.environ.get("KUBERNETES_SERVICE_PORT", "")))
-    parser.add_argument("--token-file", default=f"{IN_CLUSTER}/token")
-    parser.add_argument("--ca-file", default=f"{IN_CLUSTER}/ca.crt")
+    add_connection_arguments(parser)
     args = parser.parse_args(argv)
     with open(args.config) as f:
         config = json.load(f)
-    with open(args.token_file) as f:
-        token = f.read().strip()
-    api = Api(args.server, token, ssl.create_default_context(cafile=args.ca_file))
+    api = connect(args)
     actions = sorted({policy["action"] for policy in config["policies"].values()})
     if "evict" in actions:
         for workload in put_back_left(api, config):

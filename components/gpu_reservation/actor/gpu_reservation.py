@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypedDict
 
+from components.base import kube_api
 from components.base.gpu_count import ENDED, DeviceView, gpus_held, node_gpus, pod_gpus
 from components.base.kube_api import (
     Api,
@@ -42,8 +43,6 @@ from components.base.kube_api import (
 )
 
 RESERVED, RELEASED, UNPLACEABLE = "GpuNodeReserved", "GpuNodeReservationEnded", "GpuNodeTooSmall"
-# An event's note is at most 1 kB.
-NOTE_BYTES = 1024
 
 
 class Dra(TypedDict):
@@ -277,15 +276,9 @@ def node_views(config: Config, nodes: list[dict], pods: list[dict],
 # --- acting on it -------------------------------------------------------------------------------
 
 def event(config: Config, pod: Waiting, reason: str, note: str, now: float) -> dict:
-    return {
-        "apiVersion": "events.k8s.io/v1", "kind": "Event",
-        "metadata": {"generateName": f"{pod.name}-reservation-", "namespace": pod.namespace},
-        "eventTime": format_time(now).replace("Z", ".000000Z"),
-        "reportingController": config["controller"], "reportingInstance": config["controller"],
-        "action": "Reserve", "reason": reason, "type": "Normal", "note": note[:NOTE_BYTES],
-        "regarding": {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace,
-                      "name": pod.name, "uid": pod.uid},
-    }
+    return kube_api.event(config["controller"], {
+        "apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name,
+        "uid": pod.uid}, pod.namespace, reason, "Normal", "Reserve", note, now)
 
 
 def record(api: Api, event_: dict) -> None:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -28,8 +26,8 @@ from components.platform.settings import StackSettings
 from components.platform.wiring import component_inputs
 from tests.kit import tools
 from tests.kit.cluster.controlplane import ControlPlane, free_port, wait_until
+from tests.kit.cluster.cron_job_run import cron_job_run
 from tests.kit.cluster.declared_objects import apply_declared, find
-from tests.kit.cluster.descheduler import LocalContainer
 from tests.kit.harness import monitoring_of
 
 NODE = "r-gpu-1"
@@ -154,19 +152,8 @@ def reclaim_run(cp: ControlPlane, objects: list[dict], settings, prometheus: Pro
     declared ConfigMap's files, the ServiceAccount's token, and Prometheus here rather than at
     its Service."""
     reclaim = settings.reclaim
-    cron_job = find(objects, "CronJob", reclaim.name)
-    job_spec = {"metadata": cron_job["metadata"], "spec": cron_job["spec"]["jobTemplate"]["spec"]}
-    container = LocalContainer(cp, objects, job_spec, "reclaim", ports={})
-    token = cp.write(f"volumes/{reclaim.name}/token",
-                     cp.service_account_token(reclaim.namespace, reclaim.name))
-    args = container.args()
-    assert args[0] == "python3"
-    run = subprocess.run([sys.executable, *args[1:], f"--server={cp.server}",
-                          f"--token-file={token}", f"--ca-file={cp.ca_file}",
-                          f"--prometheus-url={prometheus.url}"],
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, f"the reclaim run failed\n{run.stdout}\n{run.stderr}"
-    return run.stdout
+    return cron_job_run(cp, objects, reclaim.name, reclaim.namespace, "reclaim",
+                        f"--prometheus-url={prometheus.url}")
 
 
 @dataclass
