@@ -19,6 +19,7 @@ from tests.kit import harness, tools
 from tests.kit.cluster.controlplane import ControlPlane, Kube, wait_until
 from tests.kit.cluster.dra_driver import driver_user, operator_grants
 from tests.kit.cluster.kueue import API_VERSION as KUEUE_API_VERSION
+from tests.kit.cluster.kueue import is_active
 from tests.kit.cluster.nodes_and_pods import (
     create_dra_gpu_node,
     create_gpu_node,
@@ -103,9 +104,7 @@ def running(stack_settings: dict[str, Any], directory: Path, *, nodes: int,
 
 
 def all_queues_active(kube: Kube) -> bool:
-    return all(any(c["type"] == "Active" and c["status"] == "True"
-                   for c in queue.get("status", {}).get("conditions", []))
-               for queue in kube.list(KUEUE_API_VERSION, "ClusterQueue"))
+    return all(is_active(queue) for queue in kube.list(KUEUE_API_VERSION, "ClusterQueue"))
 
 
 def write_kubeconfig(cp: ControlPlane, directory: Path) -> Path:

@@ -46,9 +46,8 @@ def stack_file(stack: str) -> Path:
 
 def stack_settings(path: Path) -> dict[str, Any]:
     """The stack file's settings, without the `gpu-platform:` prefix."""
-    config = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
-    return {key.removeprefix(PREFIX): value for key, value in config.items()
-            if key.startswith(PREFIX)}
+    return {key.removeprefix(PREFIX): value
+            for key, value in harness.stack_file_settings(path).items() if key.startswith(PREFIX)}
 
 
 def _stop_on_signals() -> None:

@@ -34,6 +34,7 @@ from tests.kit.cluster.kueue import (
     WEBHOOK_CONFIGURATIONS,
     WEBHOOK_SECRET,
     Kueue,
+    is_active,
 )
 from tests.kit.cluster.nodes_and_pods import (
     GPU,
@@ -108,8 +109,7 @@ def cluster_queue(name: str, gpus: int) -> dict:
 
 
 def active(kube: Kube, kind: str, name: str, namespace: str | None = None) -> bool:
-    obj = kube.get(API_VERSION, kind, name, namespace)
-    return condition(obj, "Active") == "True"
+    return is_active(kube.get(API_VERSION, kind, name, namespace))
 
 
 def condition(obj: dict, kind: str) -> str | None:

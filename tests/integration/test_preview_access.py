@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import yaml
@@ -45,11 +44,6 @@ MANAGER = TEST_MANAGER
 RELEASES = (None, tools.DRA_KUBERNETES_VERSION)
 
 
-def _file(path: Path) -> dict[str, str]:
-    return {key: harness.engine_value(value)
-            for key, value in yaml.safe_load(path.read_text())["config"].items()}
-
-
 def _stack(**sections) -> dict[str, str]:
     return harness.stack_file_config(with_changes(kubernetesVersion="1.36.4", **sections))
 
@@ -57,8 +51,8 @@ def _stack(**sections) -> dict[str, str]:
 # Every stack of the matrix, as the config Pulumi hands the program (None: the example stack).
 STACKS: dict[str, dict[str, str] | None] = {
     "example": None,
-    **{path.name.removeprefix("Pulumi.").removesuffix(".yaml"): _file(path)
-       for path in sorted(EXAMPLES.glob("Pulumi.*.yaml"))},
+    **{path.name.removeprefix("Pulumi.").removesuffix(".yaml"):
+       harness.stack_file_engine_config(path) for path in sorted(EXAMPLES.glob("Pulumi.*.yaml"))},
     "topology-and-reclaim": _stack(
         teams={**TEAMS, "topology": {"preset": "eks"}},
         reclaim={"enabled": True, "action": "evict", "teams": ["research"],

@@ -12,7 +12,7 @@ import pytest
 
 from components.base.facts import GPU_RESOURCE
 from tests.kit.cluster.controlplane import ApiError, Kube, wait_until
-from tests.kit.cluster.kueue import API_VERSION
+from tests.kit.cluster.kueue import API_VERSION, is_active
 from tests.kit.cluster.nodes_and_pods import create_gpu_node, job, pod, pod_template
 from tests.kit.cluster.running_platform import run_platform
 from tests.kit.stacks import with_changes
@@ -47,9 +47,7 @@ def kube(control_plane) -> Iterator[Kube]:
 
 
 def active(kube: Kube) -> bool:
-    queue = kube.get(API_VERSION, "ClusterQueue", TEAM)
-    return any(c["type"] == "Active" and c["status"] == "True"
-               for c in queue.get("status", {}).get("conditions", []))
+    return is_active(kube.get(API_VERSION, "ClusterQueue", TEAM))
 
 
 def gang(name: str, pods: int, gpus: int, annotations: dict[str, str] | None = None,

@@ -226,6 +226,18 @@ def pulumi_stacks(project_dir: Path = ROOT) -> dict[str, StackConfig]:
     return pulumi_project(project_dir).stacks
 
 
+def stack_file_settings(path: Path) -> dict[str, Any]:
+    """A stack file's `config` as written (namespaced keys, YAML values), read without Pulumi's
+    loaders: the example stacks of the docs and a stack a user points the playground at."""
+    import yaml
+    return (yaml.safe_load(path.read_text()) or {}).get("config") or {}
+
+
+def stack_file_engine_config(path: Path) -> dict[str, str]:
+    """A stack file's config as the engine gets it (each value as engine_value writes it)."""
+    return {key: engine_value(value) for key, value in stack_file_settings(path).items()}
+
+
 @functools.cache
 def _example_stack() -> StackConfig:
     return pulumi_stacks()[EXAMPLE_STACK_NAME]

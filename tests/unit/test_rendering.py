@@ -21,11 +21,9 @@ EXAMPLES = harness.ROOT / "docs" / "operators" / "examples"
 def example_stacks() -> dict[str, dict[str, str] | None]:
     """Every example stack: Pulumi.dev.yaml (None: its config as Pulumi reads it), and those of
     docs/operators/examples."""
-    import yaml
     return {"dev": None, **{
-        path.name.removeprefix("Pulumi.").removesuffix(".yaml"): {
-            key: harness.engine_value(value)
-            for key, value in yaml.safe_load(path.read_text())["config"].items()}
+        path.name.removeprefix("Pulumi.").removesuffix(".yaml"):
+            harness.stack_file_engine_config(path)
         for path in sorted(EXAMPLES.glob("Pulumi.*.yaml"))}}
 
 

@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 
+from components.base.facts import GPU_RESOURCE
+from components.base.gpu_count import pod_gpus
 from components.platform.settings import StackSettings
 from tests.kit.cluster.controlplane import ApiError, ControlPlane, Kube, wait_until
 from tests.kit.cluster.kube_components import ControllerManager
@@ -97,8 +99,7 @@ def gpus_used(kube: Kube, namespace: str, nodes: Iterable[str]) -> dict[str, int
     for pod in kube.list("v1", "Pod", namespace):
         node = pod["spec"].get("nodeName")
         if node in used and pod["status"].get("phase") in ("Pending", "Running"):
-            used[node] += int(pod["spec"]["containers"][0]["resources"]["requests"]
-                              ["nvidia.com/gpu"])
+            used[node] += pod_gpus(pod, GPU_RESOURCE)
     return used
 
 

@@ -59,6 +59,12 @@ FAIL_ONLY_WHEN_ENABLED = {"/mutate--v1-pod": "pod", "/validate--v1-pod": "pod",
                           "/validate-apps-v1-statefulset": "statefulset"}
 
 
+def is_active(obj: dict) -> bool:
+    """Whether a queue (ClusterQueue, LocalQueue) says it is Active."""
+    return any(c["type"] == "Active" and c["status"] == "True"
+               for c in obj.get("status", {}).get("conditions", []))
+
+
 def source() -> Path:
     return tools.kueue_source()
 
