@@ -53,15 +53,15 @@ STACKS: dict[str, dict[str, str] | None] = {
     "example": None,
     **{path.name.removeprefix("Pulumi.").removesuffix(".yaml"):
        harness.stack_file_engine_config(path) for path in sorted(EXAMPLES.glob("Pulumi.*.yaml"))},
-    "topology-and-reclaim": _stack(
+    "topology-reclaim-and-reservation": _stack(
         teams={**TEAMS, "topology": {"preset": "eks"}},
         reclaim={"enabled": True, "action": "evict", "teams": ["research"],
-                 "namespaces": ["notebooks"]}),
+                 "namespaces": ["notebooks"]}, reservation={"enabled": True}),
     "existing-stacks": _stack(monitoring={"stack": "existing"},
                               teams={**TEAMS, "kueue": {"mode": "existing"}}),
     "dra-mutate": harness.stack_file_config(with_changes(
         kubernetesVersion=tools.DRA_KUBERNETES_VERSION, gpuOperator={"gpuPath": "dra"},
-        admission={"mode": "mutate"}, teams=TEAMS)),
+        admission={"mode": "mutate"}, teams=TEAMS, reservation={"enabled": True})),
 }
 # Only the DRA path's release serves what its stack declares.
 ON_1_36 = [name for name in STACKS if name != "dra-mutate"]
