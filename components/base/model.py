@@ -198,6 +198,25 @@ class ImageSettings(Model):
     tag: ImageTag = Field(description="Release tag (never `latest`).")
 
 
+# The image the platform's standard-library scripts run in (compaction's plan, reclaim,
+# reservation): pinned here, once.
+PYTHON_IMAGE = ("docker.io/library/python", "3.13.9-alpine3.22")
+
+
+def python_image_field(runs: str):
+    """The setting of the image that runs `runs`, the pinned Python image by default."""
+    return Field(default_factory=lambda: ImageSettings(repository=PYTHON_IMAGE[0],
+                                                       tag=PYTHON_IMAGE[1]),
+                 description=f"Image that runs {runs} (pinned; standard library only).")
+
+
+def script_resources_field(of: str):
+    """The requests and limits of a standard-library script's container: small by default."""
+    return Field(default_factory=lambda: ContainerResources(
+        requests={"cpu": "20m", "memory": "64Mi"}, limits={"memory": "256Mi"}),
+        description=f"Requests and limits of {of}.")
+
+
 def to_snake(camel: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
 

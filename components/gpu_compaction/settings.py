@@ -5,7 +5,13 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from ..base.facts import GPU_PRESENT_LABEL
-from ..base.model import ContainerResources, ImageSettings, LabelKey, Model
+from ..base.model import (
+    ContainerResources,
+    ImageSettings,
+    LabelKey,
+    Model,
+    python_image_field,
+)
 from ..base.validation import (
     DnsLabel,
     GoDuration,
@@ -60,10 +66,7 @@ class CompactionSettings(Model):
                     "node selector then take just those, and a run that would free no node "
                     "evicts nothing. Off: every run uses `underusedPercent`. See "
                     "docs/concepts/compaction.md#planned-thresholds.")
-    plan_image: ImageSettings = Field(
-        default_factory=lambda: ImageSettings(repository="docker.io/library/python",
-                                              tag="3.13.9-alpine3.22"),
-        description="Image that runs the threshold plan (pinned; standard library only).")
+    plan_image: ImageSettings = python_image_field("the threshold plan")
     min_pod_age: GoDuration = Field(
         default="2h",
         description="Pods younger than this are never moved (Go duration: 30m, 2h, 1h30m): a "

@@ -8,7 +8,13 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ..base.model import ContainerResources, ImageSettings, Model
+from ..base.model import (
+    ContainerResources,
+    ImageSettings,
+    Model,
+    python_image_field,
+    script_resources_field,
+)
 from ..base.validation import (
     DnsLabel,
     Duration,
@@ -151,14 +157,8 @@ class ReclaimSettings(Model):
                     "installs; required with `monitoring.stack: existing`, where it is the "
                     "existing stack's (e.g. `http://prometheus-operated.monitoring.svc:9090`, "
                     "the Prometheus Operator's Service).")
-    image: ImageSettings = Field(
-        default_factory=lambda: ImageSettings(repository="docker.io/library/python",
-                                              tag="3.13.9-alpine3.22"),
-        description="Image that runs the reclaim script (pinned; standard library only).")
-    resources: ContainerResources = Field(
-        default_factory=lambda: ContainerResources(
-            requests={"cpu": "20m", "memory": "64Mi"}, limits={"memory": "256Mi"}),
-        description="The run's container requests and limits.")
+    image: ImageSettings = python_image_field("the reclaim script")
+    resources: ContainerResources = script_resources_field("the run's container")
 
     @field_validator("idle_for")
     @classmethod

@@ -93,7 +93,7 @@ class ReclaimSettings(TypedDict):
     ("Image that runs the reclaim script (pinned; standard library only). Allowed: "
      "`{repository, tag}`, a pinned tag (never `latest`).")
     resources: NotRequired[ContainerResources]
-    "The run's container requests and limits."
+    "Requests and limits of the run's container."
 
 
 class GpuReclaimArgs(TypedDict):

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from ..base.model import ContainerResources, ImageSettings, Model
+from ..base.model import (
+    ContainerResources,
+    ImageSettings,
+    Model,
+    python_image_field,
+    script_resources_field,
+)
 from ..base.validation import (
     DnsLabel,
     Duration,
@@ -55,14 +61,9 @@ class ReservationSettings(Model):
     schedule: str = Field(
         default="* * * * *",
         description="When a run starts (cron, the cluster's time zone).")
-    image: ImageSettings = Field(
-        default_factory=lambda: ImageSettings(repository="docker.io/library/python",
-                                              tag="3.13.9-alpine3.22"),
-        description="Image that runs the reservation script (pinned; standard library only).")
-    resources: ContainerResources = Field(
-        default_factory=lambda: ContainerResources(
-            requests={"cpu": "20m", "memory": "64Mi"}, limits={"memory": "256Mi"}),
-        description="Requests and limits of the container that reserves and releases nodes.")
+    image: ImageSettings = python_image_field("the reservation script")
+    resources: ContainerResources = script_resources_field(
+        "the container that reserves and releases nodes")
 
     @field_validator("wait_before")
     @classmethod
