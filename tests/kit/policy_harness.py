@@ -41,6 +41,8 @@ STACKS: dict[str, dict | None] = {
     "admission_lists": {"admission": {"deviceClasses": ["nic.example.com"],
                                       "deviceTaintWriters": ["ops@example.com"]}},
     "no_preemptible_class": {"scheduler": {"preemptibleClass": {"enabled": False}}},
+    # Reservation on: its taint is one no pod may ask to tolerate.
+    "reservation": {"reservation": {"enabled": True}},
 }
 # Each stack's parameters as its policy ConfigMap holds them, for `opa test`.
 PARAMS_FIXTURE = POLICY / "admission" / "testing" / "zz_generated_params_test.rego"

@@ -119,6 +119,21 @@ node_name_reasons contains "it is a GPU node, which only GPU pods placed by the 
 	named_gpu_node
 }
 
+# A reservation keeps a node for one waiting pod, which the reservation run gives the toleration
+# of that node's taint: a pod created tolerating the taint by name would take the node instead.
+violations contains {
+	"rule": "reservation-toleration",
+	"fixable": false,
+	"message": sprintf(
+		"pod %q tolerates %s, the taint of a node kept for a whole-node pod that waits; only the platform's reservation run gives that toleration, to the pod the node is kept for: remove it",
+		[pod_name, t.key],
+	),
+} if {
+	is_create
+	some t in array_at(pod_spec, "tolerations")
+	object.get(t, "key", "") in object.get(params, "passingTaintKeys", [])
+}
+
 violations contains {
 	"rule": "gpu-node-without-gpu",
 	"fixable": false,

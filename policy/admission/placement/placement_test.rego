@@ -22,6 +22,21 @@ placement := {
 		"request": t.pod(t.binpack([t.gpu_container], {})),
 		"admitted": true,
 	},
+	"gpu pod tolerating a reservation's taint by name": {
+		"stack": "reservation",
+		"request": t.pod(t.binpack([t.gpu_container], {"tolerations": [
+			t.gpu_toleration,
+			{"key": "gpu-platform.io/reserved-for", "operator": "Exists", "effect": "NoSchedule"},
+		]})),
+		"refused": [`pod "team-a/train-0"`, "tolerates gpu-platform.io/reserved-for", "only the platform's reservation run"],
+	},
+	"gpu pod tolerating the same taint where reservation is off": {
+		"request": t.pod(t.binpack([t.gpu_container], {"tolerations": [
+			t.gpu_toleration,
+			{"key": "gpu-platform.io/reserved-for", "operator": "Exists", "effect": "NoSchedule"},
+		]})),
+		"admitted": true,
+	},
 	"gpu pod on another scheduler": {
 		"request": t.pod({"schedulerName": "volcano", "containers": [t.gpu_container]}),
 		"refused": [`spec.schedulerName is "volcano"`],
