@@ -212,15 +212,22 @@ class ReclaimSettings(Model):
                 seen[team] = index
         return self
 
+    def policies_applying(self, namespace: str, team: str | None) -> list[tuple[int, str]]:
+        """Each policy that applies to `namespace` (of `team`, if a team's), in order: its
+        index, and how it names the namespace (`by name` or `through team <team>`). The
+        settings allow one at most; the stack's settings check that against the teams."""
+        return [(index, "by name" if namespace in policy.namespaces else f"through team {team}")
+                for index, policy in enumerate(self.policies)
+                if namespace in policy.namespaces or (team is not None and team in policy.teams)]
+
     def policy_of(self, namespace: str, team: str | None) -> NamespacePolicy:
         """What reclaim does in `namespace` (of `team`, if a team's): the policy naming it or
-        its team (the settings allow one at most), else the stack-wide settings."""
-        chosen = next((p for p in self.policies
-                       if namespace in p.namespaces or (team is not None and team in p.teams)),
-                      None)
-        if chosen is None:
+        its team, else the stack-wide settings."""
+        applying = self.policies_applying(namespace, team)
+        if not applying:
             return NamespacePolicy(self.action, self.grace_period, self.allow_keep,
                                    self.keep_alives)
+        chosen = self.policies[applying[0][0]]
         return NamespacePolicy(
             chosen.action or self.action, chosen.grace_period or self.grace_period,
             self.allow_keep if chosen.allow_keep is None else chosen.allow_keep,

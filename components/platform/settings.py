@@ -303,13 +303,6 @@ class StackSettings(Model):
         team_of = self.teams.team_namespaces if self.teams.enabled else {}
         opted_in = set(reclaim.namespaces) | {namespace for namespace, team in team_of.items()
                                               if team in reclaim.teams}
-        # Each namespace's policy: (its index, how it names the namespace).
-        policy_of: dict[str, tuple[int, str]] = {}
-        for index, policy in enumerate(reclaim.policies):
-            for team in policy.teams:
-                policy_of |= {namespace: (index, f"through team {team}")
-                              for namespace, owner in team_of.items()
-                              if owner == team and namespace not in policy.namespaces}
         for index, policy in enumerate(reclaim.policies):
             for position, namespace in enumerate(policy.namespaces):
                 at = ("reclaim", "policies", index, "namespaces", position)
@@ -317,8 +310,12 @@ class StackSettings(Model):
                     raise Invalid("a namespace that did not opt in to reclaim",
                                   "a namespace of reclaim.namespaces or of a team in "
                                   "reclaim.teams", at=at, value=namespace, has_value=True)
-                other, how = policy_of.setdefault(namespace, (index, "by name"))
-                if other != index:
+                # Another policy through the namespace's team, or one naming it before.
+                others = [(other, how) for other, how in reclaim.policies_applying(
+                    namespace, team_of.get(namespace))
+                    if other != index and (how != "by name" or other < index)]
+                if others:
+                    other, how = others[0]
                     raise Invalid(f"a namespace with a policy already (reclaim.policies"
                                   f"[{other}], {how})", "one policy per namespace", at=at,
                                   value=namespace, has_value=True)
