@@ -253,11 +253,13 @@ def run_ray_cluster(platform: RunningPlatform, rayjob: dict, workers: int) -> di
                                             "ownerReferences": [owner(rayjob)]},
                                "spec": cluster_spec})
     names = [f"{name}-head"] + [f"{name}-worker-{i}" for i in range(workers)]
-    operator.create(pod_from(cluster_spec["headGroupSpec"]["template"], names[0], cluster))
+    create_as_controller(operator, pod_from(cluster_spec["headGroupSpec"]["template"], names[0],
+                                            cluster))
     for pod in names[1:]:
-        operator.create(pod_from(cluster_spec["workerGroupSpecs"][0]["template"], pod, cluster))
-    operator.create(job_from({"spec": {"template": rayjob["spec"]["submitterPodTemplate"]}},
-                             name, rayjob))
+        create_as_controller(operator, pod_from(cluster_spec["workerGroupSpecs"][0]["template"],
+                                                pod, cluster))
+    create_as_controller(operator, job_from(
+        {"spec": {"template": rayjob["spec"]["submitterPodTemplate"]}}, name, rayjob))
     nodes = wait_until(lambda: running_on(kube, names), "the Ray cluster's pods to run",
                        timeout=90)
     [nodes["submitter"]] = nodes_of_job(kube, name, 1)
@@ -356,6 +358,21 @@ def jobset_of_trainjob(trainjob: dict, runtime: dict) -> dict:
             "spec": {"replicatedJobs": replicated_jobs}}
 
 
+def create_as_controller(controller: Kube, obj: dict) -> dict:
+    """Create `obj` as a framework's controller does: Kueue's webhook looks its owner up in a
+    cache that may not have seen the owner created a moment before (HTTP 404, "not found"), and
+    the controller, requeued, tries again."""
+    def created() -> dict | None:
+        try:
+            return controller.create(obj)
+        except ApiError as error:
+            if error.status == 404 and "not found" in error.message:
+                return None
+            raise
+    return wait_until(created, f"{obj['kind']} {obj['metadata']['name']} to be created",
+                      timeout=30, interval=0.5)
+
+
 def run_jobset(platform: RunningPlatform, jobset: dict) -> dict[str, list[str]]:
     """What JobSet's controller does with a started JobSet: a Job per replica, each after the
     replicated Jobs it depends on completed (the test completes each Job once its pods run);
@@ -372,7 +389,7 @@ def run_jobset(platform: RunningPlatform, jobset: dict) -> dict[str, list[str]]:
         pods = template["spec"].get("parallelism", 1)
         for index in range(replicated.get("replicas", 1)):
             job = f"{name}-{replicated['name']}-{index}"
-            controller.create(job_from(template, job, jobset, pods))
+            create_as_controller(controller, job_from(template, job, jobset, pods))
             placed[replicated["name"]] += nodes_of_job(kube, job, pods)
             if replicated["name"] in needed:
                 for pod in job_pods_running(kube, job, pods):
