@@ -8,6 +8,7 @@ from .gpu_compaction.descriptor import DESCRIPTOR as gpu_compaction
 from .gpu_nodes.descriptor import DESCRIPTOR as gpu_nodes
 from .gpu_operator.descriptor import DESCRIPTOR as gpu_operator
 from .gpu_reclaim.descriptor import DESCRIPTOR as gpu_reclaim
+from .gpu_remediation.descriptor import DESCRIPTOR as gpu_remediation
 from .gpu_reservation.descriptor import DESCRIPTOR as gpu_reservation
 from .monitoring.descriptor import DESCRIPTOR as monitoring
 from .opa_admission.descriptor import DESCRIPTOR as opa_admission
@@ -23,4 +24,5 @@ DESCRIPTORS: list[Descriptor] = [
     teams,
     gpu_reclaim,
     gpu_reservation,
+    gpu_remediation,
 ]

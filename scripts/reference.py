@@ -47,6 +47,7 @@ SECTION_PAGES: dict[str, list[tuple[str, str]]] = {
     "reclaim": [("Idle GPU reclaim", "idle-reclaim.md"),
                 ("Idle GPUs (for users)", "../users/idle-gpus.md")],
     "reservation": [("Reservation by attrition", "../concepts/reservation.md")],
+    "remediation": [("Fault remediation", "../concepts/fault-remediation.md")],
 }
 
 # Models written as one value in the stack file rather than as a section of their own.

@@ -149,9 +149,14 @@ def kueue_deployment_name(release: str) -> str:
     return f"{kueue_fullname(release)}-{KUEUE_DEPLOYMENT}"
 
 
+def service_account_user(namespace: str, name: str) -> str:
+    """A ServiceAccount's user name in the API server's requests (what admission reads)."""
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
 def kueue_controller_user(namespace: str, release: str) -> str:
     """Kueue's identity in the API server's requests: its controller-manager's ServiceAccount."""
-    return f"system:serviceaccount:{namespace}:{kueue_deployment_name(release)}"
+    return service_account_user(namespace, kueue_deployment_name(release))
 
 
 # A GPU is active while its engine activity (a fraction of time) is above this: the default of

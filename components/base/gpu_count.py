@@ -5,8 +5,10 @@ kube_api.py)."""
 
 from __future__ import annotations
 
+import urllib.parse
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 ENDED = ("Succeeded", "Failed")
 
@@ -85,3 +87,15 @@ def gpus_held(pods: list[dict], resource: str, devices: DeviceView | None
             key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
             held[key] = max(held[key], pod_gpus(pod, resource))
     return held
+
+
+def observe(api: Any, driver: str | None) -> tuple[list[dict], list[dict], DeviceView | None]:
+    """The nodes, the pods that have not ended and, on the DRA path (`driver`'s), where the
+    devices are and who holds them, as a run's Api (kube_api.py) lists them."""
+    nodes = api.items("/api/v1/nodes")
+    pods = api.items("/api/v1/pods?fieldSelector=" + urllib.parse.quote(
+        "status.phase!=Succeeded,status.phase!=Failed"))
+    devices = None if driver is None else DeviceView(
+        api.items("/apis/resource.k8s.io/v1/resourceslices"),
+        api.items("/apis/resource.k8s.io/v1/resourceclaims"), driver)
+    return nodes, pods, devices

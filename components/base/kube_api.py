@@ -9,10 +9,12 @@ import json
 import os
 import socket
 import ssl
+import sys
 import time
 import urllib.error
 import urllib.request
 from argparse import ArgumentParser, Namespace
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 IN_CLUSTER = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -95,3 +97,26 @@ def event(controller: str, regarding: dict, namespace: str, reason: str, kind: s
             "reportingInstance": (os.environ.get("HOSTNAME") or socket.gethostname())[:128],
             "regarding": regarding,
             "note": note.encode()[:NOTE_BYTES].decode(errors="ignore")}
+
+
+def record(api: Api, event_: dict) -> None:
+    """Create an event; one the API server refuses is printed, and the run goes on."""
+    namespace = event_["metadata"]["namespace"]
+    status, answer = api.call("POST", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events",
+                              event_)
+    if status >= 300:
+        print(f"event {event_['reason']} not recorded: {status} "
+              f"{answer.get('message', answer)}", file=sys.stderr, flush=True)
+
+
+def patch_node(api: Api, name: str, change: Callable[[list[dict]], list[dict]],
+               annotations: dict, labels: dict | None = None) -> None:
+    """Change a node's taints (an atomic list: written whole, on the version read, so that a
+    taint another writer added meanwhile is not lost), annotations and labels (None:
+    removed)."""
+    node = api.ok("GET", f"/api/v1/nodes/{name}")
+    api.ok("PATCH", f"/api/v1/nodes/{name}", {
+        "metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
+                     "annotations": annotations, **({"labels": labels} if labels else {})},
+        "spec": {"taints": change(node["spec"].get("taints") or [])}},
+        "application/merge-patch+json")

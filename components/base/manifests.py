@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from .facts import KUEUE_API
+
 PART_OF = "gpu-platform"
 
 
@@ -116,6 +118,17 @@ READ = ["get", "list", "watch"]
 def rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict:
     """One RBAC policy rule."""
     return {"apiGroups": groups, "resources": resources, "verbs": verbs}
+
+
+def requeue_rules(workload_owners: dict[str, str]) -> list[dict]:
+    """What putting a team's workload back in its queue takes (base/kueue_requeue.py): take a
+    Kueue Workload off its queue and put it back (`spec.active`), and read the kinds Kueue
+    admits (`group/Kind` -> resource), to follow a pod's controllers to its Workload."""
+    rules = [rule([KUEUE_API.partition("/")[0]], ["workloads"], ["get", "list", "patch"])]
+    by_group: dict[str, list[str]] = {}
+    for owner, resource in sorted(workload_owners.items()):
+        by_group.setdefault(owner.partition("/")[0], []).append(resource)
+    return rules + [rule([group], resources, ["get"]) for group, resources in by_group.items()]
 
 
 def role_binding(kind: str, name: str, role_kind: str, role: str, account: dict,
@@ -271,6 +284,28 @@ def cron_job(name: str, namespace_: str, component: str, schedule: str, deadline
                     },
                 },
             }},
+        },
+    }
+
+
+def single_pod_deployment(name: str, namespace_: str, component: str,
+                          pod_annotations: dict[str, str], pod: dict) -> dict:
+    """A Deployment of one restricted pod of the ServiceAccount `name`, replaced (never run
+    beside its successor: Recreate) when its content changes. `pod` holds its containers and
+    volumes."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace_, "labels": labels(name, component)},
+        "spec": {
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": selector_labels(name, component)},
+            "template": {
+                "metadata": {"labels": labels(name, component), "annotations": pod_annotations},
+                "spec": {"serviceAccountName": name, "securityContext": RESTRICTED_POD_SECURITY,
+                         **pod},
+            },
         },
     }
 

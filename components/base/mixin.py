@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from .gpu_faults import DEFAULT_FATAL_XID_CODES
 from .model import Model, PulumiInput
 from .validation import Duration
 
@@ -26,10 +27,11 @@ class AlertSettings(Model):
         default="10m", description="...for this long (a duration), so a short burst under load "
                                    "does not page.")
     fatal_xid_codes: list[int] = Field(
-        default_factory=lambda: [48, 79, 94, 95],
+        default_factory=lambda: list(DEFAULT_FATAL_XID_CODES),
         description="XID codes that mean the GPU needs draining and a reset (48 double-bit ECC, "
                     "79 fallen off the bus, 94/95 contained/uncontained ECC): GpuFatalXidError, "
-                    "critical; any other XID is GpuXidError, a warning.")
+                    "critical, and fault remediation takes the node out of service "
+                    "(`remediation.mode`); any other XID is GpuXidError, a warning.")
     idle_for: Duration = Field(
         default="2h",
         description="GpuAllocatedIdle: a pod that held its GPUs this long (a duration) without "

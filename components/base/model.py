@@ -243,6 +243,18 @@ def check_node_names(names: list[str] | None) -> list[str] | None:
 NodeNames = Annotated[list[str] | None, AfterValidator(check_node_names)]
 
 
+class PassingTaint(Model):
+    """A taint the platform puts on a GPU node for a while, and who may give its toleration."""
+
+    key: str = Field(description="The taint's key.")
+    meaning: str = Field(
+        description="What a node carrying it is, and who tolerates it: what a refusal says.")
+    given_by: str | None = Field(
+        default=None,
+        description="The user (a ServiceAccount's) that adds its toleration to a pod, by "
+                    "update; unset: nobody does.")
+
+
 class GpuNodeFacts(Model):
     """The GPU nodes, as other components need to know them."""
 
@@ -254,11 +266,12 @@ class GpuNodeFacts(Model):
         default=None,
         description="The GPU nodes' names (the GpuNodes component's `nodeNames` output); unset "
                     "when node pools set the taint and the names are not known.")
-    passing_taints: list[str] = Field(
+    passing_taints: list[PassingTaint] = Field(
         default_factory=list,
-        description="Keys of the taints the platform puts on a GPU node for a while (a "
-                    "reservation's): the DaemonSets of GPU nodes tolerate them, so that a pod "
-                    "of theirs recreated on such a node is not held back.")
+        description="The taints the platform puts on a GPU node for a while (a reservation's, "
+                    "a fault's): the DaemonSets of GPU nodes tolerate them, so that a pod of "
+                    "theirs recreated on such a node is not held back, and admission lets no "
+                    "other pod tolerate them by name.")
 
 
 def gpu_nodes_field():

@@ -234,6 +234,24 @@ def check_image_tag(value: str) -> str:
     return value
 
 
+def check_prometheus_url(value: str | None) -> str | None:
+    if value is not None and not re.match(r"^https?://[^\s/]+(/\S*)?$", value):
+        raise Invalid("not a URL", "http(s)://host[:port][/path] of Prometheus' HTTP API, "
+                      "or unset for the installed stack's")
+    return value
+
+
+def prometheus_url_field(who: str):
+    """The Prometheus a platform run queries: unset, the installed stack's."""
+    return Field(
+        default=None,
+        description=f"The Prometheus HTTP API {who} (`http://host:port[/path]`). Unset: the "
+                    "Prometheus Service of the kube-prometheus-stack the program installs; "
+                    "required with `monitoring.stack: existing`, where it is the existing "
+                    "stack's (e.g. `http://prometheus-operated.monitoring.svc:9090`, the "
+                    "Prometheus Operator's Service).")
+
+
 # Values checked by a rule above, as settings and inputs are typed.
 DnsLabel = Annotated[str, AfterValidator(check_dns_label)]
 DnsSubdomain = Annotated[str, AfterValidator(check_dns_subdomain)]
@@ -242,6 +260,7 @@ NamespaceNames = Annotated[list[str], AfterValidator(check_namespace_names)]
 GoDuration = Annotated[str, AfterValidator(check_go_duration)]
 Duration = Annotated[str, AfterValidator(check_duration)]
 ChartPath = Annotated[str | None, AfterValidator(check_chart_path)]
+PrometheusUrl = Annotated[str | None, AfterValidator(check_prometheus_url)]
 Repository = Annotated[str, AfterValidator(check_repository)]
 ImageTag = Annotated[str, AfterValidator(check_image_tag)]
 

@@ -93,8 +93,9 @@ class AlertSettings(TypedDict):
     "...for this long (a duration), so a short burst under load does not page. Default: `10m`."
     fatal_xid_codes: NotRequired[list[int]]
     ("XID codes that mean the GPU needs draining and a reset (48 double-bit ECC, 79 fallen "
-     "off the bus, 94/95 contained/uncontained ECC): GpuFatalXidError, critical; any other "
-     "XID is GpuXidError, a warning. Default: `[48, 79, 94, 95]`.")
+     "off the bus, 94/95 contained/uncontained ECC): GpuFatalXidError, critical, and fault "
+     "remediation takes the node out of service (`remediation.mode`); any other XID is "
+     "GpuXidError, a warning. Default: `[48, 79, 94, 95]`.")
     idle_for: NotRequired[str]
     ("GpuAllocatedIdle: a pod that held its GPUs this long (a duration) without any of them "
      "active at any sample (`monitoring.usage.activeThreshold`); the same default as "
@@ -125,6 +126,17 @@ class AlertSettings(TypedDict):
      "and not fewer since. Default: `30m`.")
 
 
+class PassingTaint(TypedDict):
+    "A taint the platform puts on a GPU node for a while, and who may give its toleration."
+    key: str
+    "The taint's key."
+    meaning: str
+    "What a node carrying it is, and who tolerates it: what a refusal says."
+    given_by: NotRequired[str | None]
+    ("The user (a ServiceAccount's) that adds its toleration to a pod, by update; unset: "
+     "nobody does.")
+
+
 class GpuNodeFacts(TypedDict):
     "The GPU nodes, as other components need to know them."
     taints: list[Taint]
@@ -135,10 +147,11 @@ class GpuNodeFacts(TypedDict):
     names: NotRequired[list[str] | None]
     ("The GPU nodes' names (the GpuNodes component's `nodeNames` output); unset when node "
      "pools set the taint and the names are not known.")
-    passing_taints: NotRequired[list[str]]
-    ("Keys of the taints the platform puts on a GPU node for a while (a reservation's): the "
-     "DaemonSets of GPU nodes tolerate them, so that a pod of theirs recreated on such a "
-     "node is not held back. Default: `[]`.")
+    passing_taints: NotRequired[list[PassingTaint]]
+    ("The taints the platform puts on a GPU node for a while (a reservation's, a fault's): "
+     "the DaemonSets of GPU nodes tolerate them, so that a pod of theirs recreated on such a "
+     "node is not held back, and admission lets no other pod tolerate them by name. Default: "
+     "`[]`.")
 
 
 class Scrape(TypedDict):

@@ -2,7 +2,7 @@
 DeviceClasses that serve `nvidia.com/gpu` and each MIG profile through it."""
 
 from ..base import manifests
-from ..base.facts import GPU_RESOURCE, PROFILE_PLACEHOLDER, mig_resource
+from ..base.facts import GPU_RESOURCE, PROFILE_PLACEHOLDER, mig_resource, service_account_user
 from .inputs import GpuOperatorInputs
 from .settings import MIG_PROFILE, GpuOperatorSettings
 from .values import COMPONENT
@@ -66,7 +66,7 @@ def device_class_shapes() -> list[dict]:
 def dra_writers(op: GpuOperatorSettings) -> dict[str, list[str]]:
     """The operator's ServiceAccounts that write what the DRA path hands GPUs out by."""
     def user(account: str) -> str:
-        return f"system:serviceaccount:{op.namespace}:{account}"
+        return service_account_user(op.namespace, account)
     return {"device_classes": [user(GPU_OPERATOR_SERVICE_ACCOUNT)],
             "resource_slices": [user(NVIDIA_DRA_KUBELET_PLUGIN)],
             "compute_domains": [user(NVIDIA_DRA_CONTROLLER)]}

@@ -143,8 +143,8 @@ def operator_values(inputs: GpuOperatorInputs) -> dict:
     """Chart values generated from the settings (before the stack's extra values)."""
     op = inputs.gpu_operator
     tolerations = gpu_node_tolerations(inputs) + [
-        {"key": key, "operator": "Exists", "effect": "NoSchedule"}
-        for key in inputs.gpu_nodes.passing_taints]
+        {"key": taint.key, "operator": "Exists", "effect": "NoSchedule"}
+        for taint in inputs.gpu_nodes.passing_taints]
     device_plugin: dict = {"enabled": op.device_plugin.enabled}
     toolkit: dict = {"enabled": op.toolkit.enabled}
     if op.restrict_visible_devices:

@@ -3,7 +3,7 @@ ConfigMap with the run's settings and script, and the CronJob."""
 
 import json
 
-from ..base import kube_api, manifests
+from ..base import kube_api, kueue_requeue, manifests
 from ..base.facts import KUEUE_API
 from .actor import gpu_reclaim
 from .actor.gpu_reclaim import Config, Policy
@@ -12,7 +12,7 @@ from .inputs import GpuReclaimInputs
 COMPONENT = "reclaim"
 CONFIG_DIR = "/reclaim"
 CONFIG_FILE = "config.json"
-MODULES = (gpu_reclaim, kube_api)
+MODULES = (gpu_reclaim, kube_api, kueue_requeue)
 # When a pod was first reported idle (RFC 3339), written by the run on the pod.
 REPORTED_ANNOTATION = "gpu-platform.io/idle-reported-at"
 # Where the action is evict, when the reported pod may be evicted if still idle (RFC 3339),
@@ -80,19 +80,11 @@ def reclaim_rules(action: str) -> list[dict]:
 
 
 def team_rules(inputs: GpuReclaimInputs, action: str) -> list[dict]:
-    """Where the action is `evict`, in an opted-in team namespace, also: take a Kueue Workload
-    off its queue and put it back (`spec.active`), which is how Kueue frees a workload's quota
-    and queues it again, and read the kinds Kueue admits, to follow a pod's controllers to its
-    Workload."""
+    """Where the action is `evict`, in an opted-in team namespace, also what putting a
+    workload back in its queue takes."""
     if action != "evict":
         return []
-    rules = [manifests.rule([KUEUE_API.partition("/")[0]], ["workloads"],
-                            ["get", "list", "patch"])]
-    by_group: dict[str, list[str]] = {}
-    for owner, resource in sorted(inputs.workload_owners.items()):
-        by_group.setdefault(owner.partition("/")[0], []).append(resource)
-    return rules + [manifests.rule([group], resources, ["get"])
-                    for group, resources in by_group.items()]
+    return manifests.requeue_rules(inputs.workload_owners)
 
 
 def rbac_objects(inputs: GpuReclaimInputs) -> list[dict]:

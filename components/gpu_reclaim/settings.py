@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -21,10 +20,12 @@ from ..base.validation import (
     Invalid,
     NamespaceNames,
     OwnNamespace,
+    PrometheusUrl,
     check_cron_schedule,
     check_qualified_name,
     cron_job_namespace_field,
     duration_seconds,
+    prometheus_url_field,
 )
 
 # Idle is judged on the usage rules' per-minute series and the exporter's samples: a shorter
@@ -150,13 +151,7 @@ class ReclaimSettings(Model):
     schedule: str = Field(
         default="*/10 * * * *",
         description="When a reclaim run starts (cron, the cluster's time zone).")
-    prometheus_url: str | None = Field(
-        default=None,
-        description="The Prometheus HTTP API the runs query (`http://host:port[/path]`). "
-                    "Unset: the Prometheus Service of the kube-prometheus-stack the program "
-                    "installs; required with `monitoring.stack: existing`, where it is the "
-                    "existing stack's (e.g. `http://prometheus-operated.monitoring.svc:9090`, "
-                    "the Prometheus Operator's Service).")
+    prometheus_url: PrometheusUrl = prometheus_url_field("the runs query")
     image: ImageSettings = python_image_field("the reclaim script")
     resources: ContainerResources = script_resources_field("the run's container")
 
@@ -177,14 +172,6 @@ class ReclaimSettings(Model):
     @classmethod
     def schedule_is_cron(cls, value: str) -> str:
         return check_cron_schedule(value, example="*/10 * * * *")
-
-    @field_validator("prometheus_url")
-    @classmethod
-    def url_of_prometheus(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^https?://[^\s/]+(/\S*)?$", value):
-            raise Invalid("not a URL", "http(s)://host[:port][/path] of Prometheus' HTTP API, "
-                          "or unset for the installed stack's")
-        return value
 
     @model_validator(mode="after")
     def something_opted_in(self) -> ReclaimSettings:

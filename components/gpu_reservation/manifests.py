@@ -14,6 +14,9 @@ CONFIG_DIR = "/reservation"
 CONFIG_FILE = "config.json"
 # The taint a reserved node carries; its value is the uid of the pod it is reserved for.
 TAINT_KEY = "gpu-platform.io/reserved-for"
+# What a node carrying it is, and who tolerates it (admission's refusal says it).
+TAINT_MEANING = ("the taint of a node kept for a whole-node pod that waits; only the platform's "
+                 "reservation run gives that toleration, to the pod the node is kept for")
 # On a reserved node: the pod (namespace/name) and when the reservation ends (RFC 3339).
 POD_ANNOTATION = "gpu-platform.io/reserved-for-pod"
 UNTIL_ANNOTATION = "gpu-platform.io/reserved-until"

@@ -18,9 +18,9 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as model
 
 from ..base.facts import AUDIT_LABEL, kueue_series, refusing_webhooks
+from ..base.gpu_faults import DCGM_JOB, FAULTS, QUARANTINE_TAINT
 from .inputs import MonitoringInputs
 from .rules import (
-    DCGM_JOB,
     NAMESPACE_ALLOCATED,
     NODE_ALLOCATABLE,
     NODE_ALLOCATED,
@@ -213,10 +213,28 @@ def _rows(inputs: MonitoringInputs) -> list[tuple[str, list]]:
                 f"DCGM_FI_DEV_FB_USED{{{GPU_FILTER}}} / (DCGM_FI_DEV_FB_USED{{{GPU_FILTER}}} + "
                 f"DCGM_FI_DEV_FB_FREE{{{GPU_FILTER}}})", "{{node}} gpu{{gpu}}")],
                 unit="percentunit"),
-            _table("XID errors", "GPUs whose last reported XID is not zero, with the code.",
-                   [_query(f"DCGM_FI_DEV_XID_ERRORS{{{GPU_FILTER}}} != 0", "", "A", True)]),
+            _table("GPU faults now",
+                   "Every GPU showing a fault, whatever the filters: the fault, whether it "
+                   "takes the node out of service (quarantine) or is watched, and the evidence "
+                   "(an XID code, a count of errors).",
+                   [_query(faults_now(inputs), "", "A", True)]),
             _stat("DCGM exporters up", "Scrape health of the exporter on each GPU node.",
                   [_query(f'up{{job="{DCGM_JOB}", {node}}}', "{{node}}", "A", True)], width=12),
+        ]),
+        ("GPU faults", [
+            _stat("GPUs out of service",
+                  f"GPUs of nodes carrying the {QUARANTINE_TAINT} taint: taken out of new "
+                  "placement after a fault (fault remediation), until repaired.",
+                  [_query(f"sum({NODE_ALLOCATABLE} * on (node) group_left () "
+                          f"{QUARANTINED_NODES}) or vector(0)", "", "A", True)]),
+            _table("GPU nodes out of service",
+                   "Each quarantined node and the fault that took it out (the taint's value); "
+                   "the node's gpu-platform.io/gpu-fault-since annotation says since when.",
+                   [_query(f'max by (node, value) (kube_node_spec_taint{{key='
+                           f'"{QUARANTINE_TAINT}"}})', "", "A", True)], width=18),
+            _timeseries("GPUs out of service over time", "",
+                        [_query(f"sum({NODE_ALLOCATABLE} * on (node) group_left () "
+                                f"{QUARANTINED_NODES})", "GPUs")], width=24),
         ]),
         # Every such node, whatever the node filter: the filter lists only nodes with GPUs.
         ("GPU nodes outside the platform's rules", [
@@ -236,6 +254,17 @@ def _rows(inputs: MonitoringInputs) -> list[tuple[str, list]]:
                    [_query(extra_device_plugins(inputs), "", "A", True)], width=8),
         ]),
     ]
+
+
+QUARANTINED_NODES = f'max by (node) (kube_node_spec_taint{{key="{QUARANTINE_TAINT}"}})'
+
+
+def faults_now(inputs: MonitoringInputs) -> str:
+    """Each GPU with a fault, labelled with the fault and its action (base/gpu_faults.py)."""
+    codes = inputs.monitoring.alerts.fatal_xid_codes
+    return " or ".join(
+        f'label_replace(label_replace({fault.expr(codes)}, "fault", "{fault.name}", "", ""), '
+        f'"action", "{fault.action}", "", "")' for fault in FAULTS)
 
 
 def domain_panels(inputs: MonitoringInputs) -> list:

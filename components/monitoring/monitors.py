@@ -7,11 +7,11 @@ from typing import Any
 
 from ..base import manifests
 from ..base.facts import DCGM_METRICS_PORT, DCGM_SERVICE_LABELS
+from ..base.gpu_faults import DCGM_JOB
 from ..base.mixin import Scrape
 from . import rules
 from .dashboard import dashboard
 from .inputs import MonitoringInputs
-from .rules import DCGM_JOB
 from .values import DASHBOARD_LABEL, GRAFANA_ADMIN_SECRET, GRAFANA_PASSWORD_KEY, GRAFANA_USER_KEY
 
 COMPONENT = "monitoring"

@@ -31,14 +31,13 @@ from ..base.facts import (
     GPU_RESOURCE,
     NVIDIA_RESOURCES,
 )
+from ..base.gpu_faults import DCGM_JOB, FAULTS, GpuFault
 from ..base.mixin import alert
 from . import usage
 from .inputs import MonitoringInputs
 
 COMPONENT = "monitoring"
 RULE_NAME = "gpu-platform"
-# prometheus-operator names a ServiceMonitor's job after the Service it scrapes.
-DCGM_JOB = "nvidia-dcgm-exporter"
 
 
 def ksm_resource(name: str) -> str:
@@ -183,11 +182,23 @@ def with_team(inputs: MonitoringInputs, expr: str) -> str:
             f"or on (namespace, pod) ({expr})")
 
 
+def fault_alert(fault: GpuFault, fatal_xid_codes: list[int], gpu: str) -> dict:
+    """A GPU fault's alert, from its one classification (base/gpu_faults.py). A fault is an
+    event or a count over a window already: it fires at once."""
+    if fault.action == "quarantine":
+        then = ("Where fault remediation is on it takes the node out of service "
+                "(GpuNodeQuarantined); otherwise cordon and drain the node, then reset the GPU "
+                "or reboot the node.")
+    else:
+        then = "Watch it: nothing is done to the node for it."
+    return alert(fault.alert, fault.expr(fatal_xid_codes), "0s", fault.severity, fault.summary,
+                 f"{gpu}: {fault.meaning}. Value: {{{{ $value }}}}. {then} "
+                 f"Pod: {{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}}.")
+
+
 def alert_rules(inputs: MonitoringInputs) -> list[dict]:
     """The GPUs' alerts, the platform's quotas', and then each component's (its mixin's)."""
     alerts = inputs.monitoring.alerts
-    fatal_xid = " or ".join(f"DCGM_FI_DEV_XID_ERRORS == {code}"
-                            for code in alerts.fatal_xid_codes)
     gpu = ("GPU {{ $labels.gpu }} ({{ $labels.modelName }}, UUID {{ $labels.UUID }}) on node "
            "{{ $labels.node }}")
     quota_namespaces = "|".join(namespace for mixin in inputs.mixins
@@ -202,15 +213,7 @@ def alert_rules(inputs: MonitoringInputs) -> list[dict]:
     gpu_nodes = (f"max_over_time({NODE_ALLOCATABLE}[1h])" if inputs.gpu_path == "dra"
                  else NODE_ALLOCATABLE)
     return [
-        # An XID is an event the driver reports: fire at once.
-        alert("GpuFatalXidError", fatal_xid, "0s", "critical",
-               "GPU reported a fatal XID error",
-               f"{gpu} reported XID {{{{ $value }}}}, which needs the GPU drained and reset: "
-               "cordon and drain the node, then reset the GPU or reboot the node."),
-        alert("GpuXidError", f"DCGM_FI_DEV_XID_ERRORS != 0 unless ({fatal_xid})", "0s",
-               "warning", "GPU reported an XID error",
-               f"{gpu} reported XID {{{{ $value }}}}; the workload on it may have failed. "
-               f"Pod: {{{{ $labels.namespace }}}}/{{{{ $labels.pod }}}}."),
+        *(fault_alert(fault, alerts.fatal_xid_codes, gpu) for fault in FAULTS),
         alert("GpuTemperatureHigh", f"DCGM_FI_DEV_GPU_TEMP > {alerts.gpu_temperature_celsius}",
                alerts.gpu_temperature_for, "warning", "GPU running hot",
                f"{gpu} has been above {alerts.gpu_temperature_celsius} C for "

@@ -47,6 +47,12 @@ def _cel_tolerates(taint: Taint, pod: str) -> str:
             f"{pod}.spec.tolerations.exists(t, {effect} && ({match})))")
 
 
+def _cel_tolerates_key(key: str, pod: str) -> str:
+    """True when a toleration of the pod names the taint's key."""
+    return (f"(has({pod}.spec.tolerations) && "
+            f"{pod}.spec.tolerations.exists(t, has(t.key) && t.key == '{key}'))")
+
+
 def _cel_asks(inputs: OpaAdmissionInputs) -> str:
     """CEL on a container `c`: it names a resource that may resolve to a GPU in its requests or
     limits."""
@@ -121,7 +127,8 @@ def pod_condition(inputs: OpaAdmissionInputs) -> str:
     to a GPU node, or to any node where GPU nodes are not named; tolerating the GPU taint,
     except a DaemonSet's pod that asks for no device path and no high priority); pods that set
     NVIDIA_VISIBLE_DEVICES, name an NVIDIA RuntimeClass or carry a device-injecting annotation.
-    UPDATE: a toleration of the GPU taint or a device-injecting annotation added; in a team
+    UPDATE: a toleration of the GPU taint, of a taint the platform puts on GPU nodes for a
+    while (passing taints) or a device-injecting annotation added; in a team
     namespace, a GPU pod's Kueue gate lifted or Kueue's labels or annotations changed by anyone
     but Kueue. Every ephemeral container added (the node is not known to the condition)."""
     taint = inputs.gpu_nodes.taints[0]
@@ -136,6 +143,9 @@ def pod_condition(inputs: OpaAdmissionInputs) -> str:
     on_create = _pod_create_condition(inputs, "object", daemonset_pod)
     on_update = (f"({_cel_tolerates(taint, 'object')} && "
                  f"!{_cel_tolerates(taint, 'oldObject')}) || ({annotations})")
+    for passing in inputs.gpu_nodes.passing_taints:
+        on_update += (f" || ({_cel_tolerates_key(passing.key, 'object')} && "
+                      f"!{_cel_tolerates_key(passing.key, 'oldObject')})")
     if inputs.teams is not None:
         on_update += f" || ({team_pod_update_condition(inputs)})"
     return (f"request.operation == 'CREATE' ? ({on_create}) : "

@@ -90,9 +90,11 @@ def policy_params(inputs: OpaAdmissionInputs) -> dict:
         # The first taint keeps other pods off GPU nodes; GPU pods need to tolerate them all.
         "gpuTaints": [{**taint.as_manifest(), "value": taint.value, "text": str(taint),
                        "toleration": taint.toleration()} for taint in inputs.gpu_nodes.taints],
-        # Taints the platform puts on a GPU node for a while (a reservation's): no pod may ask
-        # to tolerate them by name, which would jump the reservation.
-        "passingTaintKeys": list(inputs.gpu_nodes.passing_taints),
+        # Taints the platform puts on a GPU node for a while (a reservation's, a fault's): no
+        # pod may ask to tolerate them by name, but from the one user that gives it.
+        "passingTaints": [{"key": taint.key, "meaning": taint.meaning,
+                           "givenBy": taint.given_by or ""}
+                          for taint in inputs.gpu_nodes.passing_taints],
         "gpuRuntimeClasses": list(adm.nvidia_runtime_classes),
         "daemonSetControllers": list(DAEMONSET_CONTROLLERS),
         "auditLabel": AUDIT_LABEL,

@@ -12,6 +12,7 @@ from ..gpu_compaction.component import GpuCompaction
 from ..gpu_nodes.component import GpuNodes
 from ..gpu_operator.component import GpuOperator
 from ..gpu_reclaim.component import GpuReclaim
+from ..gpu_remediation.component import GpuRemediation
 from ..gpu_reservation.component import GpuReservation
 from ..monitoring.component import Monitoring
 from ..opa_admission.component import OpaAdmission
@@ -123,6 +124,12 @@ class GpuPlatform(Component[GpuPlatformInputs]):
             self.child_name("gpu-reservation"), components.reservation,
             child(self.scheduler, self.admission))
             if settings.reservation.enabled else None)
+        # Remediation reads the faults Monitoring's Prometheus scrapes; its taint is one
+        # admission leaves to it, and its drain puts teams' workloads back in their queues.
+        self.remediation = (GpuRemediation.from_inputs(
+            self.child_name("gpu-remediation"), components.remediation,
+            child(self.monitoring, self.admission, *([self.teams] if self.teams else [])))
+            if settings.remediation.enabled else None)
 
         self.cluster_context = cluster.context
         self.scheduler_name = self.scheduler.scheduler_name
@@ -159,5 +166,5 @@ class GpuPlatform(Component[GpuPlatformInputs]):
         return [declared for component in (self.nodes, self.operator, self.scheduler,
                                            self.teams, self.admission, self.monitoring,
                                            self.compaction, self.reclaim,
-                                           self.reservation) if component
+                                           self.reservation, self.remediation) if component
                 for declared in component.declared]

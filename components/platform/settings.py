@@ -32,6 +32,7 @@ from ..gpu_compaction.settings import CompactionSettings
 from ..gpu_nodes.settings import GpuNodesSettings
 from ..gpu_operator.settings import GpuOperatorSettings
 from ..gpu_reclaim.settings import ReclaimSettings
+from ..gpu_remediation.settings import RemediationSettings
 from ..gpu_reservation.settings import ReservationSettings
 from ..monitoring.settings import MonitoringSettings
 from ..opa_admission.settings import AdmissionSettings
@@ -77,6 +78,7 @@ class StackSettings(Model):
     teams: TeamsSettings = section(TeamsSettings)
     reclaim: ReclaimSettings = section(ReclaimSettings)
     reservation: ReservationSettings = section(ReservationSettings)
+    remediation: RemediationSettings = section(RemediationSettings)
 
 
     @model_validator(mode="after")
@@ -99,6 +101,23 @@ class StackSettings(Model):
                                   has_value=True)
         return self
 
+    @model_validator(mode="after")
+    def prometheus_known_to_its_readers(self) -> StackSettings:
+        """Reclaim and remediation query Prometheus: with an existing stack, its address is
+        theirs to give."""
+        if self.monitoring.stack != "existing":
+            return self
+        for reader, reads, enabled in (
+                ("reclaim", "GPU activity", self.reclaim.enabled),
+                ("remediation", "GPU faults", self.remediation.enabled)):
+            if enabled and getattr(self, reader).prometheus_url is None:
+                raise Invalid(f"{reader} reads {reads} from Prometheus, and the existing "
+                              "monitoring stack's address is not known to the program",
+                              "the URL of its Prometheus HTTP API as its pod reaches it, e.g. "
+                              "http://prometheus-operated.<monitoring.namespace>.svc:9090",
+                              at=(reader, "prometheusUrl"), value=None, has_value=True)
+        return self
+
     @property
     def platform_namespaces(self) -> list[tuple[tuple[str, ...], str]]:
         """(setting, namespace) of every namespace of the platform's own components."""
@@ -113,6 +132,8 @@ class StackSettings(Model):
             sections.append(("reclaim",))
         if self.reservation.enabled:
             sections.append(("reservation",))
+        if self.remediation.enabled:
+            sections.append(("remediation",))
         found = []
         for path in sections:
             section: Any = self
@@ -320,12 +341,6 @@ class StackSettings(Model):
                                   f"[{other}], {how})", "one policy per namespace", at=at,
                                   value=namespace, has_value=True)
         monitoring = self.monitoring
-        if monitoring.stack == "existing" and reclaim.prometheus_url is None:
-            raise Invalid("reclaim reads GPU activity from Prometheus, and the existing "
-                          "monitoring stack's address is not known to the program",
-                          "the URL of its Prometheus HTTP API as the CronJob's pod reaches it, "
-                          "e.g. http://prometheus-operated.<monitoring.namespace>.svc:9090",
-                          at=("reclaim", "prometheusUrl"), value=None, has_value=True)
         if (monitoring.stack == "install"
                 and duration_seconds(reclaim.idle_for) > duration_seconds(monitoring.retention)):
             raise Invalid(f"longer than Prometheus keeps samples (monitoring.retention, "

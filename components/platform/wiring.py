@@ -12,9 +12,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from ..base import gpu_faults
 from ..base.descriptor import Deployable, Descriptor
-from ..base.facts import GPU_RESOURCE, kueue_integrations
-from ..base.model import GpuNodeFacts
+from ..base.facts import GPU_RESOURCE, kueue_integrations, service_account_user
+from ..base.model import GpuNodeFacts, PassingTaint
 from ..base.validation import SettingsError, Subject, describe_invalid
 from ..binpack_scheduler.inputs import BinpackSchedulerInputs
 from ..gpu_compaction.inputs import GpuCompactionInputs
@@ -23,6 +24,7 @@ from ..gpu_operator import dra
 from ..gpu_operator import values as gpu_operator_values
 from ..gpu_operator.inputs import GpuOperatorInputs
 from ..gpu_reclaim.inputs import GpuReclaimInputs
+from ..gpu_remediation.inputs import GpuRemediationInputs
 from ..gpu_reservation import manifests as reservation_manifests
 from ..gpu_reservation.inputs import GpuReservationInputs
 from ..monitoring import usage
@@ -61,6 +63,7 @@ class ComponentInputs:
     teams: TeamsInputs
     reclaim: GpuReclaimInputs
     reservation: GpuReservationInputs
+    remediation: GpuRemediationInputs
 
 
 Valid = TypeVar("Valid", bound=BaseModel)
@@ -81,8 +84,7 @@ def component_inputs(settings: StackSettings, secret_sections: Collection[str] =
     mirror = {"image_registry_mirror": settings.image_registry_mirror}
     gpu_nodes = valid(GpuNodeFacts, taints=nodes.taints,
                       names=list(nodes.names) if nodes.tainted_by == "program" else None,
-                      passing_taints=([reservation_manifests.TAINT_KEY]
-                                      if settings.reservation.enabled else []))
+                      passing_taints=passing_taints(settings))
     monitoring = valid(
         MonitoringInputs, monitoring=settings.monitoring,
         kubernetes_version=settings.kubernetes_version,
@@ -119,7 +121,7 @@ def component_inputs(settings: StackSettings, secret_sections: Collection[str] =
                                      for shape in dra.device_class_shapes()
                                      if op.gpu_path == "dra"],
             dra_writers=valid(DraWriters, **dra.dra_writers(op)),
-            scheduler_user=f"system:serviceaccount:{sched.namespace}:{sched.name}",
+            scheduler_user=service_account_user(sched.namespace, sched.name),
             trusted_namespaces=[op.namespace, settings.monitoring.namespace], **mirror),
         monitoring=monitoring,
         compaction=valid(GpuCompactionInputs, compaction=compaction, scheduler_name=sched.name,
@@ -133,8 +135,41 @@ def component_inputs(settings: StackSettings, secret_sections: Collection[str] =
                           dra_driver=dra.NVIDIA_DRA_DRIVER if op.gpu_path == "dra" else None,
                           gpu_device_classes=(dra.served_resources(op)[GPU_RESOURCE]
                                               if op.gpu_path == "dra" else []), **mirror),
+        remediation=remediation_inputs(settings, monitoring),
     )
     return with_mixins(inputs)
+
+
+def passing_taints(settings: StackSettings) -> list[PassingTaint]:
+    """The taints the platform puts on a GPU node for a while: a reservation's, and a fault's
+    where remediation takes nodes out of service."""
+    taints = []
+    if settings.reservation.enabled:
+        reservation = settings.reservation
+        taints.append(PassingTaint(
+            key=reservation_manifests.TAINT_KEY, meaning=reservation_manifests.TAINT_MEANING,
+            given_by=service_account_user(reservation.namespace, reservation.name)))
+    if settings.remediation.mode in ("quarantine", "drain"):
+        taints.append(PassingTaint(key=gpu_faults.QUARANTINE_TAINT,
+                                   meaning=gpu_faults.QUARANTINE_MEANING))
+    return taints
+
+
+def remediation_inputs(settings: StackSettings, monitoring: MonitoringInputs
+                       ) -> GpuRemediationInputs:
+    """Remediation's inputs: the Prometheus it reads (its own setting, else the installed
+    stack's), the fatal XIDs the alerts use, the GPU taint and, for the drain, the GPU path and
+    the teams' workloads."""
+    remediation, teams, op = settings.remediation, settings.teams, settings.gpu_operator
+    return valid(GpuRemediationInputs, remediation=remediation,
+                 prometheus_url=(remediation.prometheus_url
+                                 or monitoring_values.prometheus_url(monitoring) or ""),
+                 fatal_xid_codes=settings.monitoring.alerts.fatal_xid_codes,
+                 gpu_taint_key=settings.gpu_nodes.taints[0].key,
+                 dra_driver=dra.NVIDIA_DRA_DRIVER if op.gpu_path == "dra" else None,
+                 team_namespaces=sorted(teams.team_namespaces) if teams.enabled else [],
+                 workload_owners=workload_owners(settings),
+                 image_registry_mirror=settings.image_registry_mirror)
 
 
 def with_mixins(inputs: ComponentInputs, declared: Mapping[str, Any] | None = None
@@ -149,6 +184,16 @@ def with_mixins(inputs: ComponentInputs, declared: Mapping[str, Any] | None = No
     return replace(inputs, monitoring=inputs.monitoring.model_copy(update={"mixins": mixins}))
 
 
+def workload_owners(settings: StackSettings) -> dict[str, str]:
+    """The kinds Kueue admits in team namespaces (`group/Kind`) with their API resources: what a
+    run follows up from a pod to the Workload it puts back in its queue."""
+    teams = settings.teams
+    if not teams.enabled:
+        return {}
+    return {f"{i.group}/{i.kind}": i.resource for i in kueue_integrations(teams.frameworks)
+            if i.kind != "Pod"}
+
+
 def reclaim_inputs(settings: StackSettings, monitoring: MonitoringInputs) -> GpuReclaimInputs:
     """Reclaim's inputs: the Prometheus it reads (its own setting, else the installed stack's),
     the usage rules' idle query with its window and threshold, the teams' namespaces and what
@@ -159,9 +204,7 @@ def reclaim_inputs(settings: StackSettings, monitoring: MonitoringInputs) -> Gpu
     return valid(GpuReclaimInputs, reclaim=reclaim, prometheus_url=url,
                  idle_query=usage.idle_pods(reclaim.idle_for, threshold), idle_below=threshold,
                  team_namespaces=teams.team_namespaces if teams.enabled else {},
-                 workload_owners={f"{i.group}/{i.kind}": i.resource
-                                  for i in kueue_integrations(teams.frameworks)
-                                  if i.kind != "Pod"} if teams.enabled else {},
+                 workload_owners=workload_owners(settings),
                  exempt_namespaces=sorted(settings.reclaim_exempt_namespaces),
                  image_registry_mirror=settings.image_registry_mirror)
 

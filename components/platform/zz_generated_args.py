@@ -15,6 +15,7 @@ from ..gpu_compaction.zz_generated_args import CompactionSettings
 from ..gpu_nodes.zz_generated_args import GpuNodesSettings
 from ..gpu_operator.zz_generated_args import GpuOperatorSettings
 from ..gpu_reclaim.zz_generated_args import ReclaimSettings
+from ..gpu_remediation.zz_generated_args import RemediationSettings
 from ..gpu_reservation.zz_generated_args import ReservationSettings
 from ..monitoring.zz_generated_args import MonitoringSettings
 from ..opa_admission.zz_generated_args import AdmissionSettings
@@ -77,6 +78,14 @@ class GpuPlatformArgs(TypedDict):
      "node that will free soonest reserved for it (a taint only it tolerates), so that small "
      "pods stop landing there and the node empties as its pods end. Nothing is evicted. "
      "Opt-in; see docs/concepts/reservation.md.")
+    remediation: NotRequired[RemediationSettings]
+    ("Fault remediation: a GPU node whose GPU shows a fault that takes it out of service (a "
+     "fatal XID, failed row remapping, uncorrectable ECC errors: base/gpu_faults.py) is "
+     "quarantined (a taint nothing but the GPU node's own DaemonSets tolerates) and, with "
+     "`drain`, its GPU pods evicted and its teams' workloads put back in their queues whole; "
+     "it returns to service when an operator labels it repaired. Never on missing data, and "
+     "never more than `maxNodes` or `maxShare` of the GPU nodes at once. Off by default; see "
+     "docs/concepts/fault-remediation.md.")
     secret_sections: NotRequired[list[str]]
     ("Sections that hold a secret (a credential in extra chart values, the Grafana "
      "password): their Helm release's values are stored as a secret. Allowed: a list of "

@@ -12,6 +12,7 @@ from ..base.facts import (
     NVIDIA_RESOURCES,
     TOPOGRAPH_ACCELERATOR_LABEL,
     kueue_controller_user,
+    service_account_user,
 )
 from ..base.model import (
     ImageSettings,
@@ -291,7 +292,7 @@ class KueueSettings(Model):
         """Kueue's identity in its requests to the API server: its ServiceAccount's user name."""
         if self.installs_chart:
             return kueue_controller_user(self.namespace, self.release_name)
-        return f"system:serviceaccount:{self.namespace}:{self.existing.service_account}"
+        return service_account_user(self.namespace, self.existing.service_account)
 
 
 class TeamsSettings(Model):

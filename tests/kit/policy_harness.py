@@ -43,6 +43,8 @@ STACKS: dict[str, dict | None] = {
     "no_preemptible_class": {"scheduler": {"preemptibleClass": {"enabled": False}}},
     # Reservation on: its taint is one no pod may ask to tolerate.
     "reservation": {"reservation": {"enabled": True}},
+    # Fault remediation on: a failed GPU node's taint is one no pod may ask to tolerate.
+    "remediation": {"remediation": {"mode": "drain"}},
 }
 # Each stack's parameters as its policy ConfigMap holds them, for `opa test`.
 PARAMS_FIXTURE = POLICY / "admission" / "testing" / "zz_generated_params_test.rego"

@@ -410,7 +410,8 @@ def test_pending_gpu_pods_piling_up_are_reported_and_a_steady_queue_is_not(promt
 def every_alert() -> list[dict]:
     """Every alert of a stack with each component on, its components' among them."""
     every = load_settings(raw(with_changes(compaction={"enabled": True}, teams=TEAMS,
-                                           reclaim={"enabled": True, "namespaces": ["ml"]})))
+                                           reclaim={"enabled": True, "namespaces": ["ml"]},
+                                           remediation={"mode": "drain"})))
     return [rule for rule in rule_groups(every)["groups"][0]["rules"] if "alert" in rule]
 
 

@@ -1,6 +1,7 @@
-"""The platform's runs that ship Python modules in their ConfigMap (reclaim, reservation): the
-ConfigMap's items put each module at its import path, and the CronJob's command starts there
-with the standard library only: none of the program's packages, nothing installed."""
+"""The platform's runs that ship Python modules in their ConfigMap (reclaim, reservation,
+remediation): the ConfigMap's items put each module at its import path, and the CronJob's or
+Deployment's command starts there with the standard library only: none of the program's
+packages, nothing installed."""
 
 import json
 import subprocess
@@ -8,7 +9,7 @@ import sys
 
 import pytest
 
-from components import gpu_reclaim, gpu_reservation
+from components import gpu_reclaim, gpu_remediation, gpu_reservation
 from components.platform.settings import StackSettings
 from components.platform.wiring import component_inputs
 from tests.kit.cluster.declared_objects import find
@@ -19,16 +20,26 @@ RUNS = {
                     {"reclaim": {"enabled": True, "namespaces": ["ml"]}}, "One idle-GPU"),
     "gpu-reservation": (lambda inputs: gpu_reservation.reservation_objects(inputs.reservation),
                         {"reservation": {"enabled": True}}, "One reservation run"),
+    "gpu-remediation": (lambda inputs: gpu_remediation.remediation_objects(inputs.remediation),
+                        {"remediation": {"mode": "drain"}}, "Fault remediation"),
 }
 
 
+def pod_template(objects: list[dict], name: str) -> dict:
+    """The pod template of the run's CronJob or Deployment."""
+    workload = next(o for o in objects if o["kind"] in ("CronJob", "Deployment")
+                    and o["metadata"]["name"] == name)
+    spec = workload["spec"]
+    return (spec["jobTemplate"]["spec"] if workload["kind"] == "CronJob" else spec)["template"]
+
+
 @pytest.mark.parametrize("name", list(RUNS))
-def test_the_cron_job_runs_its_modules_from_the_config_map_alone(name, tmp_path):
+def test_the_run_starts_from_the_config_map_alone(name, tmp_path):
     objects_of, changes, help_text = RUNS[name]
     settings = StackSettings.model_validate(with_changes(**changes))
     objects = objects_of(component_inputs(settings))
     config_map = find(objects, "ConfigMap", name)
-    pod = find(objects, "CronJob", name)["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    pod = pod_template(objects, name)["spec"]
     [mount] = pod["containers"][0]["volumeMounts"]
     for item in pod["volumes"][0]["configMap"]["items"]:
         path = tmp_path / item["path"]

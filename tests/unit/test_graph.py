@@ -456,6 +456,7 @@ OPTION_STACKS = {
     "compaction": with_changes(compaction={"enabled": True}),
     "reclaim": with_changes(reclaim={"enabled": True, "namespaces": ["ml"]}),
     "reservation": with_changes(reservation={"enabled": True}),
+    "remediation": with_changes(remediation={"mode": "report"}),
     "dra": with_changes(kubernetesVersion="1.37.2", gpuOperator={"gpuPath": "dra"}),
     "every operand": with_changes(gpuOperator={
         "driver": {"enabled": True}, "migManager": {"enabled": True},
@@ -504,7 +505,8 @@ def test_the_air_gapped_page_lists_every_chart_and_image_of_every_option(option_
     ("compaction", "registry.k8s.io/descheduler/descheduler:v0.36.0", "`compaction.enabled`"),
     *((option, "docker.io/library/python:3.13.9-alpine3.22",
        "`compaction.enabled` with `compaction.planThreshold`, or `reclaim.enabled`, or "
-       "`reservation.enabled`") for option in ("compaction", "reclaim", "reservation")),
+       "`reservation.enabled`, or `remediation.mode`") for option in (
+        "compaction", "reclaim", "reservation", "remediation")),
     ("every operand", "nvcr.io/nvidia/driver:595.91.07", "`gpuOperator.driver.enabled`"),
 ])
 def test_the_air_gapped_page_names_the_setting_that_brings_each_optional_image(

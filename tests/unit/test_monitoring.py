@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from components import monitoring
+from components.base.gpu_faults import FAULTS
 from components.monitoring import dashboard
 from components.monitoring import rules as gpu_rules
 from components.platform.config import load_settings
@@ -28,6 +29,7 @@ PRICES = {"NVIDIA H100 80GB HBM3": 2.5}
 SETTINGS = load_settings(raw(with_changes(teams=TEAMS, monitoring={"usage": {
     "pricePerGpuHour": PRICES}})))
 WITH_COMPACTION = load_settings(raw(with_changes(compaction={"enabled": True})))
+WITH_REMEDIATION = load_settings(raw(with_changes(remediation={"mode": "drain"})))
 
 # Grafana replaces these before a query reaches Prometheus.
 GRAFANA_VARIABLES = {"$namespace": ".*", "$node": ".*", "$model": ".*", "$team": "research",
@@ -97,12 +99,15 @@ def test_a_broken_expression_is_caught(promtool_bin, tmp_path):
 
 
 def test_only_metrics_the_pinned_exporters_emit():
-    emitted = {name for names in yaml.safe_load((FIXTURES / "exporter-metrics.yaml")
-                                                .read_text()).values() for name in names}
+    exporters = yaml.safe_load((FIXTURES / "exporter-metrics.yaml").read_text())
+    when_listed = set(exporters.pop("dcgm-exporter-when-listed"))
+    emitted = {name for names in exporters.values() for name in names}
     recorded = {r["record"] for g in rule_groups()["groups"] for r in g["rules"]
                 if "record" in r}
     used = set().union(*(metric_names(e) for e in dashboard_queries() + rule_exprs()))
-    assert used - emitted - recorded == set()
+    assert used - emitted - recorded - when_listed == set()
+    # A field the default counters leave out is read by a fault that says so, and only there.
+    assert {f.metric for f in FAULTS if not f.default_counter} == when_listed
     # Every recorded series the dashboard reads is recorded by the rules, and vice versa.
     assert {n for n in used if ":" in n} == recorded
 
@@ -203,7 +208,8 @@ def test_dashboard_answers_the_platform_teams_questions():
         "Idle for 2h (GpuAllocatedIdle)": "max_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE",
         "Temperature per GPU": "DCGM_FI_DEV_GPU_TEMP",
         "Power per GPU": "DCGM_FI_DEV_POWER_USAGE",
-        "XID errors": "DCGM_FI_DEV_XID_ERRORS",
+        "GPU faults now": "DCGM_FI_DEV_XID_ERRORS",
+        "GPU nodes out of service": 'kube_node_spec_taint{key="gpu-platform.io/gpu-fault"}',
         "DCGM exporters up": 'up{job="nvidia-dcgm-exporter"',
         # The API server counts a webhook's denials with error_type="no_error".
         "Requests refused by the GPU admission policy":
@@ -231,6 +237,6 @@ def test_dashboard_answers_the_platform_teams_questions():
 def test_the_operators_alert_table_lists_every_alert():
     page = harness.ROOT / "docs" / "operators" / "monitoring.md"
     listed = set(re.findall(r"^\| (\w+)", page.read_text(), re.MULTILINE))
-    alerts = {r["alert"] for settings in (SETTINGS, WITH_COMPACTION)
+    alerts = {r["alert"] for settings in (SETTINGS, WITH_COMPACTION, WITH_REMEDIATION)
               for g in rule_groups(settings)["groups"] for r in g["rules"] if "alert" in r}
     assert alerts - listed == set()

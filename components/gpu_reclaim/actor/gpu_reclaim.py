@@ -53,12 +53,16 @@ from components.base.kube_api import (
     format_time,
     parse_time,
 )
+from components.base.kueue_requeue import (
+    Requeue,
+    controller,
+    kueue_workload,
+    put_back_left,
+    requeue,
+)
 
 IDLE, EVICTED, REFUSED = "GpuIdle", "GpuIdleEvicted", "GpuIdleEvictionRefused"
 KEPT_ALIVE = "GpuIdleKeptAlive"
-# Owners followed up from a pod's controller to find its Workload: a TrainJob's pod is its
-# JobSet's Job's, two hops above the Job.
-MAX_OWNER_HOPS = 2
 
 
 class Policy(TypedDict):
@@ -71,7 +75,7 @@ class Policy(TypedDict):
     keepAlives: int                 # grace periods an owner may restart (keepAliveAnnotation)
 
 
-class Config(TypedDict):
+class Config(Requeue):
     """What a run reads (its config.json): components/gpu_reclaim/manifests.py writes it from
     the stack's settings, typed by this one definition."""
 
@@ -89,11 +93,6 @@ class Config(TypedDict):
     keepAliveAnnotation: str        # set by the owner: restart the grace period
     keepAlivesAnnotation: str       # how many times it was
     controller: str                 # the events' reportingController
-    teamNamespaces: list[str]       # on evict: where a pod Kueue admitted goes back to its queue
-    workloadsApi: str
-    ownerResources: dict[str, str]  # `<group>/<kind>` of a workload's owner: its resource
-    requeuedAnnotation: str
-    requeueWaitSeconds: int
 
 
 @dataclass(frozen=True)
@@ -231,12 +230,6 @@ def report_note(config: Config, decision: Decision, pod: dict) -> str:
     return note
 
 
-def controller(pod: dict) -> dict | None:
-    """The pod's controller (its owner reference with `controller: true`), if any."""
-    return next((ref for ref in pod["metadata"].get("ownerReferences") or []
-                 if ref.get("controller")), None)
-
-
 def regarding(pod: dict) -> list[dict]:
     """The pod and its controller, as events refer to them."""
     meta = pod["metadata"]
@@ -259,121 +252,6 @@ def query_idle(url: str, query: str) -> dict[tuple[str, str], int]:
     if answer.get("status") != "success" or answer["data"]["resultType"] != "vector":
         raise RuntimeError(f"Prometheus at {url} did not answer the idle query: {answer}")
     return idle_set(answer["data"]["result"])
-
-
-def condition_true(obj: dict, kind: str) -> bool:
-    return any(c.get("type") == kind and c.get("status") == "True"
-               for c in (obj.get("status") or {}).get("conditions") or [])
-
-
-def kueue_workload(api: Api, config: Config, pod: dict) -> dict | None:
-    """The Kueue Workload that holds a team pod's GPUs and can go back to its queue: the one
-    owned by an object up the pod's chain of controllers (its Job; a JobSet's Job and the
-    JobSet; a TrainJob's JobSet; a RayJob's RayCluster...), followed through the kinds of
-    `ownerResources` only. None for a pod no such Workload holds, one whose owner has several
-    Workloads (a LeaderWorkerSet's groups), or one that owns its Workload itself (Kueue's pod
-    integration: a bare pod, a Deployment's): such a pod is evicted as any pod, and Kueue ends
-    its Workload with it (deactivated, the Workload would go with the pod it belongs to, with
-    nothing left to queue again)."""
-    meta = pod["metadata"]
-    if meta["namespace"] not in config["teamNamespaces"]:
-        return None
-    owned: dict[str, list[dict]] = {}
-    for workload in workloads(api, config, meta["namespace"]):
-        for ref in workload["metadata"].get("ownerReferences") or []:
-            owned.setdefault(ref.get("uid"), []).append(workload)
-    if not owned:
-        return None
-    if meta.get("uid") in owned:
-        return None
-    owner = controller(pod)
-    # The pod's controller, then up to MAX_OWNER_HOPS owners above that.
-    for hop in range(MAX_OWNER_HOPS + 1):
-        if owner is None:
-            return None
-        if (uid := owner.get("uid")) in owned:
-            return owned[uid][0] if len(owned[uid]) == 1 else None
-        owner = controller_of(api, config, meta["namespace"], owner) \
-            if hop < MAX_OWNER_HOPS else None
-    return None
-
-
-def controller_of(api: Api, config: Config, namespace: str, ref: dict) -> dict | None:
-    """The controller of the object an owner reference names, where it is of a kind in
-    `ownerResources` and still there."""
-    group = ref.get("apiVersion", "").rpartition("/")[0]
-    resource = config["ownerResources"].get(f"{group}/{ref.get('kind')}")
-    if resource is None:
-        return None
-    root = "/apis" if group else "/api"
-    path = f"{root}/{ref['apiVersion']}/namespaces/{namespace}/{resource}/{ref['name']}"
-    status, obj = api.call("GET", path)
-    if status == 404:
-        return None
-    if status >= 300:
-        raise RuntimeError(f"GET {path}: {status} {obj.get('message', obj)}")
-    return controller(obj)
-
-
-def workloads(api: Api, config: Config, namespace: str) -> list[dict]:
-    """The namespace's Kueue Workloads; none where the API server serves none (no Kueue)."""
-    status, listed = api.call("GET", f"{config['workloadsApi']}/namespaces/{namespace}/workloads")
-    if status == 404:
-        return []
-    if status >= 300:
-        raise RuntimeError(f"listing Workloads in {namespace}: {status} "
-                           f"{listed.get('message', listed)}")
-    return listed["items"]
-
-
-def workload_path(config: Config, workload: dict) -> str:
-    meta = workload["metadata"]
-    return f"{config['workloadsApi']}/namespaces/{meta['namespace']}/workloads/{meta['name']}"
-
-
-def put_back(api: Api, config: Config, workload: dict) -> None:
-    """Back in its queue: Kueue admits it again when the quota has room."""
-    api.ok("PATCH", workload_path(config, workload), {
-        "metadata": {"annotations": {config["requeuedAnnotation"]: None}},
-        "spec": {"active": True}}, "application/merge-patch+json")
-
-
-def requeue(api: Api, config: Config, workload: dict, now: float) -> bool:
-    """Takes the Workload off its queue (Kueue then stops it and frees its quota) and, once
-    Kueue has, puts it back; False if Kueue had not within the run's wait, when the next run
-    puts it back (put_back_left)."""
-    path = workload_path(config, workload)
-    api.ok("PATCH", path, {"metadata": {"annotations": {
-        config["requeuedAnnotation"]: format_time(now)}}, "spec": {"active": False}},
-        "application/merge-patch+json")
-    deadline = time.monotonic() + config["requeueWaitSeconds"]
-    while True:
-        status, current = api.call("GET", path)
-        if status == 404:
-            return True         # removed meanwhile (its owner deleted): nothing to put back
-        if status >= 300:
-            raise RuntimeError(f"GET {path}: {status} {current.get('message', current)}")
-        if not condition_true(current, "QuotaReserved"):
-            break
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(1)
-    put_back(api, config, workload)
-    return True
-
-
-def put_back_left(api: Api, config: Config) -> list[str]:
-    """The Workloads an earlier run took off their queue and did not put back, once Kueue has
-    freed their quota."""
-    done = []
-    for namespace in config["teamNamespaces"]:
-        for workload in workloads(api, config, namespace):
-            meta = workload["metadata"]
-            if (config["requeuedAnnotation"] in (meta.get("annotations") or {})
-                    and not condition_true(workload, "QuotaReserved")):
-                put_back(api, config, workload)
-                done.append(f"{namespace}/{meta['name']}")
-    return done
 
 
 def annotate(api: Api, path: str, annotations: dict) -> bool:

@@ -27,19 +27,27 @@ import json
 import math
 import sys
 import time
-import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypedDict
 
 from components.base import kube_api
-from components.base.gpu_count import ENDED, DeviceView, gpus_held, node_gpus, pod_gpus
+from components.base.gpu_count import (
+    ENDED,
+    DeviceView,
+    gpus_held,
+    node_gpus,
+    observe,
+    pod_gpus,
+)
 from components.base.kube_api import (
     Api,
     add_connection_arguments,
     connect,
     format_time,
     parse_time,
+    patch_node,
+    record,
 )
 
 RESERVED, RELEASED, UNPLACEABLE = "GpuNodeReserved", "GpuNodeReservationEnded", "GpuNodeTooSmall"
@@ -281,28 +289,6 @@ def event(config: Config, pod: Waiting, reason: str, note: str, now: float) -> d
         "uid": pod.uid}, pod.namespace, reason, "Normal", "Reserve", note, now)
 
 
-def record(api: Api, event_: dict) -> None:
-    """Create an event; one the API server refuses is printed, and the run goes on."""
-    namespace = event_["metadata"]["namespace"]
-    status, answer = api.call("POST", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events",
-                              event_)
-    if status >= 300:
-        print(f"event {event_['reason']} not recorded: {status} "
-              f"{answer.get('message', answer)}", file=sys.stderr, flush=True)
-
-
-def patch_node(api: Api, name: str, change: Callable[[list[dict]], list[dict]],
-               annotations: dict) -> None:
-    """Change a node's taints (an atomic list: written whole, on the version read, so that a
-    taint another writer added meanwhile is not lost) and annotations."""
-    node = api.ok("GET", f"/api/v1/nodes/{name}")
-    api.ok("PATCH", f"/api/v1/nodes/{name}", {
-        "metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
-                     "annotations": annotations},
-        "spec": {"taints": change(node["spec"].get("taints") or [])}},
-        "application/merge-patch+json")
-
-
 def act(api: Api, config: Config, step: Step, now: float) -> str:
     key = config["taintKey"]
     pod = step.pod
@@ -340,17 +326,6 @@ def act(api: Api, config: Config, step: Step, now: float) -> str:
     return f"{step.node}: reserved for {pod.key} ({step.why})"
 
 
-def observe(api: Api, config: Config) -> tuple[list[dict], list[dict], DeviceView | None]:
-    nodes = api.items("/api/v1/nodes")
-    pods = api.items("/api/v1/pods?fieldSelector=" + urllib.parse.quote(
-        "status.phase!=Succeeded,status.phase!=Failed"))
-    dra = config["dra"]
-    devices = None if dra is None else DeviceView(
-        api.items("/apis/resource.k8s.io/v1/resourceslices"),
-        api.items("/apis/resource.k8s.io/v1/resourceclaims"), dra["driver"])
-    return nodes, pods, devices
-
-
 def created_at(pod: dict) -> float | None:
     return parse_time(pod["metadata"].get("creationTimestamp"))
 
@@ -359,7 +334,7 @@ def run(api: Api, config: Config, now: float,
         created: Callable[[dict], float | None] = created_at) -> list[str]:
     """One run at `now`; `created` says when a pod was created (the benchmark's simulated
     clock)."""
-    nodes, pods, devices = observe(api, config)
+    nodes, pods, devices = observe(api, (config["dra"] or {}).get("driver"))
     waiting = waiting_pods(config, pods, devices, created)
     return [act(api, config, step, now)
             for step in plan(config, node_views(config, nodes, pods, devices), waiting, now)]

@@ -119,19 +119,27 @@ node_name_reasons contains "it is a GPU node, which only GPU pods placed by the 
 	named_gpu_node
 }
 
-# A reservation keeps a node for one waiting pod, which the reservation run gives the toleration
-# of that node's taint: a pod created tolerating the taint by name would take the node instead.
+# Taints the platform puts on a GPU node for a while (a reservation's, a fault's): a pod that
+# tolerates one by name would take the node kept for a waiting pod, or land on a failed GPU. Only
+# the user the parameters name gives that toleration, by update (the reservation run, to the pod
+# the node is kept for); the GPU node's own DaemonSets get it from the program.
 violations contains {
-	"rule": "reservation-toleration",
+	"rule": "platform-taint-toleration",
 	"fixable": false,
-	"message": sprintf(
-		"pod %q tolerates %s, the taint of a node kept for a whole-node pod that waits; only the platform's reservation run gives that toleration, to the pod the node is kept for: remove it",
-		[pod_name, t.key],
-	),
+	"message": sprintf("pod %q tolerates %s, %s: remove it", [pod_name, taint.key, taint.meaning]),
 } if {
-	is_create
-	some t in array_at(pod_spec, "tolerations")
-	object.get(t, "key", "") in object.get(params, "passingTaintKeys", [])
+	input.request.operation in {"CREATE", "UPDATE"}
+	not input.request.subResource
+	not daemonset_pod
+	some taint in object.get(params, "passingTaints", [])
+	tolerates_by_key(pod_spec, taint.key)
+	not tolerates_by_key(old_spec, taint.key)
+	input.request.userInfo.username != taint.givenBy
+}
+
+tolerates_by_key(spec, key) if {
+	some t in array_at(spec, "tolerations")
+	object.get(t, "key", "") == key
 }
 
 violations contains {

@@ -7,6 +7,10 @@ import data.gpuplatform.admission_test as t
 
 cases := object.union_n([placement, bound_by_name_where("GPU nodes named", "example", "named"), bound_by_name_where("node pools", "node_pools", "pools")])
 
+reserved_for := {"key": "gpu-platform.io/reserved-for", "operator": "Exists", "effect": "NoSchedule"}
+
+gpu_fault := {"key": "gpu-platform.io/gpu-fault", "operator": "Exists", "effect": "NoSchedule"}
+
 placement := {
 	# the scheduler
 	"gpu limit on the default scheduler": {
@@ -24,17 +28,50 @@ placement := {
 	},
 	"gpu pod tolerating a reservation's taint by name": {
 		"stack": "reservation",
-		"request": t.pod(t.binpack([t.gpu_container], {"tolerations": [
-			t.gpu_toleration,
-			{"key": "gpu-platform.io/reserved-for", "operator": "Exists", "effect": "NoSchedule"},
-		]})),
+		"request": t.pod(t.binpack([t.gpu_container], {"tolerations": [t.gpu_toleration, reserved_for]})),
 		"refused": [`pod "team-a/train-0"`, "tolerates gpu-platform.io/reserved-for", "only the platform's reservation run"],
 	},
+	"gpu pod given a reservation's toleration by update": {
+		"stack": "reservation",
+		"request": t.review(t.binpack([t.gpu_container], {"tolerations": [t.gpu_toleration, reserved_for]}), {
+			"operation": "UPDATE", "oldSpec": t.binpack([t.gpu_container], {}),
+		}),
+		"refused": ["tolerates gpu-platform.io/reserved-for", "only the platform's reservation run"],
+	},
+	"the reservation run giving its toleration by update": {
+		"stack": "reservation",
+		"request": t.review(t.binpack([t.gpu_container], {"tolerations": [t.gpu_toleration, reserved_for]}), {
+			"operation": "UPDATE", "oldSpec": t.binpack([t.gpu_container], {}),
+			"user": "system:serviceaccount:gpu-reservation:gpu-reservation",
+		}),
+		"admitted": true,
+	},
+	"an update of a pod that tolerated a reservation already": {
+		"stack": "reservation",
+		"request": t.review(t.binpack([t.gpu_container], {"tolerations": [t.gpu_toleration, reserved_for]}), {
+			"operation": "UPDATE", "oldSpec": t.binpack([t.gpu_container], {"tolerations": [t.gpu_toleration, reserved_for]}),
+		}),
+		"admitted": true,
+	},
 	"gpu pod tolerating the same taint where reservation is off": {
-		"request": t.pod(t.binpack([t.gpu_container], {"tolerations": [
-			t.gpu_toleration,
-			{"key": "gpu-platform.io/reserved-for", "operator": "Exists", "effect": "NoSchedule"},
-		]})),
+		"request": t.pod(t.binpack([t.gpu_container], {"tolerations": [t.gpu_toleration, reserved_for]})),
+		"admitted": true,
+	},
+	"gpu pod tolerating a failed GPU node's taint": {
+		"stack": "remediation",
+		"request": t.pod(t.binpack([t.gpu_container], {"tolerations": [t.gpu_toleration, gpu_fault]})),
+		"refused": ["tolerates gpu-platform.io/gpu-fault", "a GPU node out of service after a GPU fault"],
+	},
+	"gpu pod given a failed GPU node's toleration by update": {
+		"stack": "remediation",
+		"request": t.review(t.binpack([t.gpu_container], {"tolerations": [t.gpu_toleration, gpu_fault]}), {
+			"operation": "UPDATE", "oldSpec": t.binpack([t.gpu_container], {}),
+		}),
+		"refused": ["tolerates gpu-platform.io/gpu-fault"],
+	},
+	"a DaemonSet's pod tolerating a failed GPU node's taint": {
+		"stack": "remediation",
+		"request": t.daemonset_pod({"tolerations": [gpu_fault]}),
 		"admitted": true,
 	},
 	"gpu pod on another scheduler": {

@@ -37,7 +37,7 @@ params := {
 				},
 			},
 		],
-		"passingTaintKeys": [],
+		"passingTaints": [],
 		"gpuRuntimeClasses": [
 			"nvidia",
 			"nvidia-cdi",
@@ -519,7 +519,7 @@ params := {
 				},
 			},
 		],
-		"passingTaintKeys": [],
+		"passingTaints": [],
 		"gpuRuntimeClasses": [
 			"nvidia",
 			"nvidia-cdi",
@@ -1002,7 +1002,7 @@ params := {
 				},
 			},
 		],
-		"passingTaintKeys": [],
+		"passingTaints": [],
 		"gpuRuntimeClasses": [
 			"nvidia",
 			"nvidia-cdi",
@@ -1511,7 +1511,7 @@ params := {
 				},
 			},
 		],
-		"passingTaintKeys": [],
+		"passingTaints": [],
 		"gpuRuntimeClasses": [
 			"nvidia",
 			"nvidia-cdi",
@@ -1992,7 +1992,7 @@ params := {
 				},
 			},
 		],
-		"passingTaintKeys": [],
+		"passingTaints": [],
 		"gpuRuntimeClasses": [
 			"nvidia",
 			"nvidia-cdi",
@@ -2437,7 +2437,7 @@ params := {
 				},
 			},
 		],
-		"passingTaintKeys": [],
+		"passingTaints": [],
 		"gpuRuntimeClasses": [
 			"nvidia",
 			"nvidia-cdi",
@@ -2886,7 +2886,7 @@ params := {
 				},
 			},
 		],
-		"passingTaintKeys": [],
+		"passingTaints": [],
 		"gpuRuntimeClasses": [
 			"nvidia",
 			"nvidia-cdi",
@@ -3331,8 +3331,463 @@ params := {
 				},
 			},
 		],
-		"passingTaintKeys": [
-			"gpu-platform.io/reserved-for",
+		"passingTaints": [
+			{
+				"key": "gpu-platform.io/reserved-for",
+				"meaning": "the taint of a node kept for a whole-node pod that waits; only the platform's reservation run gives that toleration, to the pod the node is kept for",
+				"givenBy": "system:serviceaccount:gpu-reservation:gpu-reservation",
+			},
+		],
+		"gpuRuntimeClasses": [
+			"nvidia",
+			"nvidia-cdi",
+			"nvidia-legacy",
+		],
+		"daemonSetControllers": [
+			"system:serviceaccount:kube-system:daemon-set-controller",
+			"system:kube-controller-manager",
+		],
+		"auditLabel": "gpu-platform.io/admission-audit",
+		"gpuPath": "devicePlugin",
+		"draDeviceClassSuffixes": [
+			"nvidia.com",
+		],
+		"platformDeviceClasses": [],
+		"claimWriters": [
+			"system:kube-scheduler",
+			"system:serviceaccount:kube-system:resource-claim-controller",
+			"system:kube-controller-manager",
+			"system:serviceaccount:gpu-scheduler:gpu-binpack-scheduler",
+		],
+		"draWriters": {
+			"deviceClasses": [
+				"system:serviceaccount:gpu-operator:gpu-operator",
+			],
+			"resourceSlices": [
+				"system:serviceaccount:gpu-operator:nvidia-dra-driver-kubeletplugin",
+			],
+			"computeDomains": [
+				"system:serviceaccount:gpu-operator:nvidia-dra-driver-controller",
+			],
+		},
+		"deviceTaintWriters": [],
+		"gpuSharingConfigKinds": [
+			"GpuConfig",
+			"MigDeviceConfig",
+		],
+		"computeDomainConfigKinds": [
+			"ComputeDomainChannelConfig",
+			"ComputeDomainDaemonConfig",
+		],
+		"allowedDeviceClasses": [],
+		"privilegedCapabilities": [
+			"SYS_ADMIN",
+			"ALL",
+		],
+		"deviceHostPaths": [
+			"/dev",
+			"/proc",
+			"/sys",
+			"/usr/lib",
+			"/lib",
+			"/x86_64-bottlerocket-linux-gnu/sys-root/usr/lib",
+			"/aarch64-bottlerocket-linux-gnu/sys-root/usr/lib",
+			"/usr/lib64",
+			"/lib64",
+			"/x86_64-bottlerocket-linux-gnu/sys-root/usr/lib64",
+			"/aarch64-bottlerocket-linux-gnu/sys-root/usr/lib64",
+			"/usr/local/nvidia",
+			"/x86_64-bottlerocket-linux-gnu/sys-root/usr/local/nvidia",
+			"/aarch64-bottlerocket-linux-gnu/sys-root/usr/local/nvidia",
+			"/home/kubernetes/bin/nvidia",
+			"/mnt/stateful_partition/home/kubernetes/bin/nvidia",
+			"/local/mnt/stateful_partition/home/kubernetes/bin/nvidia",
+			"/var/lib/nvidia",
+			"/local/var/lib/nvidia",
+			"/mnt/stateful_partition/var/lib/nvidia",
+			"/local/mnt/stateful_partition/var/lib/nvidia",
+			"/run/nvidia",
+			"/var/run/nvidia",
+			"/local/var/run/nvidia",
+			"/mnt/stateful_partition/var/run/nvidia",
+			"/local/mnt/stateful_partition/var/run/nvidia",
+			"/run/containerd",
+			"/var/run/containerd",
+			"/local/var/run/containerd",
+			"/mnt/stateful_partition/var/run/containerd",
+			"/local/mnt/stateful_partition/var/run/containerd",
+			"/run/crio",
+			"/var/run/crio",
+			"/local/var/run/crio",
+			"/mnt/stateful_partition/var/run/crio",
+			"/local/mnt/stateful_partition/var/run/crio",
+			"/run/k3s",
+			"/var/run/k3s",
+			"/local/var/run/k3s",
+			"/mnt/stateful_partition/var/run/k3s",
+			"/local/mnt/stateful_partition/var/run/k3s",
+			"/run/docker",
+			"/var/run/docker",
+			"/local/var/run/docker",
+			"/mnt/stateful_partition/var/run/docker",
+			"/local/mnt/stateful_partition/var/run/docker",
+			"/run/docker.sock",
+			"/var/run/docker.sock",
+			"/local/var/run/docker.sock",
+			"/mnt/stateful_partition/var/run/docker.sock",
+			"/local/mnt/stateful_partition/var/run/docker.sock",
+			"/run/cri-dockerd.sock",
+			"/var/run/cri-dockerd.sock",
+			"/local/var/run/cri-dockerd.sock",
+			"/mnt/stateful_partition/var/run/cri-dockerd.sock",
+			"/local/mnt/stateful_partition/var/run/cri-dockerd.sock",
+			"/run/dockershim.sock",
+			"/var/run/dockershim.sock",
+			"/local/var/run/dockershim.sock",
+			"/mnt/stateful_partition/var/run/dockershim.sock",
+			"/local/mnt/stateful_partition/var/run/dockershim.sock",
+			"/run/host-containerd",
+			"/var/run/host-containerd",
+			"/local/var/run/host-containerd",
+			"/mnt/stateful_partition/var/run/host-containerd",
+			"/local/mnt/stateful_partition/var/run/host-containerd",
+			"/run/nri",
+			"/var/run/nri",
+			"/local/var/run/nri",
+			"/mnt/stateful_partition/var/run/nri",
+			"/local/mnt/stateful_partition/var/run/nri",
+			"/run/cdi",
+			"/var/run/cdi",
+			"/local/var/run/cdi",
+			"/mnt/stateful_partition/var/run/cdi",
+			"/local/mnt/stateful_partition/var/run/cdi",
+			"/etc/cdi",
+			"/var/lib/kubelet",
+			"/local/var/lib/kubelet",
+			"/mnt/stateful_partition/var/lib/kubelet",
+			"/local/mnt/stateful_partition/var/lib/kubelet",
+			"/tmp/nvidia-mps",
+		],
+		"toolkitDeviceListRoot": "/var/run/nvidia-container-devices",
+		"deviceAnnotationPrefixes": [
+			"cdi.k8s.io/",
+			"nvidia.cdi.k8s.io/",
+		],
+		"maxGpuPodPriority": 0,
+		"preemptibleClass": "gpu-preemptible",
+		"teams": {
+			"enabled": false,
+			"namespaces": {},
+			"gpuPodsOutsideTeams": "admit",
+			"queue": "default",
+			"kueueUsers": [],
+			"workloadControllers": [],
+			"suspendedKinds": {},
+			"admissionGate": "kueue.x-k8s.io/admission",
+			"gates": [
+				"kueue.x-k8s.io/admission",
+				"kueue.x-k8s.io/topology",
+			],
+			"managedLabel": "kueue.x-k8s.io/managed",
+			"parentAnnotation": "kueue.x-k8s.io/pod-suspending-parent",
+			"parentControllers": [
+				"system:serviceaccount:kube-system:replicaset-controller",
+				"system:serviceaccount:kube-system:statefulset-controller",
+				"system:kube-controller-manager",
+			],
+			"podGroupKey": "kueue.x-k8s.io/pod-group-name",
+			"podSetLabel": "kueue.x-k8s.io/podset",
+			"metadataPrefix": "kueue.x-k8s.io/",
+			"jobControllers": [
+				"system:serviceaccount:kube-system:job-controller",
+				"system:kube-controller-manager",
+			],
+			"topologyLevels": [],
+			"topologyRequests": [
+				"kueue.x-k8s.io/podset-required-topology",
+				"kueue.x-k8s.io/podset-preferred-topology",
+			],
+		},
+		"workloadTemplates": {
+			"apps/Deployment": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:replicaset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "ReplicaSet",
+					},
+				},
+			],
+			"apps/ReplicaSet": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:replicaset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "ReplicaSet",
+					},
+				},
+			],
+			"apps/StatefulSet": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:statefulset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "StatefulSet",
+					},
+				},
+			],
+			"apps/DaemonSet": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:daemon-set-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "DaemonSet",
+					},
+				},
+			],
+			"batch/Job": [
+				{
+					"at": [
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"batch/CronJob": [
+				{
+					"at": [
+						"spec",
+						"jobTemplate",
+						"spec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"jobset.x-k8s.io/JobSet": [
+				{
+					"at": [
+						"spec",
+						"replicatedJobs",
+					],
+					"each": "item",
+					"then": [
+						"template",
+						"spec",
+						"template",
+					],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"leaderworkerset.x-k8s.io/LeaderWorkerSet": [
+				{
+					"at": [
+						"spec",
+						"leaderWorkerTemplate",
+						"leaderTemplate",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:statefulset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "StatefulSet",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"leaderWorkerTemplate",
+						"workerTemplate",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:statefulset-controller",
+					"owner": {
+						"apiVersion": "apps/v1",
+						"kind": "StatefulSet",
+					},
+				},
+			],
+			"ray.io/RayCluster": [
+				{
+					"at": [
+						"spec",
+						"headGroupSpec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"workerGroupSpecs",
+					],
+					"each": "item",
+					"then": [
+						"template",
+					],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+			],
+			"ray.io/RayJob": [
+				{
+					"at": [
+						"spec",
+						"rayClusterSpec",
+						"headGroupSpec",
+						"template",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"rayClusterSpec",
+						"workerGroupSpecs",
+					],
+					"each": "item",
+					"then": [
+						"template",
+					],
+					"creator": "system:serviceaccount:<operator namespace>:kuberay-operator",
+					"owner": {
+						"apiVersion": "ray.io/v1",
+						"kind": "RayCluster",
+					},
+				},
+				{
+					"at": [
+						"spec",
+						"submitterPodTemplate",
+					],
+					"each": "",
+					"then": [],
+					"creator": "system:serviceaccount:kube-system:job-controller",
+					"owner": {
+						"apiVersion": "batch/v1",
+						"kind": "Job",
+					},
+				},
+			],
+			"kubeflow.org/PyTorchJob": [
+				{
+					"at": [
+						"spec",
+						"pytorchReplicaSpecs",
+					],
+					"each": "value",
+					"then": [
+						"template",
+					],
+					"creator": "system:serviceaccount:<operator namespace>:training-operator",
+					"owner": {
+						"apiVersion": "kubeflow.org/v1",
+						"kind": "PyTorchJob",
+					},
+				},
+			],
+		},
+		"builtinPriorityClasses": {
+			"system-cluster-critical": 2000000000,
+			"system-node-critical": 2000001000,
+		},
+	},
+	"remediation": {
+		"mode": "enforce",
+		"schedulerName": "gpu-binpack-scheduler",
+		"gpuResourceNames": [
+			"nvidia.com/*",
+			"deviceclass.resource.kubernetes.io/*",
+		],
+		"deviceClassResourcePrefix": "deviceclass.resource.kubernetes.io/",
+		"exemptNamespaces": [
+			"gpu-admission",
+			"gpu-operator",
+			"kube-system",
+			"monitoring",
+		],
+		"gpuNodeNames": [
+			"gpu-node-1",
+		],
+		"gpuNodeNamesKnown": true,
+		"gpuTaints": [
+			{
+				"key": "nvidia.com/gpu",
+				"effect": "NoSchedule",
+				"value": "present",
+				"text": "nvidia.com/gpu=present:NoSchedule",
+				"toleration": {
+					"key": "nvidia.com/gpu",
+					"operator": "Equal",
+					"value": "present",
+					"effect": "NoSchedule",
+				},
+			},
+		],
+		"passingTaints": [
+			{
+				"key": "gpu-platform.io/gpu-fault",
+				"meaning": "the taint of a GPU node out of service after a GPU fault; only the node's own DaemonSets tolerate it",
+				"givenBy": "",
+			},
 		],
 		"gpuRuntimeClasses": [
 			"nvidia",

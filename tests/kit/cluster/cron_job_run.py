@@ -1,7 +1,8 @@
-"""One run of a declared CronJob's pod whose container runs Python modules from its ConfigMap
-(reclaim's, reservation's), as the kubelet would run it: the modules at the ConfigMap's paths,
-the container's command and environment, the ServiceAccount's token; no site-packages, started
-where the modules are, so only what the ConfigMap ships is imported."""
+"""One run of a declared CronJob's or Deployment's pod whose container runs Python modules from
+its ConfigMap (reclaim's, reservation's, remediation's), as the kubelet would run it: the
+modules at the ConfigMap's paths, the container's command and environment, the
+ServiceAccount's token; no site-packages, started where the modules are, so only what the
+ConfigMap ships is imported."""
 
 from __future__ import annotations
 
@@ -15,10 +16,16 @@ from tests.kit.cluster.descheduler import LocalContainer
 
 def cron_job_run(cp: ControlPlane, objects: list[dict], name: str, namespace: str,
                  container: str, *args: str) -> str:
-    """What the run printed; `args` are given after the container's own."""
-    cron_job = find(objects, "CronJob", name)
-    job_spec = {"metadata": cron_job["metadata"], "spec": cron_job["spec"]["jobTemplate"]["spec"]}
-    local = LocalContainer(cp, objects, job_spec, container, ports={})
+    """What the run printed; `args` are given after the container's own. `name` is a CronJob's
+    or, where no CronJob has it, a Deployment's."""
+    workload = next((o for o in objects if o["kind"] == "CronJob"
+                     and o["metadata"]["name"] == name), None)
+    if workload is not None:
+        workload = {"metadata": workload["metadata"],
+                    "spec": workload["spec"]["jobTemplate"]["spec"]}
+    else:
+        workload = find(objects, "Deployment", name)
+    local = LocalContainer(cp, objects, workload, container, ports={})
     token = cp.write(f"volumes/{name}/token", cp.service_account_token(namespace, name))
     command = local.args()
     assert command[0] == "python3"

@@ -17,17 +17,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import requests
-import yaml
-
 from components import gpu_reclaim
 from components.monitoring import usage
 from components.platform.settings import StackSettings
 from components.platform.wiring import component_inputs
-from tests.kit import tools
-from tests.kit.cluster.controlplane import ControlPlane, free_port, wait_until
+from tests.kit.cluster.controlplane import ControlPlane, wait_until
 from tests.kit.cluster.cron_job_run import cron_job_run
 from tests.kit.cluster.declared_objects import apply_declared, find
+from tests.kit.cluster.prometheus_server import PrometheusServer, scrape_target
 from tests.kit.harness import monitoring_of
 
 NODE = "r-gpu-1"
@@ -111,40 +108,17 @@ class ExporterStandIn:
         self.server.server_close()
 
 
-class Prometheus:
+class Prometheus(PrometheusServer):
     """The real Prometheus, scraping the stand-in as the platform's ServiceMonitor would (its
     job name, and `node` from the exporter pod's node) and evaluating the usage rules."""
 
     def __init__(self, cp: ControlPlane, settings, exporter_port: int):
         group = usage.usage_group(monitoring_of(settings))
         group["interval"] = "2s"        # compressed in time (the module's docstring)
-        directory = cp.dir / "prometheus"
-        rules = cp.write("prometheus/rules.yaml", yaml.safe_dump({"groups": [group]}))
-        config = cp.write("prometheus/prometheus.yaml", yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "2s"},
-            "rule_files": [str(rules)],
-            "scrape_configs": [{"job_name": "nvidia-dcgm-exporter", "static_configs": [{
-                "targets": [f"127.0.0.1:{exporter_port}"], "labels": {"node": NODE}}]}]}))
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process = cp.start_process("prometheus", [
-            str(tools.prometheus()), f"--config.file={config}",
-            f"--storage.tsdb.path={directory / 'data'}",
-            f"--web.listen-address=127.0.0.1:{self.port}"])
-        wait_until(self.ready, "Prometheus to be ready", timeout=60, explain=self.process.tail)
-
-    def ready(self) -> bool:
-        try:
-            return requests.get(f"{self.url}/-/ready", timeout=2).status_code == 200
-        except requests.RequestException:
-            return False
+        super().__init__(cp, [scrape_target(exporter_port, NODE)], [group])
 
     def idle(self, query: str) -> set[tuple[str, str]]:
-        answer = requests.get(f"{self.url}/api/v1/query", params={"query": query},
-                              timeout=10).json()
-        assert answer["status"] == "success", answer
-        return {(s["metric"]["namespace"], s["metric"]["pod"])
-                for s in answer["data"]["result"]}
+        return {(s["metric"]["namespace"], s["metric"]["pod"]) for s in self.query(query)}
 
 
 def reclaim_run(cp: ControlPlane, objects: list[dict], settings, prometheus: Prometheus) -> str:

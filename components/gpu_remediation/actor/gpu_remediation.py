@@ -1,0 +1,346 @@
+"""Fault remediation: GPU nodes whose GPUs show a fault that takes them out of service are
+quarantined and, on `drain`, emptied of their GPU pods; they return to service when an operator
+labels them repaired.
+
+Each pass asks Prometheus which GPU nodes show each fault now (the faults' one classification,
+base/gpu_faults.py; a node whose exporter is not scraped has no answer: missing data is never a
+fault). Then:
+- a quarantined node labelled `<repairedLabel>=true` returns to service: the taint, its
+  annotations and the label go;
+- a GPU node with a quarantining fault, not yet out of service, is quarantined: the taint
+  `<taintKey>=<fault>:NoSchedule` (nothing but the GPU node's own DaemonSets tolerates it, so
+  its exporter keeps reporting), and annotations that say since when and why; at most
+  `maxNodes` and `maxShare` of the GPU nodes are out of service at once: a fault beyond that
+  is reported (an event, once), not acted on;
+- on `drain`, every GPU pod on a quarantined node leaves: a team's pod that a Kueue workload
+  holds goes back to its queue with the whole workload (kueue_requeue.py), any other is
+  evicted through the eviction API (a disruption budget that refuses is respected, and asked
+  again next pass). DaemonSet pods stay.
+On `report`, the events and the log say what would be done, and nothing is changed.
+
+Standard library only: it runs from a ConfigMap in a stock Python image, as the Deployment's
+container (`main`, a pass every `intervalSeconds`); the tests call `plan` and `run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import traceback
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import TypedDict
+
+from components.base.gpu_count import DeviceView, gpus_held, observe
+from components.base.kube_api import (
+    Api,
+    add_connection_arguments,
+    connect,
+    event,
+    format_time,
+    patch_node,
+    record,
+)
+from components.base.kueue_requeue import (
+    Requeue,
+    controller,
+    kueue_workload,
+    put_back_left,
+    requeue,
+)
+
+QUARANTINED, HELD, RETURNED = "GpuNodeQuarantined", "GpuFaultNotQuarantined", "GpuNodeReturned"
+DRAINED, REFUSED = "GpuFaultEvicted", "GpuFaultEvictionRefused"
+
+
+class FaultQuery(TypedDict):
+    name: str
+    action: str                     # quarantine or watch
+    meaning: str
+    query: str                      # per node: `node` label, the evidence as value
+
+
+class Config(Requeue):
+    """What a pass reads (its config.json): components/gpu_remediation/manifests.py writes it
+    from the stack's settings, typed by this one definition."""
+
+    prometheusUrl: str
+    faults: list[FaultQuery]
+    mode: str                       # report, quarantine or drain
+    maxNodes: int
+    maxShare: float
+    gpuTaintKey: str                # every GPU node carries it
+    taintKey: str
+    sinceAnnotation: str            # when the node was quarantined (RFC 3339)
+    reasonAnnotation: str           # why, in a sentence
+    repairedLabel: str              # set to "true" by an operator: back in service
+    gpuResource: str
+    draDriver: str | None
+    controller: str                 # the events' reportingController
+    intervalSeconds: float
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A fault a node shows now: which, and its evidence (an XID code, a count)."""
+
+    name: str
+    evidence: float
+    meaning: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """What a pass does to one node: `quarantine`, `hold` (a fault beyond the limit), `return`
+    or `drain`; `why` for the events and the log."""
+
+    node: str
+    action: str
+    why: str
+    fault: str = ""
+
+
+def limit(config: Config, gpu_nodes: int) -> int:
+    """GPU nodes out of service at once, at most: maxNodes and maxShare (one at least)."""
+    return min(config["maxNodes"], max(1, math.floor(config["maxShare"] * gpu_nodes)))
+
+
+def is_gpu_node(node: dict, config: Config) -> bool:
+    return any(t.get("key") == config["gpuTaintKey"] for t in node["spec"].get("taints") or [])
+
+
+def quarantine_of(node: dict, config: Config) -> str | None:
+    """The fault the node is out of service for, if it is."""
+    return next((t.get("value", "") for t in node["spec"].get("taints") or []
+                 if t.get("key") == config["taintKey"]), None)
+
+
+def describe(fault: Fault) -> str:
+    return f"{fault.name} ({fault.meaning}; evidence {fault.evidence:g})"
+
+
+def plan(config: Config, nodes: list[dict], faults: dict[str, list[Fault]]) -> list[Step]:
+    """What a pass does, given the GPU nodes' faults (only quarantining ones count)."""
+    gpu_nodes = sorted((n for n in nodes if is_gpu_node(n, config)),
+                       key=lambda n: n["metadata"]["name"])
+    steps: list[Step] = []
+    out = 0
+    for node in gpu_nodes:
+        name = node["metadata"]["name"]
+        held_for = quarantine_of(node, config)
+        if held_for is None:
+            continue
+        if (node["metadata"].get("labels") or {}).get(config["repairedLabel"]) == "true":
+            steps.append(Step(name, "return", f"labelled {config['repairedLabel']}=true",
+                              held_for))
+        else:
+            out += 1
+            steps.append(Step(name, "drain", f"out of service for {held_for}", held_for))
+    room = limit(config, len(gpu_nodes)) - out
+    for node in gpu_nodes:
+        name = node["metadata"]["name"]
+        shown = faults.get(name) or []
+        if not shown or quarantine_of(node, config) is not None:
+            continue
+        fault = shown[0]
+        if room > 0:
+            room -= 1
+            steps.append(Step(name, "quarantine", describe(fault), fault.name))
+        else:
+            steps.append(Step(name, "hold", f"{describe(fault)}, but {out} of "
+                          f"{limit(config, len(gpu_nodes))} GPU nodes allowed out of service "
+                          f"at once are out already (maxNodes {config['maxNodes']}, maxShare "
+                          f"{config['maxShare']:g})", fault.name))
+    return steps
+
+
+# --- in the Deployment's pod ---------------------------------------------------------------------
+
+def query_faults(config: Config) -> dict[str, list[Fault]]:
+    """Each GPU node's quarantining faults now, the order of the classification."""
+    faults: dict[str, list[Fault]] = {}
+    for fault in config["faults"]:
+        if fault["action"] != "quarantine":
+            continue
+        address = (f"{config['prometheusUrl'].rstrip('/')}/api/v1/query?"
+                   + urllib.parse.urlencode({"query": fault["query"]}))
+        with urllib.request.urlopen(address, timeout=30) as reply:
+            answer = json.load(reply)
+        if answer.get("status") != "success" or answer["data"]["resultType"] != "vector":
+            raise RuntimeError(f"Prometheus did not answer the {fault['name']} query: {answer}")
+        for series in answer["data"]["result"]:
+            node = series.get("metric", {}).get("node")
+            if node:
+                faults.setdefault(node, []).append(
+                    Fault(fault["name"], float(series["value"][1]), fault["meaning"]))
+    return faults
+
+
+def node_event(config: Config, node: str, reason: str, kind: str, action: str, note: str,
+               now: float) -> dict:
+    return event(config["controller"], {"apiVersion": "v1", "kind": "Node", "name": node,
+                                        "namespace": ""}, "default", reason, kind, action, note,
+                 now)
+
+
+@dataclass
+class Memory:
+    """What a pass remembers for the next (the Deployment's process): what it reported once."""
+
+    reported: set[tuple[str, ...]] = field(default_factory=set)
+
+    def first(self, *key: str) -> bool:
+        if key in self.reported:
+            return False
+        self.reported.add(key)
+        return True
+
+
+def gpu_pods(pods: list[dict], node: str, config: Config, devices: DeviceView | None
+             ) -> list[dict]:
+    """The pods on `node` that hold GPUs, but the DaemonSets'."""
+    held = gpus_held(pods, config["gpuResource"], devices)
+    return sorted((p for p in pods if p["spec"].get("nodeName") == node
+                   and held[(p["metadata"]["namespace"], p["metadata"]["name"])] > 0
+                   and not p["metadata"].get("deletionTimestamp")
+                   and (controller(p) or {}).get("kind") != "DaemonSet"),
+                  key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
+
+
+def drain(api: Api, config: Config, node: str, fault: str, pods: list[dict], now: float,
+          memory: Memory, requeued: set[str]) -> list[str]:
+    """Moves the node's GPU pods away: a team workload back to its queue whole, any other pod
+    evicted; what happened to each."""
+    lines = []
+    for pod in pods:
+        meta = pod["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        ref = {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace,
+               "uid": meta.get("uid", "")}
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        workload = kueue_workload(api, config, pod)
+        if workload and workload["metadata"]["uid"] in requeued:
+            continue
+        status, answer = api.call("POST", f"{path}/eviction" + ("?dryRun=All" if workload
+                                                                else ""), {
+            "apiVersion": "policy/v1", "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace}})
+        if status == 404:
+            continue
+        if status == 429:
+            if memory.first(node, namespace, name, "refused"):
+                record(api, event(config["controller"], ref, namespace, REFUSED, "Warning",
+                                  "Evict", f"Pod {namespace}/{name} is on node {node}, out of "
+                                  f"service for {fault}, but a disruption budget refused its "
+                                  f"eviction: {answer.get('message', '')}. Asked again every "
+                                  f"pass.", now))
+            lines.append(f"{namespace}/{name}: eviction refused by a disruption budget")
+            continue
+        if status >= 300:
+            raise RuntimeError(f"evicting {namespace}/{name}: {status} "
+                               f"{answer.get('message', answer)}")
+        if workload:
+            requeued.add(workload["metadata"]["uid"])
+            back = requeue(api, config, workload, now)
+            note = (f"Pod {namespace}/{name} was on node {node}, out of service for {fault}: "
+                    f"its Kueue workload {workload['metadata']['name']} was stopped whole and "
+                    f"{'is' if back else 'will be'} back in its queue, to run again on healthy "
+                    f"nodes.")
+            lines.append(f"{namespace}/{name}: requeued with its workload")
+        else:
+            note = (f"Pod {namespace}/{name} was evicted from node {node}, out of service for "
+                    f"{fault}.")
+            lines.append(f"{namespace}/{name}: evicted")
+        record(api, event(config["controller"], ref, namespace, DRAINED, "Warning", "Evict",
+                          note, now))
+    return lines
+
+
+def act(api: Api, config: Config, step: Step, now: float, memory: Memory) -> list[str]:
+    key, node = config["taintKey"], step.node
+    report = config["mode"] not in ("quarantine", "drain")
+    if step.action == "hold":
+        if memory.first(node, step.fault, "held"):
+            record(api, node_event(config, node, HELD, "Warning", "Quarantine",
+                                   f"Node {node} shows {step.why}: left in service.", now))
+        return [f"{node}: not quarantined, {step.why}"]
+    if step.action == "quarantine":
+        if report:
+            if memory.first(node, step.fault, "report"):
+                record(api, node_event(config, node, HELD, "Warning", "Quarantine",
+                                       f"Node {node} shows {step.why}: it would be taken out "
+                                       f"of service (remediation.mode is report).", now))
+            return [f"{node}: would be quarantined, {step.why}"]
+        patch_node(api, node, lambda taints: [*[t for t in taints if t["key"] != key],
+                                              {"key": key, "value": step.fault,
+                                               "effect": "NoSchedule"}],
+                   {config["sinceAnnotation"]: format_time(now),
+                    config["reasonAnnotation"]: step.why})
+        record(api, node_event(config, node, QUARANTINED, "Warning", "Quarantine",
+                               f"Node {node} is out of service: {step.why}. Nothing new lands "
+                               f"on it" + (" and its GPU pods leave" if config["mode"] == "drain"
+                                           else "") + f"; label it {config['repairedLabel']}"
+                               f"=true once repaired.", now))
+        return [f"{node}: quarantined, {step.why}"]
+    if step.action == "return":
+        patch_node(api, node, lambda taints: [t for t in taints if t["key"] != key],
+                   {config["sinceAnnotation"]: None, config["reasonAnnotation"]: None},
+                   {config["repairedLabel"]: None})
+        record(api, node_event(config, node, RETURNED, "Normal", "Return",
+                               f"Node {node} is back in service ({step.why}).", now))
+        return [f"{node}: back in service"]
+    return []
+
+
+def run(api: Api, config: Config, faults: dict[str, list[Fault]], now: float,
+        memory: Memory | None = None) -> list[str]:
+    """One pass at `now`, given the faults Prometheus reports; what it did, a line each."""
+    memory = memory or Memory()
+    nodes, pods, devices = observe(api, config["draDriver"])
+    steps = plan(config, nodes, faults)
+    lines = [line for step in steps for line in act(api, config, step, now, memory)]
+    if config["mode"] == "drain":
+        requeued: set[str] = set()
+        out = [s for s in steps if s.action in ("drain", "quarantine")]
+        for step in out:
+            lines += drain(api, config, step.node, step.fault,
+                           gpu_pods(pods, step.node, config, devices), now, memory, requeued)
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    # `python -OO` strips the docstring: the help then goes without a description.
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="the settings (JSON)")
+    parser.add_argument("--prometheus-url", help="instead of the configured one")
+    parser.add_argument("--once", action="store_true", help="one pass, then exit")
+    add_connection_arguments(parser)
+    args = parser.parse_args(argv)
+    with open(args.config) as f:
+        config = json.load(f)
+    if args.prometheus_url:
+        config["prometheusUrl"] = args.prometheus_url
+    api = connect(args)
+    memory = Memory()
+    while True:
+        try:
+            if config["mode"] == "drain":
+                for workload in put_back_left(api, config):
+                    print(f"{workload}: put back in its queue", flush=True)
+            for line in run(api, config, query_faults(config), time.time(), memory):
+                print(line, flush=True)
+        except Exception:   # a pass that fails changes nothing; the next tries again
+            if args.once:
+                raise
+            traceback.print_exc()
+        if args.once:
+            return 0
+        time.sleep(config["intervalSeconds"])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,108 @@
+"""Fault remediation's objects: its namespace and ServiceAccount, the ClusterRole it needs, the
+ConfigMap with its settings and modules, and the Deployment that runs a pass every interval."""
+
+import json
+
+from ..base import gpu_count, gpu_faults, kube_api, kueue_requeue, manifests
+from ..base.facts import GPU_RESOURCE, KUEUE_API
+from .actor import gpu_remediation
+from .actor.gpu_remediation import Config, FaultQuery
+from .inputs import GpuRemediationInputs
+
+COMPONENT = "remediation"
+CONFIG_DIR = "/remediation"
+CONFIG_FILE = "config.json"
+MODULES = (gpu_remediation, gpu_count, kube_api, kueue_requeue)
+TAINT_KEY = gpu_faults.QUARANTINE_TAINT
+# On a quarantined node: since when (RFC 3339) and why (a sentence).
+SINCE_ANNOTATION = "gpu-platform.io/gpu-fault-since"
+REASON_ANNOTATION = "gpu-platform.io/gpu-fault-reason"
+# Set to "true" on a quarantined node by an operator or a repair workflow: back in service.
+REPAIRED_LABEL = "gpu-platform.io/gpu-repaired"
+# On a team's Kueue Workload taken off its queue by a drain, until put back: when (RFC 3339).
+REQUEUED_ANNOTATION = "gpu-platform.io/fault-requeued-at"
+# How long a pass waits for Kueue to release a deactivated Workload's quota before it puts the
+# Workload back (the next pass does it otherwise).
+REQUEUE_WAIT_SECONDS = 30
+CONTROLLER = "gpu-platform.io/remediation"
+CONFIG_HASH_ANNOTATION = "gpu-platform.io/remediation-config-sha256"
+
+
+def actor_config(inputs: GpuRemediationInputs) -> Config:
+    remediation = inputs.remediation
+    return Config(
+        prometheusUrl=inputs.prometheus_url,
+        faults=[FaultQuery(name=fault.name, action=fault.action, meaning=fault.meaning,
+                           query=fault.node_expr(inputs.fatal_xid_codes))
+                for fault in gpu_faults.FAULTS],
+        mode=remediation.mode,
+        maxNodes=remediation.max_nodes,
+        maxShare=remediation.max_share,
+        gpuTaintKey=inputs.gpu_taint_key,
+        taintKey=TAINT_KEY,
+        sinceAnnotation=SINCE_ANNOTATION,
+        reasonAnnotation=REASON_ANNOTATION,
+        repairedLabel=REPAIRED_LABEL,
+        gpuResource=GPU_RESOURCE,
+        draDriver=inputs.dra_driver,
+        controller=CONTROLLER,
+        intervalSeconds=remediation.interval_seconds,
+        teamNamespaces=inputs.team_namespaces if remediation.mode == "drain" else [],
+        workloadsApi=f"/apis/{KUEUE_API}",
+        ownerResources=inputs.workload_owners,
+        requeuedAnnotation=REQUEUED_ANNOTATION,
+        requeueWaitSeconds=REQUEUE_WAIT_SECONDS)
+
+
+def remediation_rules(inputs: GpuRemediationInputs) -> list[dict]:
+    """What it does, and no more: read nodes and pods (and on the DRA path who holds which
+    device); on quarantine, taint, annotate and label nodes; on drain, evict pods and, with
+    teams, read their owners and take Workloads off their queue and back; create events."""
+    mode = inputs.remediation.mode
+    rules = [manifests.rule([""], ["nodes"], ["get", "list"] + (["patch"] if mode in (
+                 "quarantine", "drain") else [])),
+             manifests.rule([""], ["pods"], ["list"]),
+             manifests.rule(["events.k8s.io"], ["events"], ["create"])]
+    if inputs.dra_driver:
+        rules.append(manifests.rule(["resource.k8s.io"], ["resourceslices", "resourceclaims"],
+                                    ["list"]))
+    if mode == "drain":
+        rules.append(manifests.rule([""], ["pods/eviction"], ["create"]))
+        if inputs.team_namespaces:
+            rules += manifests.requeue_rules(inputs.workload_owners)
+    return rules
+
+
+def rbac_objects(inputs: GpuRemediationInputs) -> list[dict]:
+    remediation = inputs.remediation
+    return manifests.account_with_cluster_role(remediation.name, remediation.namespace,
+                                               COMPONENT, remediation_rules(inputs))
+
+
+def config_map(inputs: GpuRemediationInputs) -> dict:
+    remediation = inputs.remediation
+    return manifests.config_map(
+        remediation.name, remediation.namespace, COMPONENT, remediation.name,
+        {CONFIG_FILE: json.dumps(actor_config(inputs), indent=1),
+         **manifests.python_module_files(*MODULES)})
+
+
+def deployment(inputs: GpuRemediationInputs) -> dict:
+    remediation = inputs.remediation
+    data = config_map(inputs)["data"]
+    mount, volume = manifests.python_modules_mount("remediation", CONFIG_DIR, remediation.name,
+                                                   data)
+    container = manifests.python_module_container(
+        "remediation", inputs.image(remediation.image), CONFIG_DIR, gpu_remediation,
+        [f"--config={CONFIG_DIR}/{CONFIG_FILE}"], remediation.resources, [mount])
+    # One pod: two would report each fault twice (their actions are the same).
+    return manifests.single_pod_deployment(
+        remediation.name, remediation.namespace, COMPONENT,
+        {CONFIG_HASH_ANNOTATION: manifests.content_hash(data)},
+        {"containers": [container], "volumes": [volume]})
+
+
+def remediation_objects(inputs: GpuRemediationInputs) -> list[dict]:
+    """Everything remediation needs, its namespace first."""
+    return [manifests.namespace(inputs.remediation.namespace, "restricted", COMPONENT),
+            *rbac_objects(inputs), config_map(inputs), deployment(inputs)]

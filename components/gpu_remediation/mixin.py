@@ -1,0 +1,48 @@
+"""Fault remediation's monitoring: a node out of service, a fault left in service (report mode,
+or beyond the blast-radius limit), and remediation itself not running."""
+
+from ..base.gpu_faults import QUARANTINE_TAINT, quarantining
+from ..base.mixin import AlertSettings, Mixin, alert, deployment_unavailable
+from .inputs import GpuRemediationInputs
+from .manifests import REPAIRED_LABEL
+
+
+def faulty_nodes(inputs: GpuRemediationInputs) -> str:
+    """GPU nodes showing a fault that takes them out of service, by node, with the fault."""
+    return " or ".join(
+        f'label_replace({fault.node_expr(inputs.fatal_xid_codes)}, "fault", "{fault.name}", '
+        f'"", "")' for fault in quarantining())
+
+
+def mixin(inputs: GpuRemediationInputs, alerts: AlertSettings,
+          _component: object = None) -> Mixin:
+    remediation = inputs.remediation
+    if not remediation.enabled:
+        return Mixin()
+    quarantined = f'kube_node_spec_taint{{key="{QUARANTINE_TAINT}"}}'
+    return Mixin(alerts=[
+        alert("GpuNodeQuarantined", f"max by (node, value) ({quarantined})", "0s", "warning",
+              "GPU node out of service after a fault",
+              "Node {{ $labels.node }} is out of service for {{ $labels.value }} "
+              "(its annotations say since when and why): nothing new lands on it"
+              + (" and its GPU pods were moved" if remediation.mode == "drain" else "")
+              + f". Repair it (reset the GPU, reboot, or replace it), then `kubectl label node "
+              f"{{{{ $labels.node }}}} {REPAIRED_LABEL}=true` to return it."),
+        # Two passes and a scrape: a fault still in service then was left there.
+        alert("GpuFaultNotQuarantined",
+              f"max by (node, fault) ({faulty_nodes(inputs)}) unless on (node) {quarantined}",
+              "2m", "critical", "GPU fault left in service",
+              "Node {{ $labels.node }} shows {{ $labels.fault }} but is still in service: "
+              + ("remediation.mode is report, so nothing is done; cordon and drain it by hand."
+                 if remediation.mode == "report" else
+                 f"as many GPU nodes as allowed out of service at once are out already "
+                 f"(remediation.maxNodes {remediation.max_nodes}, maxShare "
+                 f"{remediation.max_share:g}). Repair those, or cordon and drain this one by "
+                 f"hand.")),
+        alert("GpuRemediationUnavailable",
+              deployment_unavailable(remediation.namespace, remediation.name),
+              alerts.unavailable_for, "critical", "GPU fault remediation not running",
+              f"No pod of Deployment {remediation.namespace}/{remediation.name} has been "
+              f"available for {alerts.unavailable_for}: GPU faults are alerted on but their "
+              f"nodes stay in service. See the Deployment's pods and their log."),
+    ])

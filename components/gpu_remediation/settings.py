@@ -1,0 +1,83 @@
+"""The `remediation` section of the stack settings."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from ..base.model import (
+    ContainerResources,
+    ImageSettings,
+    Model,
+    python_image_field,
+    script_resources_field,
+)
+from ..base.validation import (
+    DnsLabel,
+    Duration,
+    Invalid,
+    OwnNamespace,
+    PrometheusUrl,
+    duration_seconds,
+    prometheus_url_field,
+)
+
+Mode = Literal["off", "report", "quarantine", "drain"]
+# Prometheus scrapes every 30 s by default: looking more often finds nothing new.
+MIN_INTERVAL = "5s"
+
+
+class RemediationSettings(Model):
+    """Fault remediation: a GPU node whose GPU shows a fault that takes it out of service (a
+    fatal XID, failed row remapping, uncorrectable ECC errors: base/gpu_faults.py) is
+    quarantined (a taint nothing but the GPU node's own DaemonSets tolerates) and, with `drain`,
+    its GPU pods evicted and its teams' workloads put back in their queues whole; it returns
+    to service when an operator labels it repaired. Never on missing data, and never more
+    than `maxNodes` or `maxShare` of the GPU nodes at once. Off by default; see
+    docs/concepts/fault-remediation.md."""
+
+    mode: Mode = Field(
+        default="off",
+        description="What a fault does to its node: `off` (nothing runs), `report` (events "
+                    "and the log say what would be done; the alerts fire either way), "
+                    "`quarantine` (nothing new lands on the node), `drain` (quarantine, and "
+                    "its GPU pods leave through the eviction API, a team's Kueue workload "
+                    "back to its queue whole).")
+    name: DnsLabel = Field(default="gpu-remediation",
+                           description="Names the Deployment, its ServiceAccount, ClusterRole "
+                                       "and ConfigMap.")
+    namespace: OwnNamespace = Field(default="gpu-remediation",
+                                    description="Namespace of the Deployment.")
+    max_nodes: int = Field(
+        default=2, ge=1, le=1000,
+        description="GPU nodes out of service at once, at most: a fault beyond it is reported "
+                    "(GpuFaultNotQuarantined), not acted on, so that a bad signal cannot take "
+                    "the fleet down.")
+    max_share: float = Field(
+        default=0.1, gt=0, le=1,
+        description="Share of the GPU nodes out of service at once, at most (one node at "
+                    "least).")
+    interval: Duration = Field(
+        default="15s",
+        description=f"How often it looks at the faults Prometheus reports (a duration, "
+                    f"{MIN_INTERVAL} or more): a fault is acted on within this and a scrape.")
+    prometheus_url: PrometheusUrl = prometheus_url_field("it queries for the faults")
+    image: ImageSettings = python_image_field("fault remediation")
+    resources: ContainerResources = script_resources_field(
+        "the container that quarantines and drains nodes")
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "off"
+
+    @field_validator("interval")
+    @classmethod
+    def not_too_often(cls, value: str) -> str:
+        if duration_seconds(value) < duration_seconds(MIN_INTERVAL):
+            raise Invalid("shorter than Prometheus can have news", f"{MIN_INTERVAL} or more")
+        return value
+
+    @property
+    def interval_seconds(self) -> float:
+        return duration_seconds(self.interval)

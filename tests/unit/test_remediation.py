@@ -1,0 +1,153 @@
+"""Fault remediation, as a pass plans it and as the stack ships it: which GPU node is taken out
+of service for which fault, the blast-radius limit, return to service on the repaired label
+only, the rights each mode needs, and the settings' errors."""
+
+import pytest
+
+from components.base.gpu_faults import FAULTS, QUARANTINE_TAINT
+from components.base.validation import SettingsError
+from components.gpu_remediation import REPAIRED_LABEL, actor_config, remediation_objects
+from components.gpu_remediation.actor.gpu_remediation import Fault, limit, plan
+from components.platform.config import load_settings
+from components.platform.settings import StackSettings
+from components.platform.wiring import component_inputs
+from tests.kit.stacks import TEAMS, raw, with_changes
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+XID_79 = Fault("fatal-xid", 79, "fallen off the bus")
+
+
+def remediation_inputs(**remediation):
+    settings = StackSettings.model_validate(with_changes(
+        remediation={"mode": "drain", **remediation}))
+    return component_inputs(settings).remediation
+
+
+@pytest.fixture(scope="module")
+def config():
+    return actor_config(remediation_inputs())
+
+
+def node(name: str, quarantined_for: str | None = None, repaired: bool = False,
+         gpu: bool = True) -> dict:
+    taints = [GPU_TAINT] if gpu else []
+    if quarantined_for:
+        taints.append({"key": QUARANTINE_TAINT, "value": quarantined_for,
+                       "effect": "NoSchedule"})
+    return {"metadata": {"name": name,
+                         "labels": {REPAIRED_LABEL: "true"} if repaired else {}},
+            "spec": {"taints": taints}}
+
+
+def actions(steps) -> dict[str, str]:
+    return {step.node: step.action for step in steps}
+
+
+def fleet(size: int) -> list[dict]:
+    return [node(f"gpu-{index:02d}") for index in range(size)]
+
+
+def test_a_gpu_node_with_a_fatal_fault_is_taken_out_of_service(config):
+    steps = plan(config, fleet(20), {"gpu-03": [XID_79]})
+    assert actions(steps) == {"gpu-03": "quarantine"}
+    assert steps[0].fault == "fatal-xid" and "evidence 79" in steps[0].why
+
+
+def test_beyond_the_limit_a_fault_is_held_not_acted_on(config):
+    """maxNodes 2 and maxShare 0.1: of 20 GPU nodes, 2 at once; one out already leaves room
+    for one more, the first by name; the third is held and says why."""
+    nodes = fleet(20)
+    nodes[0] = node("gpu-00", quarantined_for="row-remap-failure")
+    faults = {name: [XID_79] for name in ("gpu-05", "gpu-07")}
+    steps = plan(config, nodes, faults)
+    assert actions(steps) == {"gpu-00": "drain", "gpu-05": "quarantine", "gpu-07": "hold"}
+    held = next(s for s in steps if s.action == "hold")
+    assert "1 of 2 GPU nodes allowed out of service at once are out already" in held.why
+
+
+def test_the_share_caps_small_fleets_and_one_node_is_always_allowed(config):
+    assert limit(config, 4) == 1            # 0.1 x 4 rounds down to 0: one at least
+    assert limit(config, 15) == 1
+    assert limit(config, 200) == 2          # maxNodes
+
+
+def test_only_gpu_nodes_count_and_only_they_are_acted_on(config):
+    nodes = [*fleet(10), node("cpu-1", gpu=False)]
+    steps = plan(config, nodes, {"cpu-1": [XID_79]})
+    assert steps == []
+
+
+def test_a_quarantined_node_returns_only_when_labelled_repaired(config):
+    """The fault gone is not enough: the node stays out until an operator says it is
+    repaired; labelled, it returns, and its room goes to the next fault."""
+    nodes = [*fleet(9), node("gpu-x", quarantined_for="fatal-xid")]
+    assert actions(plan(config, nodes, {})) == {"gpu-x": "drain"}
+    nodes[-1] = node("gpu-x", quarantined_for="fatal-xid", repaired=True)
+    assert actions(plan(config, nodes, {"gpu-01": [XID_79]})) == {
+        "gpu-x": "return", "gpu-01": "quarantine"}
+
+
+def test_no_answer_is_no_fault(config):
+    assert plan(config, fleet(10), {}) == []
+
+
+def test_every_quarantining_fault_is_queried_and_watched_ones_are_not_acted_on(config):
+    names = [fault["name"] for fault in config["faults"]]
+    assert names == [fault.name for fault in FAULTS]
+    for fault in config["faults"]:
+        assert 'up{job="nvidia-dcgm-exporter"} == 1' in fault["query"]
+
+
+def rules_of(objects) -> list[dict]:
+    return next(o for o in objects if o["kind"] == "ClusterRole")["rules"]
+
+
+def verbs(rules, resource: str) -> set[str]:
+    return {verb for rule in rules if resource in rule["resources"] for verb in rule["verbs"]}
+
+
+@pytest.mark.parametrize("mode, patches, evicts", [
+    ("report", False, False), ("quarantine", True, False), ("drain", True, True)])
+def test_each_mode_has_the_rights_it_needs_and_no_more(mode, patches, evicts):
+    rules = rules_of(remediation_objects(remediation_inputs(mode=mode)))
+    assert ("patch" in verbs(rules, "nodes")) == patches
+    assert ("create" in verbs(rules, "pods/eviction")) == evicts
+    assert not verbs(rules, "workloads")            # no teams on this stack
+    assert "delete" not in {verb for rule in rules for verb in rule["verbs"]}
+
+
+def test_with_teams_a_drain_may_put_workloads_back_in_their_queues():
+    settings = StackSettings.model_validate(with_changes(
+        teams=TEAMS, remediation={"mode": "drain"}))
+    inputs = component_inputs(settings).remediation
+    assert verbs(rules_of(remediation_objects(inputs)), "workloads") == {"get", "list",
+                                                                          "patch"}
+    assert actor_config(inputs)["teamNamespaces"] == sorted(settings.teams.team_namespaces)
+
+
+def test_the_deployment_runs_one_pod_from_the_configmap():
+    objects = remediation_objects(remediation_inputs())
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    # A pass every interval, not once: no --once.
+    assert container["command"] == ["python3", "-m",
+                                    "components.gpu_remediation.actor.gpu_remediation",
+                                    "--config=/remediation/config.json"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"mode": "fix"}, "gpu-platform:remediation.mode"),
+    ({"interval": "1s"}, "shorter than Prometheus can have news"),
+    ({"maxShare": 0}, "gpu-platform:remediation.maxShare"),
+])
+def test_bad_settings_name_the_setting_and_what_is_allowed(change, message):
+    with pytest.raises(SettingsError, match=message.replace(".", "[.]")):
+        load_settings(raw(with_changes(remediation=change)))
+
+
+def test_an_existing_monitoring_stack_needs_prometheus_url():
+    with pytest.raises(SettingsError, match="remediation reads GPU faults from Prometheus"):
+        load_settings(raw(with_changes(remediation={"mode": "quarantine"},
+                                       monitoring={"stack": "existing"})))
