@@ -89,13 +89,18 @@ def gpus_held(pods: list[dict], resource: str, devices: DeviceView | None
     return held
 
 
+def device_view(api: Any, driver: str | None) -> DeviceView | None:
+    """On the DRA path (`driver`'s), where the devices are and who holds them, as a run's Api
+    (kube_api.py) lists them; None on the device plugin path."""
+    if driver is None:
+        return None
+    return DeviceView(api.items("/apis/resource.k8s.io/v1/resourceslices"),
+                      api.items("/apis/resource.k8s.io/v1/resourceclaims"), driver)
+
+
 def observe(api: Any, driver: str | None) -> tuple[list[dict], list[dict], DeviceView | None]:
-    """The nodes, the pods that have not ended and, on the DRA path (`driver`'s), where the
-    devices are and who holds them, as a run's Api (kube_api.py) lists them."""
+    """The nodes, the pods that have not ended and, on the DRA path, the devices."""
     nodes = api.items("/api/v1/nodes")
     pods = api.items("/api/v1/pods?fieldSelector=" + urllib.parse.quote(
         "status.phase!=Succeeded,status.phase!=Failed"))
-    devices = None if driver is None else DeviceView(
-        api.items("/apis/resource.k8s.io/v1/resourceslices"),
-        api.items("/apis/resource.k8s.io/v1/resourceclaims"), driver)
-    return nodes, pods, devices
+    return nodes, pods, device_view(api, driver)

@@ -25,6 +25,11 @@ REQUEUED_ANNOTATION = "gpu-platform.io/fault-requeued-at"
 # Workload back (the next pass does it otherwise).
 REQUEUE_WAIT_SECONDS = 30
 CONTROLLER = "gpu-platform.io/remediation"
+# NVSentinel's node label (its node-drainer and fault-quarantine), and its values while a node is
+# out of service: quarantined, then draining, drained (or not), remediating.
+NVSENTINEL_STATE_LABEL = "dgxc.nvidia.com/nvsentinel-state"
+NVSENTINEL_OUT_OF_SERVICE = ["quarantined", "draining", "drain-succeeded", "drain-failed",
+                             "remediating"]
 CONFIG_HASH_ANNOTATION = "gpu-platform.io/remediation-config-sha256"
 
 
@@ -43,6 +48,9 @@ def actor_config(inputs: GpuRemediationInputs) -> Config:
         sinceAnnotation=SINCE_ANNOTATION,
         reasonAnnotation=REASON_ANNOTATION,
         repairedLabel=REPAIRED_LABEL,
+        nvsentinel=remediation.detector == "nvsentinel",
+        nvsentinelStateLabel=NVSENTINEL_STATE_LABEL,
+        nvsentinelOutOfService=NVSENTINEL_OUT_OF_SERVICE,
         gpuResource=GPU_RESOURCE,
         draDriver=inputs.dra_driver,
         controller=CONTROLLER,
@@ -59,8 +67,8 @@ def remediation_rules(inputs: GpuRemediationInputs) -> list[dict]:
     device); on quarantine, taint, annotate and label nodes; on drain, evict pods and, with
     teams, read their owners and take Workloads off their queue and back; create events."""
     mode = inputs.remediation.mode
-    rules = [manifests.rule([""], ["nodes"], ["get", "list"] + (["patch"] if mode in (
-                 "quarantine", "drain") else [])),
+    taints = mode in ("quarantine", "drain") and inputs.remediation.detector == "platform"
+    rules = [manifests.rule([""], ["nodes"], ["get", "list"] + (["patch"] if taints else [])),
              manifests.rule([""], ["pods"], ["list"]),
              manifests.rule(["events.k8s.io"], ["events"], ["create"])]
     if inputs.dra_driver:

@@ -19,6 +19,18 @@ def mixin(inputs: GpuRemediationInputs, alerts: AlertSettings,
     remediation = inputs.remediation
     if not remediation.enabled:
         return Mixin()
+    unavailable = alert(
+        "GpuRemediationUnavailable", deployment_unavailable(remediation.namespace,
+                                                            remediation.name),
+        alerts.unavailable_for, "critical", "GPU fault remediation not running",
+        f"No pod of Deployment {remediation.namespace}/{remediation.name} has been available "
+        f"for {alerts.unavailable_for}: GPU faults are alerted on but their nodes "
+        + ("stay in service." if remediation.detector == "platform" else
+           "keep their team workloads until NVSentinel's drain reaches them.")
+        + " See the Deployment's pods and their log.")
+    if remediation.detector == "nvsentinel":
+        # NVSentinel reports its quarantines in its own metrics.
+        return Mixin(alerts=[unavailable])
     quarantined = f'kube_node_spec_taint{{key="{QUARANTINE_TAINT}"}}'
     return Mixin(alerts=[
         alert("GpuNodeQuarantined", f"max by (node, value) ({quarantined})", "0s", "warning",
@@ -39,10 +51,5 @@ def mixin(inputs: GpuRemediationInputs, alerts: AlertSettings,
                  f"(remediation.maxNodes {remediation.max_nodes}, maxShare "
                  f"{remediation.max_share:g}). Repair those, or cordon and drain this one by "
                  f"hand.")),
-        alert("GpuRemediationUnavailable",
-              deployment_unavailable(remediation.namespace, remediation.name),
-              alerts.unavailable_for, "critical", "GPU fault remediation not running",
-              f"No pod of Deployment {remediation.namespace}/{remediation.name} has been "
-              f"available for {alerts.unavailable_for}: GPU faults are alerted on but their "
-              f"nodes stay in service. See the Deployment's pods and their log."),
+        unavailable,
     ])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..base.model import (
     ContainerResources,
@@ -24,6 +24,7 @@ from ..base.validation import (
 )
 
 Mode = Literal["off", "report", "quarantine", "drain"]
+Detector = Literal["platform", "nvsentinel"]
 # Prometheus scrapes every 30 s by default: looking more often finds nothing new.
 MIN_INTERVAL = "5s"
 
@@ -44,6 +45,15 @@ class RemediationSettings(Model):
                     "`quarantine` (nothing new lands on the node), `drain` (quarantine, and "
                     "its GPU pods leave through the eviction API, a team's Kueue workload "
                     "back to its queue whole).")
+    detector: Detector = Field(
+        default="platform",
+        description="Who finds faults and takes nodes out of service: `platform` (this "
+                    "Deployment, from the DCGM exporter's series in Prometheus) or "
+                    "`nvsentinel` (NVIDIA's NVSentinel, installed on its own: it cordons the "
+                    "node and labels it dgxc.nvidia.com/nvsentinel-state; with `drain` this "
+                    "Deployment then moves the node's GPU pods, a team's Kueue workload back "
+                    "to its queue whole, which NVSentinel's drainer does not; it returns "
+                    "nodes itself). With `nvsentinel`, `mode` is `drain` or `report`.")
     name: DnsLabel = Field(default="gpu-remediation",
                            description="Names the Deployment, its ServiceAccount, ClusterRole "
                                        "and ConfigMap.")
@@ -59,9 +69,11 @@ class RemediationSettings(Model):
         description="Share of the GPU nodes out of service at once, at most (one node at "
                     "least).")
     interval: Duration = Field(
-        default="15s",
+        default="10s",
         description=f"How often it looks at the faults Prometheus reports (a duration, "
-                    f"{MIN_INTERVAL} or more): a fault is acted on within this and a scrape.")
+                    f"{MIN_INTERVAL} or more): a fault is acted on within the exporter's "
+                    f"collection interval (30 s), a scrape (`monitoring.scrapeInterval`, 15 s) "
+                    f"and this.")
     prometheus_url: PrometheusUrl = prometheus_url_field("it queries for the faults")
     image: ImageSettings = python_image_field("fault remediation")
     resources: ContainerResources = script_resources_field(
@@ -77,6 +89,14 @@ class RemediationSettings(Model):
         if duration_seconds(value) < duration_seconds(MIN_INTERVAL):
             raise Invalid("shorter than Prometheus can have news", f"{MIN_INTERVAL} or more")
         return value
+
+    @model_validator(mode="after")
+    def nvsentinel_quarantines_itself(self) -> RemediationSettings:
+        if self.detector == "nvsentinel" and self.mode == "quarantine":
+            raise Invalid("NVSentinel takes nodes out of service itself, so quarantine would "
+                          "do nothing", "drain (move their GPU pods the platform's way), report, "
+                          "or off", at=("mode",), value=self.mode, has_value=True)
+        return self
 
     @property
     def interval_seconds(self) -> float:

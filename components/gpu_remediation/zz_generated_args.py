@@ -27,6 +27,14 @@ class RemediationSettings(TypedDict):
      "the node), `drain` (quarantine, and its GPU pods leave through the eviction API, a "
      "team's Kueue workload back to its queue whole). Allowed: `off`, `report`, "
      "`quarantine`, `drain`. Default: `off`.")
+    detector: NotRequired[str]
+    ("Who finds faults and takes nodes out of service: `platform` (this Deployment, from the "
+     "DCGM exporter's series in Prometheus) or `nvsentinel` (NVIDIA's NVSentinel, installed "
+     "on its own: it cordons the node and labels it dgxc.nvidia.com/nvsentinel-state; with "
+     "`drain` this Deployment then moves the node's GPU pods, a team's Kueue workload back "
+     "to its queue whole, which NVSentinel's drainer does not; it returns nodes itself). "
+     "With `nvsentinel`, `mode` is `drain` or `report`. Allowed: `platform`, `nvsentinel`. "
+     "Default: `platform`.")
     name: NotRequired[str]
     ("Names the Deployment, its ServiceAccount, ClusterRole and ConfigMap. Default: "
      "`gpu-remediation`.")
@@ -41,7 +49,8 @@ class RemediationSettings(TypedDict):
      "at most 1. Default: `0.1`.")
     interval: NotRequired[str]
     ("How often it looks at the faults Prometheus reports (a duration, 5s or more): a fault "
-     "is acted on within this and a scrape. Default: `15s`.")
+     "is acted on within the exporter's collection interval (30 s), a scrape "
+     "(`monitoring.scrapeInterval`, 15 s) and this. Default: `10s`.")
     prometheus_url: NotRequired[str | None]
     ("The Prometheus HTTP API it queries for the faults (`http://host:port[/path]`). Unset: "
      "the Prometheus Service of the kube-prometheus-stack the program installs; required "

@@ -149,7 +149,8 @@ def passing_taints(settings: StackSettings) -> list[PassingTaint]:
         taints.append(PassingTaint(
             key=reservation_manifests.TAINT_KEY, meaning=reservation_manifests.TAINT_MEANING,
             given_by=service_account_user(reservation.namespace, reservation.name)))
-    if settings.remediation.mode in ("quarantine", "drain"):
+    remediation = settings.remediation
+    if remediation.mode in ("quarantine", "drain") and remediation.detector == "platform":
         taints.append(PassingTaint(key=gpu_faults.QUARANTINE_TAINT,
                                    meaning=gpu_faults.QUARANTINE_MEANING))
     return taints

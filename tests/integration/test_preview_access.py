@@ -53,15 +53,17 @@ STACKS: dict[str, dict[str, str] | None] = {
     "example": None,
     **{path.name.removeprefix("Pulumi.").removesuffix(".yaml"):
        harness.stack_file_engine_config(path) for path in sorted(EXAMPLES.glob("Pulumi.*.yaml"))},
-    "topology-reclaim-and-reservation": _stack(
+    "topology-reclaim-reservation-remediation": _stack(
         teams={**TEAMS, "topology": {"preset": "eks"}},
         reclaim={"enabled": True, "action": "evict", "teams": ["research"],
-                 "namespaces": ["notebooks"]}, reservation={"enabled": True}),
+                 "namespaces": ["notebooks"]}, reservation={"enabled": True},
+        remediation={"mode": "drain"}),
     "existing-stacks": _stack(monitoring={"stack": "existing"},
                               teams={**TEAMS, "kueue": {"mode": "existing"}}),
     "dra-mutate": harness.stack_file_config(with_changes(
         kubernetesVersion=tools.DRA_KUBERNETES_VERSION, gpuOperator={"gpuPath": "dra"},
-        admission={"mode": "mutate"}, teams=TEAMS, reservation={"enabled": True})),
+        admission={"mode": "mutate"}, teams=TEAMS, reservation={"enabled": True},
+        remediation={"mode": "drain"})),
 }
 # Only the DRA path's release serves what its stack declares.
 ON_1_36 = [name for name in STACKS if name != "dra-mutate"]

@@ -1,9 +1,11 @@
-"""Reservation where features meet: the DRA path on Kubernetes 1.37.2 (GPUs in NVIDIA's
-driver's ResourceSlices, allocated through claims), with admission's webhooks in front and two
-teams whose workloads the real Kueue admits. A team's whole-node pod, admitted within its quota
-and waiting because every node is partly busy, gets the node with the fewest GPUs allocated;
-the run's toleration passes admission and Kueue; a pod that would have refilled that node waits
-instead, and the whole-node pod lands once the node has emptied.
+"""Reservation and fault remediation where features meet: the DRA path on Kubernetes 1.37.2
+(GPUs in NVIDIA's driver's ResourceSlices, allocated through claims), with admission's webhooks
+in front and a team whose workloads the real Kueue admits. A team's whole-node pod, admitted
+within its quota and waiting because every node is partly busy, gets the node with the fewest
+GPUs allocated; the run's toleration passes admission and Kueue; a pod that would have refilled
+that node waits instead, and the whole-node pod lands once the node has emptied. A node whose
+GPU reports a fatal XID leaves service: the pods holding its GPUs through claims are evicted, a
+new GPU pod goes elsewhere, and admission refuses a pod that tolerates the fault's taint.
 
 The busy state is made the way churn makes it: nodes cordoned while pods start, so they land
 on nodes the binpack scheduler would not have chosen, then uncordoned."""
@@ -15,7 +17,7 @@ import pytest
 
 from components.base.facts import GPU_RESOURCE
 from tests.kit import tools
-from tests.kit.cluster.controlplane import ControlPlane, wait_until
+from tests.kit.cluster.controlplane import ApiError, ControlPlane, wait_until
 from tests.kit.cluster.dra_driver import driver_user, operator_grants
 from tests.kit.cluster.fake_kubelet import cordon
 from tests.kit.cluster.nodes_and_pods import (
@@ -25,6 +27,7 @@ from tests.kit.cluster.nodes_and_pods import (
     placement,
     pod,
 )
+from tests.kit.cluster.remediation_run import remediating
 from tests.kit.cluster.reservation_run import (
     declared_reservation,
     reservation_run,
@@ -41,7 +44,7 @@ RESEARCH, OUTSIDE = "research", "batch"
 BUSY = {"gpu-1": 6, "gpu-2": 2, "gpu-3": 5}
 STACK = with_changes(
     kubernetesVersion=KUBERNETES, gpuNodes={"names": list(BUSY)}, gpuOperator={"gpuPath": "dra"},
-    reservation={"enabled": True},
+    reservation={"enabled": True}, remediation={"mode": "drain"},
     teams={"enabled": True, "gpuPodsOutsideTeams": "admit",
            "teams": [{"name": RESEARCH, "namespaces": [RESEARCH],
                       "quota": {"gpu": {GPU_RESOURCE: 16}}}]})
@@ -99,3 +102,27 @@ def test_a_teams_whole_node_pod_gets_a_node_kept_on_the_dra_path(platform):
     assert "gpu-2: released" in reservation_run(platform.cp, objects, settings)
     assert not [t for t in kube.get("v1", "Node", "gpu-2")["spec"]["taints"]
                 if t["key"] == "gpu-platform.io/reserved-for"]
+
+
+def test_a_failed_gpu_takes_its_node_out_of_service_on_the_dra_path(platform):
+    """After the reservation test: gpu-1 holds its 6 pods, gpu-3 its 5. maxShare 0.1 of three
+    nodes: one out of service at once."""
+    kube = platform.kube
+    with remediating(platform.cp, platform.settings, list(BUSY)) as remediation:
+        remediation.set_xid("gpu-1", 4, 79)
+        remediation.wait_until_seen("gpu-1")
+        log = remediation.run()
+    assert "gpu-1: quarantined" in log, log
+    assert sum(": evicted" in line for line in log.splitlines()) == BUSY["gpu-1"], log
+    wait_until(lambda: not [p for p in kube.list("v1", "Pod", OUTSIDE)
+                            if p["spec"].get("nodeName") == "gpu-1"],
+               "the pods holding gpu-1's GPUs to be gone", timeout=60)
+    gpu_pod(platform, OUTSIDE, "after-fault", 1)
+    assert lands(kube, OUTSIDE, "after-fault") == "gpu-3"
+    # Admission: no pod may tolerate the fault's taint by name.
+    refused = pod("tolerates-fault", OUTSIDE, gpus=1, settings=platform.settings,
+                  scheduler=platform.settings.scheduler.name)
+    refused["spec"]["tolerations"].append({"key": "gpu-platform.io/gpu-fault",
+                                           "operator": "Exists", "effect": "NoSchedule"})
+    with pytest.raises(ApiError, match="a GPU node out of service after a GPU fault"):
+        kube.create(refused)

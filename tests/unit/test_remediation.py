@@ -151,3 +151,30 @@ def test_an_existing_monitoring_stack_needs_prometheus_url():
     with pytest.raises(SettingsError, match="remediation reads GPU faults from Prometheus"):
         load_settings(raw(with_changes(remediation={"mode": "quarantine"},
                                        monitoring={"stack": "existing"})))
+
+
+NVSENTINEL_STATE = "dgxc.nvidia.com/nvsentinel-state"
+
+
+def test_with_nvsentinel_its_out_of_service_nodes_are_drained_and_never_returned():
+    """NVSentinel quarantines (cordon and its state label) and returns nodes itself: a pass
+    drains the nodes in an out-of-service state, whatever the repaired label says, and taints
+    nothing."""
+    config = actor_config(remediation_inputs(detector="nvsentinel"))
+    nodes = fleet(4)
+    for name, state in (("gpu-00", "quarantined"), ("gpu-01", "draining"),
+                        ("gpu-02", "remediation-succeeded")):
+        index = int(name[-1])
+        nodes[index]["metadata"]["labels"] = {NVSENTINEL_STATE: state, REPAIRED_LABEL: "true"}
+    steps = plan(config, nodes, {"gpu-03": [XID_79]})
+    assert actions(steps) == {"gpu-00": "drain", "gpu-01": "drain"}
+    # Nor does it quarantine on a fault of its own (it does not ask Prometheus), and its rights
+    # hold no node patch.
+    rules = rules_of(remediation_objects(remediation_inputs(detector="nvsentinel")))
+    assert "patch" not in verbs(rules, "nodes")
+
+
+def test_nvsentinel_with_quarantine_mode_is_refused():
+    with pytest.raises(SettingsError, match="NVSentinel takes nodes out of service itself"):
+        load_settings(raw(with_changes(remediation={"mode": "quarantine",
+                                                    "detector": "nvsentinel"})))

@@ -35,7 +35,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from components.base.gpu_count import DeviceView, gpus_held, observe
+from components.base.gpu_count import DeviceView, device_view, gpus_held
 from components.base.kube_api import (
     Api,
     add_connection_arguments,
@@ -78,6 +78,9 @@ class Config(Requeue):
     sinceAnnotation: str            # when the node was quarantined (RFC 3339)
     reasonAnnotation: str           # why, in a sentence
     repairedLabel: str              # set to "true" by an operator: back in service
+    nvsentinel: bool                # NVSentinel quarantines and returns nodes; a pass drains
+    nvsentinelStateLabel: str
+    nvsentinelOutOfService: list[str]   # its states of a node out of service
     gpuResource: str
     draDriver: str | None
     controller: str                 # the events' reportingController
@@ -114,7 +117,11 @@ def is_gpu_node(node: dict, config: Config) -> bool:
 
 
 def quarantine_of(node: dict, config: Config) -> str | None:
-    """The fault the node is out of service for, if it is."""
+    """The fault the node is out of service for, if it is: the platform's taint's, or where
+    NVSentinel detects, its state."""
+    if config["nvsentinel"]:
+        state = (node["metadata"].get("labels") or {}).get(config["nvsentinelStateLabel"])
+        return f"NVSentinel: {state}" if state in config["nvsentinelOutOfService"] else None
     return next((t.get("value", "") for t in node["spec"].get("taints") or []
                  if t.get("key") == config["taintKey"]), None)
 
@@ -134,12 +141,15 @@ def plan(config: Config, nodes: list[dict], faults: dict[str, list[Fault]]) -> l
         held_for = quarantine_of(node, config)
         if held_for is None:
             continue
-        if (node["metadata"].get("labels") or {}).get(config["repairedLabel"]) == "true":
+        if (not config["nvsentinel"] and (node["metadata"].get("labels") or {}).get(
+                config["repairedLabel"]) == "true"):
             steps.append(Step(name, "return", f"labelled {config['repairedLabel']}=true",
                               held_for))
         else:
             out += 1
             steps.append(Step(name, "drain", f"out of service for {held_for}", held_for))
+    if config["nvsentinel"]:
+        return steps        # NVSentinel takes nodes out of service itself
     room = limit(config, len(gpu_nodes)) - out
     for node in gpu_nodes:
         name = node["metadata"]["name"]
@@ -200,12 +210,10 @@ class Memory:
         return True
 
 
-def gpu_pods(pods: list[dict], node: str, config: Config, devices: DeviceView | None
-             ) -> list[dict]:
-    """The pods on `node` that hold GPUs, but the DaemonSets'."""
+def gpu_pods(pods: list[dict], config: Config, devices: DeviceView | None) -> list[dict]:
+    """Of a node's pods, those that hold GPUs, but the DaemonSets'."""
     held = gpus_held(pods, config["gpuResource"], devices)
-    return sorted((p for p in pods if p["spec"].get("nodeName") == node
-                   and held[(p["metadata"]["namespace"], p["metadata"]["name"])] > 0
+    return sorted((p for p in pods if held[(p["metadata"]["namespace"], p["metadata"]["name"])] > 0
                    and not p["metadata"].get("deletionTimestamp")
                    and (controller(p) or {}).get("kind") != "DaemonSet"),
                   key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
@@ -300,15 +308,20 @@ def run(api: Api, config: Config, faults: dict[str, list[Fault]], now: float,
         memory: Memory | None = None) -> list[str]:
     """One pass at `now`, given the faults Prometheus reports; what it did, a line each."""
     memory = memory or Memory()
-    nodes, pods, devices = observe(api, config["draDriver"])
-    steps = plan(config, nodes, faults)
+    steps = plan(config, api.items("/api/v1/nodes"), faults)
     lines = [line for step in steps for line in act(api, config, step, now, memory)]
-    if config["mode"] == "drain":
-        requeued: set[str] = set()
-        out = [s for s in steps if s.action in ("drain", "quarantine")]
-        for step in out:
-            lines += drain(api, config, step.node, step.fault,
-                           gpu_pods(pods, step.node, config, devices), now, memory, requeued)
+    out = [s for s in steps if s.action in ("drain", "quarantine")]
+    if config["mode"] != "drain" or not out:
+        return lines
+    # Pods and claims are listed only where a node is out of service: a pass on a healthy
+    # fleet reads its nodes alone.
+    devices = device_view(api, config["draDriver"])
+    requeued: set[str] = set()
+    for step in out:
+        pods = api.items("/api/v1/pods?fieldSelector=" + urllib.parse.quote(
+            f"spec.nodeName={step.node},status.phase!=Succeeded,status.phase!=Failed"))
+        lines += drain(api, config, step.node, step.fault, gpu_pods(pods, config, devices),
+                       now, memory, requeued)
     return lines
 
 
@@ -331,7 +344,8 @@ def main(argv: list[str]) -> int:
             if config["mode"] == "drain":
                 for workload in put_back_left(api, config):
                     print(f"{workload}: put back in its queue", flush=True)
-            for line in run(api, config, query_faults(config), time.time(), memory):
+            faults = {} if config["nvsentinel"] else query_faults(config)
+            for line in run(api, config, faults, time.time(), memory):
                 print(line, flush=True)
         except Exception:   # a pass that fails changes nothing; the next tries again
             if args.once:
