@@ -24,6 +24,18 @@ QUARANTINE_MEANING = ("the taint of a GPU node out of service after a GPU fault;
 # PCIe replays per GPU within ten minutes above which the link is worth a look.
 PCIE_REPLAYS_PER_10M = 100
 
+# What fault remediation counts, as its pod serves them at /metrics (counters).
+QUARANTINES = "gpu_platform_fault_quarantines_total"
+PODS_MOVED = "gpu_platform_fault_pods_moved_total"
+GPU_HOURS_LOST = "gpu_platform_fault_gpu_hours_lost_total"
+METRICS = {
+    QUARANTINES: "GPU nodes taken out of service, by fault.",
+    PODS_MOVED: "GPU pods moved off nodes out of service, by namespace and how (evicted, or "
+                "requeued with their Kueue workload).",
+    GPU_HOURS_LOST: "GPU-hours the moved pods had run on the failed node since they started, "
+                    "by namespace: the work lost where they do not checkpoint.",
+}
+
 Action = Literal["quarantine", "watch"]
 
 

@@ -12,7 +12,8 @@ from .inputs import GpuRemediationInputs
 COMPONENT = "remediation"
 CONFIG_DIR = "/remediation"
 CONFIG_FILE = "config.json"
-MODULES = (gpu_remediation, gpu_count, kube_api, kueue_requeue)
+MODULES = (gpu_remediation, gpu_count, gpu_faults, kube_api, kueue_requeue)
+METRICS_PORT_NAME = "metrics"
 TAINT_KEY = gpu_faults.QUARANTINE_TAINT
 # On a quarantined node: since when (RFC 3339) and why (a sentence).
 SINCE_ANNOTATION = "gpu-platform.io/gpu-fault-since"
@@ -103,6 +104,8 @@ def deployment(inputs: GpuRemediationInputs) -> dict:
     container = manifests.python_module_container(
         "remediation", inputs.image(remediation.image), CONFIG_DIR, gpu_remediation,
         [f"--config={CONFIG_DIR}/{CONFIG_FILE}"], remediation.resources, [mount])
+    container["ports"] = [{"name": METRICS_PORT_NAME, "containerPort": gpu_remediation.METRICS_PORT,
+                           "protocol": "TCP"}]
     # One pod: two would report each fault twice (their actions are the same).
     return manifests.single_pod_deployment(
         remediation.name, remediation.namespace, COMPONENT,

@@ -1,10 +1,11 @@
 """Fault remediation's monitoring: a node out of service, a fault left in service (report mode,
 or beyond the blast-radius limit), and remediation itself not running."""
 
+from ..base import manifests
 from ..base.gpu_faults import QUARANTINE_TAINT, quarantining
-from ..base.mixin import AlertSettings, Mixin, alert, deployment_unavailable
+from ..base.mixin import AlertSettings, Mixin, Scrape, alert, deployment_unavailable
 from .inputs import GpuRemediationInputs
-from .manifests import REPAIRED_LABEL
+from .manifests import COMPONENT, METRICS_PORT_NAME, REPAIRED_LABEL
 
 
 def faulty_nodes(inputs: GpuRemediationInputs) -> str:
@@ -28,9 +29,13 @@ def mixin(inputs: GpuRemediationInputs, alerts: AlertSettings,
         + ("stay in service." if remediation.detector == "platform" else
            "keep their team workloads until NVSentinel's drain reaches them.")
         + " See the Deployment's pods and their log.")
+    # Its counters: the work it moved and what the faults cost, by namespace.
+    scrapes = [Scrape(kind="PodMonitor", name=remediation.name, namespace=remediation.namespace,
+                      selector=manifests.selector_labels(remediation.name, COMPONENT),
+                      endpoint={"port": METRICS_PORT_NAME})]
     if remediation.detector == "nvsentinel":
         # NVSentinel reports its quarantines in its own metrics.
-        return Mixin(alerts=[unavailable])
+        return Mixin(alerts=[unavailable], scrapes=scrapes)
     quarantined = f'kube_node_spec_taint{{key="{QUARANTINE_TAINT}"}}'
     return Mixin(alerts=[
         alert("GpuNodeQuarantined", f"max by (node, value) ({quarantined})", "0s", "warning",
@@ -52,4 +57,4 @@ def mixin(inputs: GpuRemediationInputs, alerts: AlertSettings,
                  f"{remediation.max_share:g}). Repair those, or cordon and drain this one by "
                  f"hand.")),
         unavailable,
-    ])
+    ], scrapes=scrapes)

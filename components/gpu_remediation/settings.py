@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from ..base.gpu_faults import FAULTS
 from ..base.model import (
     ContainerResources,
     ImageSettings,
@@ -101,3 +102,16 @@ class RemediationSettings(Model):
     @property
     def interval_seconds(self) -> float:
         return duration_seconds(self.interval)
+
+
+def unscraped_faults_warning(remediation: RemediationSettings, exporter_counters_set: bool
+                             ) -> str | None:
+    """Where remediation watches faults whose fields the DCGM exporter's default counters leave
+    out and the stack names no counters of its own: those faults are never seen."""
+    if not remediation.enabled or remediation.detector != "platform" or exporter_counters_set:
+        return None
+    unseen = [f"{fault.name} ({fault.metric})" for fault in FAULTS if not fault.default_counter]
+    return (f"remediation.mode is {remediation.mode}, but the DCGM exporter's default counters "
+            f"leave out {', '.join(unseen)}: those faults are never seen (their alerts never "
+            f"fire) unless gpuOperator.extraValues.dcgmExporter.config.name names a ConfigMap "
+            f"of counters that lists them (docs/concepts/fault-remediation.md)")

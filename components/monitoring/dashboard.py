@@ -18,7 +18,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as model
 
 from ..base.facts import AUDIT_LABEL, kueue_series, refusing_webhooks
-from ..base.gpu_faults import DCGM_JOB, FAULTS, QUARANTINE_TAINT
+from ..base.gpu_faults import DCGM_JOB, FAULTS, GPU_HOURS_LOST, PODS_MOVED, QUARANTINE_TAINT
 from .inputs import MonitoringInputs
 from .rules import (
     NAMESPACE_ALLOCATED,
@@ -38,6 +38,7 @@ from .rules import (
 )
 from .usage import (
     IDLE_POD_GPUS,
+    TEAM_NAMESPACE,
     active,
     gpu_hours,
     held,
@@ -234,7 +235,14 @@ def _rows(inputs: MonitoringInputs) -> list[tuple[str, list]]:
                            f'"{QUARANTINE_TAINT}"}})', "", "A", True)], width=18),
             _timeseries("GPUs out of service over time", "",
                         [_query(f"sum({NODE_ALLOCATABLE} * on (node) group_left () "
-                                f"{QUARANTINED_NODES})", "GPUs")], width=24),
+                                f"{QUARANTINED_NODES})", "GPUs")], width=12),
+            _table("GPU-hours lost to faults",
+                   "Over the dashboard's range, by team (namespace outside teams): the GPU-hours "
+                   "the pods moved off failed nodes had run there since they started (the work "
+                   "lost where they do not checkpoint), and how many pods were moved (fault "
+                   "remediation's counters).",
+                   [_query(fault_costs(inputs, GPU_HOURS_LOST), "", "A", True),
+                    _query(fault_costs(inputs, PODS_MOVED), "", "B", True)]),
         ]),
         # Every such node, whatever the node filter: the filter lists only nodes with GPUs.
         ("GPU nodes outside the platform's rules", [
@@ -257,6 +265,16 @@ def _rows(inputs: MonitoringInputs) -> list[tuple[str, list]]:
 
 
 QUARANTINED_NODES = f'max by (node) (kube_node_spec_taint{{key="{QUARANTINE_TAINT}"}})'
+
+
+def fault_costs(inputs: MonitoringInputs, counter: str) -> str:
+    """`counter` of fault remediation over the dashboard's range, by team where the namespace
+    is a team's, else by namespace."""
+    by_namespace = f"sum by (namespace) (increase({counter}[$__range]))"
+    if not team_namespaces(inputs):
+        return by_namespace
+    return (f"sum by (team) ({by_namespace} * on (namespace) group_left (team) "
+            f"{TEAM_NAMESPACE}) or {by_namespace} unless on (namespace) {TEAM_NAMESPACE}")
 
 
 def faults_now(inputs: MonitoringInputs) -> str:

@@ -32,7 +32,7 @@ from ..gpu_compaction.settings import CompactionSettings
 from ..gpu_nodes.settings import GpuNodesSettings
 from ..gpu_operator.settings import GpuOperatorSettings
 from ..gpu_reclaim.settings import ReclaimSettings
-from ..gpu_remediation.settings import RemediationSettings
+from ..gpu_remediation.settings import RemediationSettings, unscraped_faults_warning
 from ..gpu_reservation.settings import ReservationSettings
 from ..monitoring.settings import MonitoringSettings
 from ..opa_admission.settings import AdmissionSettings
@@ -195,7 +195,10 @@ class StackSettings(Model):
                                         self.gpu_operator.gpu_path, self.kubernetes_version),
                  scored_share_warning(self.compaction.enabled,
                                       self.scheduler.percentage_of_nodes_to_score),
-                 self._unchecked_quota_warning()]
+                 self._unchecked_quota_warning(),
+                 unscraped_faults_warning(self.remediation, bool(
+                     ((self.gpu_operator.extra_values.get("dcgmExporter") or {}).get("config")
+                      or {}).get("name")))]
         return [f"{CONFIG_NAMESPACE}: {warning}" for warning in found if warning]
 
     def _unchecked_quota_warning(self) -> str | None:

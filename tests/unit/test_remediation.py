@@ -2,15 +2,30 @@
 of service for which fault, the blast-radius limit, return to service on the repaired label
 only, the rights each mode needs, and the settings' errors."""
 
-import pytest
+import re
+import socket
+import urllib.request
 
-from components.base.gpu_faults import FAULTS, QUARANTINE_TAINT
+import pytest
+import yaml
+
+from components.base.gpu_faults import FAULTS, GPU_HOURS_LOST, METRICS, PODS_MOVED, QUARANTINE_TAINT
+from components.base.kube_api import Api, format_time
 from components.base.validation import SettingsError
 from components.gpu_remediation import REPAIRED_LABEL, actor_config, remediation_objects
-from components.gpu_remediation.actor.gpu_remediation import Fault, limit, plan
+from components.gpu_remediation.actor.gpu_remediation import (
+    METRICS_PORT,
+    Fault,
+    Memory,
+    drain,
+    limit,
+    plan,
+    serve_metrics,
+)
 from components.platform.config import load_settings
 from components.platform.settings import StackSettings
 from components.platform.wiring import component_inputs
+from tests.kit.harness import FIXTURES
 from tests.kit.stacks import TEAMS, raw, with_changes
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -178,3 +193,78 @@ def test_nvsentinel_with_quarantine_mode_is_refused():
     with pytest.raises(SettingsError, match="NVSentinel takes nodes out of service itself"):
         load_settings(raw(with_changes(remediation={"mode": "quarantine",
                                                     "detector": "nvsentinel"})))
+
+
+class RecordingApi(Api):
+    """The API server as a pass calls it: evictions answered `eviction` (201 granted, 429
+    refused by a disruption budget), everything else 201; every call recorded."""
+
+    def __init__(self, eviction: int):
+        self.eviction, self.calls = eviction, []    # no server to reach
+
+    def call(self, method, path, body=None, content_type="application/json"):
+        self.calls.append((method, path))
+        if path.endswith("/eviction"):
+            return self.eviction, {"message": "Cannot evict pod as it would violate the pod's "
+                                              "disruption budget."}
+        return 201, {}
+
+
+def running_pod(name: str, started_hours_ago: float) -> dict:
+    return {"metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}"},
+            "spec": {"nodeName": "gpu-03"},
+            "status": {"phase": "Running",
+                       "startTime": format_time(NOW - started_hours_ago * 3600)}}
+
+
+NOW = 1_800_000_000.0
+
+
+def test_a_drain_counts_the_pods_it_moves_and_the_gpu_hours_they_had_run(config):
+    """Prometheus reads what faults cost from the pass's counters: a 4-GPU pod that ran 3 h
+    and a 1-GPU pod that ran 30 min, evicted, cost 12.5 GPU-hours; a refused eviction moves
+    nothing, is reported once and counted nowhere."""
+    memory = Memory()
+    pods = [(running_pod("train", 3), 4), (running_pod("infer", 0.5), 1)]
+    lines = drain(RecordingApi(201), config, "gpu-03", "fatal-xid", pods, NOW, memory, set())
+    assert lines == ["ml/train: evicted", "ml/infer: evicted"]
+    text = memory.exposition()
+    assert f'{PODS_MOVED}{{how="evicted",namespace="ml"}} 2' in text
+    assert f'{GPU_HOURS_LOST}{{namespace="ml"}} 12.5' in text
+    refused = RecordingApi(429)
+    for _ in range(2):
+        drain(refused, config, "gpu-03", "fatal-xid", pods[:1], NOW, memory, set())
+    assert sum(path.endswith("/events") for _, path in refused.calls) == 1
+    assert f'{PODS_MOVED}{{how="evicted",namespace="ml"}} 2' in memory.exposition()
+
+
+def test_the_counters_served_are_the_ones_the_dashboard_reads():
+    served = set(re.findall(r"^# TYPE (\S+) counter$", Memory().exposition(), re.MULTILINE))
+    fixture = yaml.safe_load((FIXTURES / "exporter-metrics.yaml").read_text())
+    assert served == set(fixture["gpu-remediation"]) == set(METRICS)
+
+
+def test_the_pod_serves_its_counters_where_the_pod_monitor_scrapes():
+    objects = remediation_objects(remediation_inputs())
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    [port] = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+    memory = Memory()
+    memory.count(GPU_HOURS_LOST, 2.0, namespace="ml")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    serve_metrics(memory, free)
+    with urllib.request.urlopen(f"http://127.0.0.1:{free}/metrics", timeout=5) as reply:
+        assert f'{GPU_HOURS_LOST}{{namespace="ml"}} 2' in reply.read().decode()
+    assert port["containerPort"] == METRICS_PORT and port["name"] == "metrics"
+
+
+def test_faults_the_default_counters_leave_out_are_warned_of_until_counters_are_named():
+    def warnings(**gpu_operator) -> list[str]:
+        return load_settings(raw(with_changes(remediation={"mode": "drain"},
+                                              gpuOperator=gpu_operator))).warnings
+    [warning] = [w for w in warnings() if "remediation" in w]
+    assert "double-bit-ecc (DCGM_FI_DEV_ECC_DBE_VOL_TOTAL)" in warning
+    assert "gpuOperator.extraValues.dcgmExporter.config.name" in warning
+    named = {"extraValues": {"dcgmExporter": {"config": {"name": "dcgm-counters"}}}}
+    assert not [w for w in warnings(**named) if "remediation" in w]

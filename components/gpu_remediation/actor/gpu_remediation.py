@@ -25,9 +25,11 @@ container (`main`, a pass every `intervalSeconds`); the tests call `plan` and `r
 from __future__ import annotations
 
 import argparse
+import http.server
 import json
 import math
 import sys
+import threading
 import time
 import traceback
 import urllib.parse
@@ -36,12 +38,14 @@ from dataclasses import dataclass, field
 from typing import TypedDict
 
 from components.base.gpu_count import DeviceView, device_view, gpus_held
+from components.base.gpu_faults import GPU_HOURS_LOST, METRICS, PODS_MOVED, QUARANTINES
 from components.base.kube_api import (
     Api,
     add_connection_arguments,
     connect,
     event,
     format_time,
+    parse_time,
     patch_node,
     record,
 )
@@ -55,6 +59,7 @@ from components.base.kueue_requeue import (
 
 QUARANTINED, HELD, RETURNED = "GpuNodeQuarantined", "GpuFaultNotQuarantined", "GpuNodeReturned"
 DRAINED, REFUSED = "GpuFaultEvicted", "GpuFaultEvictionRefused"
+METRICS_PORT = 8080
 
 
 class FaultQuery(TypedDict):
@@ -199,9 +204,11 @@ def node_event(config: Config, node: str, reason: str, kind: str, action: str, n
 
 @dataclass
 class Memory:
-    """What a pass remembers for the next (the Deployment's process): what it reported once."""
+    """What a pass remembers for the next (the Deployment's process): what it reported once,
+    and the counters it serves Prometheus (from zero at each start, as counters do)."""
 
     reported: set[tuple[str, ...]] = field(default_factory=set)
+    counters: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
 
     def first(self, *key: str) -> bool:
         if key in self.reported:
@@ -209,22 +216,40 @@ class Memory:
         self.reported.add(key)
         return True
 
+    def count(self, metric: str, value: float = 1.0, **labels: str) -> None:
+        key = (metric, tuple(sorted(labels.items())))
+        self.counters[key] = self.counters.get(key, 0.0) + value
 
-def gpu_pods(pods: list[dict], config: Config, devices: DeviceView | None) -> list[dict]:
-    """Of a node's pods, those that hold GPUs, but the DaemonSets'."""
+    def exposition(self) -> str:
+        """The counters in Prometheus' text format."""
+        lines = []
+        for metric, help_text in METRICS.items():
+            lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} counter"]
+            for (name, labels), value in sorted(self.counters.items()):
+                if name == metric:
+                    text = ",".join(f'{key}="{label}"' for key, label in labels)
+                    lines.append(f"{metric}{{{text}}} {value:g}")
+        return "\n".join(lines) + "\n"
+
+
+def gpu_pods(pods: list[dict], config: Config, devices: DeviceView | None
+             ) -> list[tuple[dict, int]]:
+    """Of a node's pods, those that hold GPUs, but the DaemonSets', each with its GPUs."""
     held = gpus_held(pods, config["gpuResource"], devices)
-    return sorted((p for p in pods if held[(p["metadata"]["namespace"], p["metadata"]["name"])] > 0
+    return sorted(((p, held[(p["metadata"]["namespace"], p["metadata"]["name"])]) for p in pods
+                   if held[(p["metadata"]["namespace"], p["metadata"]["name"])] > 0
                    and not p["metadata"].get("deletionTimestamp")
                    and (controller(p) or {}).get("kind") != "DaemonSet"),
-                  key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
+                  key=lambda pair: (pair[0]["metadata"]["namespace"],
+                                    pair[0]["metadata"]["name"]))
 
 
-def drain(api: Api, config: Config, node: str, fault: str, pods: list[dict], now: float,
-          memory: Memory, requeued: set[str]) -> list[str]:
-    """Moves the node's GPU pods away: a team workload back to its queue whole, any other pod
-    evicted; what happened to each."""
+def drain(api: Api, config: Config, node: str, fault: str, pods: list[tuple[dict, int]],
+          now: float, memory: Memory, requeued: set[str]) -> list[str]:
+    """Moves the node's GPU pods (each with the GPUs it holds) away: a team workload back to
+    its queue whole, any other pod evicted; what happened to each."""
     lines = []
-    for pod in pods:
+    for pod, gpus in pods:
         meta = pod["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         ref = {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace,
@@ -251,6 +276,12 @@ def drain(api: Api, config: Config, node: str, fault: str, pods: list[dict], now
         if status >= 300:
             raise RuntimeError(f"evicting {namespace}/{name}: {status} "
                                f"{answer.get('message', answer)}")
+        memory.count(PODS_MOVED, namespace=namespace,
+                      how="requeued" if workload else "evicted")
+        started = parse_time((pod.get("status") or {}).get("startTime"))
+        if started is not None:
+            memory.count(GPU_HOURS_LOST, gpus * max(0.0, now - started) / 3600,
+                         namespace=namespace)
         if workload:
             requeued.add(workload["metadata"]["uid"])
             back = requeue(api, config, workload, now)
@@ -283,6 +314,7 @@ def act(api: Api, config: Config, step: Step, now: float, memory: Memory) -> lis
                                        f"Node {node} shows {step.why}: it would be taken out "
                                        f"of service (remediation.mode is report).", now))
             return [f"{node}: would be quarantined, {step.why}"]
+        memory.count(QUARANTINES, fault=step.fault)
         patch_node(api, node, lambda taints: [*[t for t in taints if t["key"] != key],
                                               {"key": key, "value": step.fault,
                                                "effect": "NoSchedule"}],
@@ -325,12 +357,32 @@ def run(api: Api, config: Config, faults: dict[str, list[Fault]], now: float,
     return lines
 
 
+def serve_metrics(memory: Memory, port: int) -> None:
+    """The counters at /metrics on `port`, from a thread of their own."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):   # noqa: N802 (the name http.server calls)
+            body = memory.exposition().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format, *args):   # noqa: A002 (the name the base class uses)
+            pass
+
+    server = http.server.ThreadingHTTPServer(("", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+
 def main(argv: list[str]) -> int:
     # `python -OO` strips the docstring: the help then goes without a description.
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--config", required=True, help="the settings (JSON)")
     parser.add_argument("--prometheus-url", help="instead of the configured one")
     parser.add_argument("--once", action="store_true", help="one pass, then exit")
+    parser.add_argument("--metrics-port", type=int, default=METRICS_PORT,
+                        help="where Prometheus scrapes the counters (/metrics)")
     add_connection_arguments(parser)
     args = parser.parse_args(argv)
     with open(args.config) as f:
@@ -339,6 +391,8 @@ def main(argv: list[str]) -> int:
         config["prometheusUrl"] = args.prometheus_url
     api = connect(args)
     memory = Memory()
+    if not args.once:
+        serve_metrics(memory, args.metrics_port)
     while True:
         try:
             if config["mode"] == "drain":
