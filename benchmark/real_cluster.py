@@ -95,6 +95,7 @@ class RealCluster(Backend):
         self.reservations: list[str] = []    # what each reservation run did
         self.reserved_idle_gpu_hours = 0.0     # free GPUs on reserved nodes, over time
         self.reserved_for: dict[str, str] = {}  # reserved node: the pod it is kept for
+        self.out_of_service: set[str] = set()   # nodes no pod may land on (a GPU failed)
         if reservation:
             self.periodic_interval = reservation.interval
             declared_objects.apply_declared(self.kube, reservation.objects)
@@ -167,9 +168,15 @@ class RealCluster(Backend):
         if preemptible:
             template["spec"]["priorityClassName"] = self.settings.scheduler.preemptible_class.name
         self.kube.create(nodes_and_pods.job(
-            name, self.job_namespace(job), template, resumes_after_eviction=preemptible or (
-                bool(self.compaction) and self.compaction.moves(job=job))))
+            name, self.job_namespace(job), template,
+            resumes_after_eviction=self.resumes_after_eviction(job)))
         self.jobs_by_name[name] = job
+
+    def resumes_after_eviction(self, job: BatchJob) -> bool:
+        """Whether the job's pod failure policy makes a replacement for an evicted pod, which
+        resumes from its checkpoint: the jobs that may be preempted or compacted."""
+        return job.id in self.preemptible_jobs or (
+            bool(self.compaction) and self.compaction.moves(job=job))
 
     def scale(self, service: int, replicas: int, now: float) -> None:
         self.now = now
@@ -342,7 +349,8 @@ class RealCluster(Backend):
             # later: until then the scheduler sees its GPUs taken.
             return f"claims allocate {allocated}, the pods hold {self.ledger.gpus_held()}"
         fitting = [r.name for r in self.placeable() if self.ledger.fits_somewhere(
-            r.task, excluding=[n for n, pod in self.reserved_for.items() if pod != r.name])]
+            r.task, excluding=[*self.out_of_service,
+                               *(n for n, pod in self.reserved_for.items() if pod != r.name)])]
         if fitting:
             return f"waiting pods that fit on a node: {fitting[:5]}"
         if self.preemptible_jobs:

@@ -16,12 +16,23 @@ import sys
 import time
 from pathlib import Path
 
-from benchmark import binpack, real_cluster, reclaim, replay_setup, scheduling, teams, workload
+from benchmark import (
+    binpack,
+    faults,
+    real_cluster,
+    reclaim,
+    replay_setup,
+    scheduling,
+    teams,
+    workload,
+)
 from benchmark.report import (
     CONTENDED_PAGE,
     CONTENDED_RESULTS,
     DOCS,
     DRA_LATENCY_PAGE,
+    FAULTS_PAGE,
+    FAULTS_RESULTS,
     LATENCY_PAGE,
     PICTURE,
     RECLAIM_PAGE,
@@ -33,6 +44,7 @@ from benchmark.report import (
     TEAMS_PAGE,
     TEAMS_RESULTS,
     contended_page,
+    faults_page,
     kept,
     latency_page,
     reclaim_page,
@@ -451,6 +463,9 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--reclaim", action="store_true",
                         help="instead: replay each trace with a share of batch jobs idle for "
                              "hours, with idle reclaim off, reporting and evicting")
+    parser.add_argument("--faults", action="store_true",
+                        help="instead: replay each trace with GPU nodes failing, with fault "
+                             "remediation off (a person acts late) and on")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help="where runs.jsonl is kept")
     parser.add_argument("--docs", type=Path,
@@ -496,6 +511,13 @@ def main(argv: list[str]) -> None:
                             args.seeds, args.jobs_per_gpu, args.load, args.inference_share,
                             progress_printer)
         write_page(args.docs, RECLAIM_PAGE, reclaim_page(kept(args.out, RECLAIM_RESULTS)))
+        return
+    if args.faults:
+        if not args.report:
+            faults.measure(args.out, harness.example_settings(), args.mixes, args.nodes,
+                           args.seeds, args.jobs_per_gpu, args.load, args.inference_share,
+                           progress_printer)
+        write_page(args.docs, FAULTS_PAGE, faults_page(kept(args.out, FAULTS_RESULTS)))
         return
     if not args.report:
         if args.fresh:
