@@ -127,7 +127,8 @@ class FaultCluster(RealCluster):
                  trace: Trace, settings: StackSettings, failures: list[Failure], mode: Mode):
         super().__init__(cp, config, nodes, trace, settings)
         self.mode, self.failures = mode, list(failures)
-        self.broken: dict[str, Broken] = {}
+        self.broken: dict[str, Broken] = {}     # each node's last failure
+        self.history: list[Broken] = []
         self.hung: dict[str, float] = {}        # pod name: when it stopped making progress
         self.hung_gpu_hours = 0.0
         self.jobs_hit: set[int] = set()
@@ -147,7 +148,10 @@ class FaultCluster(RealCluster):
         self.now = now
         while self.failures and self.failures[0].at <= now:
             failure = self.failures.pop(0)
+            if failure.node in self.broken and not self.broken[failure.node].repaired:
+                continue        # failed already and not yet repaired: nothing more to break
             self.broken[failure.node] = Broken(failure)
+            self.history.append(self.broken[failure.node])
             for record in self.records:
                 if record.running and record.node == failure.node \
                         and record.started is not None:
@@ -217,7 +221,7 @@ class FaultCluster(RealCluster):
 
 def figures(outcome: Outcome, cluster: FaultCluster) -> dict:
     """One replay's figures, as kept in faults.jsonl."""
-    out = [b.out_at - b.failure.at for b in cluster.broken.values() if b.out_at is not None]
+    out = [b.out_at - b.failure.at for b in cluster.history if b.out_at is not None]
     waits = outcome.waits()
     ends: dict[int, float] = {}
     for record in outcome.records:
@@ -227,7 +231,7 @@ def figures(outcome: Outcome, cluster: FaultCluster) -> dict:
                                       else outcome.horizon)
     completion = [ends[job.id] - job.arrival for job in cluster.jobs_by_name.values()
                   if job.id in ends]
-    row = {"failures": len(cluster.broken), "taken_out": len(out),
+    row = {"failures": len(cluster.history), "taken_out": len(out),
            "out_after_mean": sum(out) / len(out) if out else None,
            "held_back_passes": cluster.held_back,
            "hung_gpu_hours": cluster.hung_gpu_hours,

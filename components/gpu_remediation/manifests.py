@@ -44,6 +44,8 @@ def actor_config(inputs: GpuRemediationInputs) -> Config:
         mode=remediation.mode,
         maxNodes=remediation.max_nodes,
         maxShare=remediation.max_share,
+        window=remediation.window,
+        windowSeconds=remediation.window_seconds,
         gpuTaintKey=inputs.gpu_taint_key,
         taintKey=TAINT_KEY,
         sinceAnnotation=SINCE_ANNOTATION,

@@ -52,9 +52,9 @@ def mixin(inputs: GpuRemediationInputs, alerts: AlertSettings,
               "Node {{ $labels.node }} shows {{ $labels.fault }} but is still in service: "
               + ("remediation.mode is report, so nothing is done; cordon and drain it by hand."
                  if remediation.mode == "report" else
-                 f"as many GPU nodes as allowed out of service at once are out already "
-                 f"(remediation.maxNodes {remediation.max_nodes}, maxShare "
-                 f"{remediation.max_share:g}). Repair those, or cordon and drain this one by "
-                 f"hand.")),
+                 f"as many GPU nodes as may be taken out of service within "
+                 f"{remediation.window} were already (remediation.maxNodes "
+                 f"{remediation.max_nodes}, maxShare {remediation.max_share:g}): it is taken "
+                 f"out once the window has room; cordon and drain it by hand before.")),
         unavailable,
     ], scrapes=scrapes)

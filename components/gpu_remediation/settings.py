@@ -36,7 +36,7 @@ class RemediationSettings(Model):
     quarantined (a taint nothing but the GPU node's own DaemonSets tolerates) and, with `drain`,
     its GPU pods evicted and its teams' workloads put back in their queues whole; it returns
     to service when an operator labels it repaired. Never on missing data, and never more
-    than `maxNodes` or `maxShare` of the GPU nodes at once. Off by default; see
+    than `maxNodes` or `maxShare` of the GPU nodes within `window`. Off by default; see
     docs/concepts/fault-remediation.md."""
 
     mode: Mode = Field(
@@ -62,13 +62,18 @@ class RemediationSettings(Model):
                                     description="Namespace of the Deployment.")
     max_nodes: int = Field(
         default=2, ge=1, le=1000,
-        description="GPU nodes out of service at once, at most: a fault beyond it is reported "
-                    "(GpuFaultNotQuarantined), not acted on, so that a bad signal cannot take "
-                    "the fleet down.")
+        description="GPU nodes taken out of service within `window`, at most: a fault beyond "
+                    "it is reported (GpuFaultNotQuarantined), not acted on, so that a bad "
+                    "signal, which shows on many nodes at once, cannot take the fleet down.")
     max_share: float = Field(
         default=0.1, gt=0, le=1,
-        description="Share of the GPU nodes out of service at once, at most (one node at "
-                    "least).")
+        description="Share of the GPU nodes taken out of service within `window`, at most "
+                    "(one node at least).")
+    window: Duration = Field(
+        default="1h",
+        description="The time `maxNodes` and `maxShare` count over (a duration): a node out "
+                    "of service longer (under repair) no longer counts, as failures that come "
+                    "apart are not one bad signal.")
     interval: Duration = Field(
         default="10s",
         description=f"How often it looks at the faults Prometheus reports (a duration, "
@@ -98,6 +103,17 @@ class RemediationSettings(Model):
                           "do nothing", "drain (move their GPU pods the platform's way), report, "
                           "or off", at=("mode",), value=self.mode, has_value=True)
         return self
+
+    @field_validator("window")
+    @classmethod
+    def window_not_zero(cls, value: str) -> str:
+        if duration_seconds(value) <= 0:
+            raise Invalid("a window that counts nothing", "a duration above 0, e.g. 1h")
+        return value
+
+    @property
+    def window_seconds(self) -> float:
+        return duration_seconds(self.window)
 
     @property
     def interval_seconds(self) -> float:

@@ -19,8 +19,8 @@ class RemediationSettings(TypedDict):
      "quarantined (a taint nothing but the GPU node's own DaemonSets tolerates) and, with "
      "`drain`, its GPU pods evicted and its teams' workloads put back in their queues whole; "
      "it returns to service when an operator labels it repaired. Never on missing data, and "
-     "never more than `maxNodes` or `maxShare` of the GPU nodes at once. Off by default; see "
-     "docs/concepts/fault-remediation.md.")
+     "never more than `maxNodes` or `maxShare` of the GPU nodes within `window`. Off by "
+     "default; see docs/concepts/fault-remediation.md.")
     mode: NotRequired[str]
     ("What a fault does to its node: `off` (nothing runs), `report` (events and the log say "
      "what would be done; the alerts fire either way), `quarantine` (nothing new lands on "
@@ -41,12 +41,16 @@ class RemediationSettings(TypedDict):
     namespace: NotRequired[str]
     "Namespace of the Deployment. Default: `gpu-remediation`."
     max_nodes: NotRequired[int]
-    ("GPU nodes out of service at once, at most: a fault beyond it is reported "
-     "(GpuFaultNotQuarantined), not acted on, so that a bad signal cannot take the fleet "
-     "down. Allowed: 1..1000. Default: `2`.")
+    ("GPU nodes taken out of service within `window`, at most: a fault beyond it is reported "
+     "(GpuFaultNotQuarantined), not acted on, so that a bad signal, which shows on many "
+     "nodes at once, cannot take the fleet down. Allowed: 1..1000. Default: `2`.")
     max_share: NotRequired[float]
-    ("Share of the GPU nodes out of service at once, at most (one node at least). Allowed: "
-     "at most 1. Default: `0.1`.")
+    ("Share of the GPU nodes taken out of service within `window`, at most (one node at "
+     "least). Allowed: at most 1. Default: `0.1`.")
+    window: NotRequired[str]
+    ("The time `maxNodes` and `maxShare` count over (a duration): a node out of service "
+     "longer (under repair) no longer counts, as failures that come apart are not one bad "
+     "signal. Default: `1h`.")
     interval: NotRequired[str]
     ("How often it looks at the faults Prometheus reports (a duration, 5s or more): a fault "
      "is acted on within the exporter's collection interval (30 s), a scrape "
@@ -78,9 +82,9 @@ class GpuRemediationArgs(TypedDict):
      "quarantined (a taint nothing but the GPU node's own DaemonSets tolerates) and, with "
      "`drain`, its GPU pods evicted and its teams' workloads put back in their queues whole; "
      "it returns to service when an operator labels it repaired. Never on missing data, and "
-     "never more than `maxNodes` or `maxShare` of the GPU nodes at once. Off by default; see "
-     "docs/concepts/fault-remediation.md. (`enabled` is GpuPlatform's switch: this component "
-     "always declares what it configures)")
+     "never more than `maxNodes` or `maxShare` of the GPU nodes within `window`. Off by "
+     "default; see docs/concepts/fault-remediation.md. (`enabled` is GpuPlatform's switch: "
+     "this component always declares what it configures)")
     prometheus_url: str
     ("The Prometheus HTTP API it queries, as its pod reaches it (the Monitoring component's "
      "Prometheus, or `monitoring.prometheusUrl`).")

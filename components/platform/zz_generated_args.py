@@ -84,8 +84,8 @@ class GpuPlatformArgs(TypedDict):
      "quarantined (a taint nothing but the GPU node's own DaemonSets tolerates) and, with "
      "`drain`, its GPU pods evicted and its teams' workloads put back in their queues whole; "
      "it returns to service when an operator labels it repaired. Never on missing data, and "
-     "never more than `maxNodes` or `maxShare` of the GPU nodes at once. Off by default; see "
-     "docs/concepts/fault-remediation.md.")
+     "never more than `maxNodes` or `maxShare` of the GPU nodes within `window`. Off by "
+     "default; see docs/concepts/fault-remediation.md.")
     secret_sections: NotRequired[list[str]]
     ("Sections that hold a secret (a credential in extra chart values, the Grafana "
      "password): their Helm release's values are stored as a secret. Allowed: a list of "

@@ -12,7 +12,12 @@ import yaml
 from components.base.gpu_faults import FAULTS, GPU_HOURS_LOST, METRICS, PODS_MOVED, QUARANTINE_TAINT
 from components.base.kube_api import Api, format_time
 from components.base.validation import SettingsError
-from components.gpu_remediation import REPAIRED_LABEL, actor_config, remediation_objects
+from components.gpu_remediation import (
+    REPAIRED_LABEL,
+    SINCE_ANNOTATION,
+    actor_config,
+    remediation_objects,
+)
 from components.gpu_remediation.actor.gpu_remediation import (
     METRICS_PORT,
     Fault,
@@ -30,6 +35,7 @@ from tests.kit.stacks import TEAMS, raw, with_changes
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 XID_79 = Fault("fatal-xid", 79, "fallen off the bus")
+NOW = 1_800_000_000.0
 
 
 def remediation_inputs(**remediation):
@@ -44,12 +50,14 @@ def config():
 
 
 def node(name: str, quarantined_for: str | None = None, repaired: bool = False,
-         gpu: bool = True) -> dict:
+         gpu: bool = True, out_since: float = NOW) -> dict:
     taints = [GPU_TAINT] if gpu else []
+    annotations = {}
     if quarantined_for:
         taints.append({"key": QUARANTINE_TAINT, "value": quarantined_for,
                        "effect": "NoSchedule"})
-    return {"metadata": {"name": name,
+        annotations[SINCE_ANNOTATION] = format_time(out_since)
+    return {"metadata": {"name": name, "annotations": annotations,
                          "labels": {REPAIRED_LABEL: "true"} if repaired else {}},
             "spec": {"taints": taints}}
 
@@ -63,7 +71,7 @@ def fleet(size: int) -> list[dict]:
 
 
 def test_a_gpu_node_with_a_fatal_fault_is_taken_out_of_service(config):
-    steps = plan(config, fleet(20), {"gpu-03": [XID_79]})
+    steps = plan(config, fleet(20), {"gpu-03": [XID_79]}, NOW)
     assert actions(steps) == {"gpu-03": "quarantine"}
     assert steps[0].fault == "fatal-xid" and "evidence 79" in steps[0].why
 
@@ -74,10 +82,22 @@ def test_beyond_the_limit_a_fault_is_held_not_acted_on(config):
     nodes = fleet(20)
     nodes[0] = node("gpu-00", quarantined_for="row-remap-failure")
     faults = {name: [XID_79] for name in ("gpu-05", "gpu-07")}
-    steps = plan(config, nodes, faults)
+    steps = plan(config, nodes, faults, NOW)
     assert actions(steps) == {"gpu-00": "drain", "gpu-05": "quarantine", "gpu-07": "hold"}
     held = next(s for s in steps if s.action == "hold")
-    assert "1 of 2 GPU nodes allowed out of service at once are out already" in held.why
+    assert "1 of the 2 GPU nodes that may be taken out of service within 1h were already" \
+        in held.why
+
+
+def test_a_node_out_longer_than_the_window_no_longer_counts_against_the_limit(config):
+    """Under repair for hours, gpu-00 leaves room for an independent failure; taken out 10
+    minutes ago, it does not (the window, 1h by default)."""
+    nodes = fleet(10)
+    nodes[0] = node("gpu-00", quarantined_for="fatal-xid", out_since=NOW - 3 * 3600)
+    faults = {"gpu-05": [XID_79]}
+    assert actions(plan(config, nodes, faults, NOW))["gpu-05"] == "quarantine"
+    nodes[0] = node("gpu-00", quarantined_for="fatal-xid", out_since=NOW - 600)
+    assert actions(plan(config, nodes, faults, NOW))["gpu-05"] == "hold"
 
 
 def test_the_share_caps_small_fleets_and_one_node_is_always_allowed(config):
@@ -88,7 +108,7 @@ def test_the_share_caps_small_fleets_and_one_node_is_always_allowed(config):
 
 def test_only_gpu_nodes_count_and_only_they_are_acted_on(config):
     nodes = [*fleet(10), node("cpu-1", gpu=False)]
-    steps = plan(config, nodes, {"cpu-1": [XID_79]})
+    steps = plan(config, nodes, {"cpu-1": [XID_79]}, NOW)
     assert steps == []
 
 
@@ -96,14 +116,14 @@ def test_a_quarantined_node_returns_only_when_labelled_repaired(config):
     """The fault gone is not enough: the node stays out until an operator says it is
     repaired; labelled, it returns, and its room goes to the next fault."""
     nodes = [*fleet(9), node("gpu-x", quarantined_for="fatal-xid")]
-    assert actions(plan(config, nodes, {})) == {"gpu-x": "drain"}
+    assert actions(plan(config, nodes, {}, NOW)) == {"gpu-x": "drain"}
     nodes[-1] = node("gpu-x", quarantined_for="fatal-xid", repaired=True)
-    assert actions(plan(config, nodes, {"gpu-01": [XID_79]})) == {
+    assert actions(plan(config, nodes, {"gpu-01": [XID_79]}, NOW)) == {
         "gpu-x": "return", "gpu-01": "quarantine"}
 
 
 def test_no_answer_is_no_fault(config):
-    assert plan(config, fleet(10), {}) == []
+    assert plan(config, fleet(10), {}, NOW) == []
 
 
 def test_every_quarantining_fault_is_queried_and_watched_ones_are_not_acted_on(config):
@@ -181,7 +201,7 @@ def test_with_nvsentinel_its_out_of_service_nodes_are_drained_and_never_returned
                         ("gpu-02", "remediation-succeeded")):
         index = int(name[-1])
         nodes[index]["metadata"]["labels"] = {NVSENTINEL_STATE: state, REPAIRED_LABEL: "true"}
-    steps = plan(config, nodes, {"gpu-03": [XID_79]})
+    steps = plan(config, nodes, {"gpu-03": [XID_79]}, NOW)
     assert actions(steps) == {"gpu-00": "drain", "gpu-01": "drain"}
     # Nor does it quarantine on a fault of its own (it does not ask Prometheus), and its rights
     # hold no node patch.
@@ -216,8 +236,6 @@ def running_pod(name: str, started_hours_ago: float) -> dict:
             "status": {"phase": "Running",
                        "startTime": format_time(NOW - started_hours_ago * 3600)}}
 
-
-NOW = 1_800_000_000.0
 
 
 def test_a_drain_counts_the_pods_it_moves_and_the_gpu_hours_they_had_run(config):

@@ -10,8 +10,8 @@ fault). Then:
 - a GPU node with a quarantining fault, not yet out of service, is quarantined: the taint
   `<taintKey>=<fault>:NoSchedule` (nothing but the GPU node's own DaemonSets tolerates it, so
   its exporter keeps reporting), and annotations that say since when and why; at most
-  `maxNodes` and `maxShare` of the GPU nodes are out of service at once: a fault beyond that
-  is reported (an event, once), not acted on;
+  `maxNodes` and `maxShare` of the GPU nodes are taken out within `window`: a fault beyond
+  that is reported (an event, once), not acted on;
 - on `drain`, every GPU pod on a quarantined node leaves: a team's pod that a Kueue workload
   holds goes back to its queue with the whole workload (kueue_requeue.py), any other is
   evicted through the eviction API (a disruption budget that refuses is respected, and asked
@@ -76,8 +76,10 @@ class Config(Requeue):
     prometheusUrl: str
     faults: list[FaultQuery]
     mode: str                       # report, quarantine or drain
-    maxNodes: int
+    maxNodes: int                   # taken out within the window, at most
     maxShare: float
+    window: str
+    windowSeconds: float
     gpuTaintKey: str                # every GPU node carries it
     taintKey: str
     sinceAnnotation: str            # when the node was quarantined (RFC 3339)
@@ -113,7 +115,8 @@ class Step:
 
 
 def limit(config: Config, gpu_nodes: int) -> int:
-    """GPU nodes out of service at once, at most: maxNodes and maxShare (one at least)."""
+    """GPU nodes taken out of service within the window, at most: maxNodes and maxShare (one
+    at least)."""
     return min(config["maxNodes"], max(1, math.floor(config["maxShare"] * gpu_nodes)))
 
 
@@ -135,8 +138,11 @@ def describe(fault: Fault) -> str:
     return f"{fault.name} ({fault.meaning}; evidence {fault.evidence:g})"
 
 
-def plan(config: Config, nodes: list[dict], faults: dict[str, list[Fault]]) -> list[Step]:
-    """What a pass does, given the GPU nodes' faults (only quarantining ones count)."""
+def plan(config: Config, nodes: list[dict], faults: dict[str, list[Fault]], now: float
+         ) -> list[Step]:
+    """What a pass does at `now`, given the GPU nodes' faults (only quarantining ones count).
+    The nodes taken out within the window count against the limit (one whose time is not
+    known counts)."""
     gpu_nodes = sorted((n for n in nodes if is_gpu_node(n, config)),
                        key=lambda n: n["metadata"]["name"])
     steps: list[Step] = []
@@ -151,7 +157,9 @@ def plan(config: Config, nodes: list[dict], faults: dict[str, list[Fault]]) -> l
             steps.append(Step(name, "return", f"labelled {config['repairedLabel']}=true",
                               held_for))
         else:
-            out += 1
+            since = parse_time((node["metadata"].get("annotations") or {}).get(
+                config["sinceAnnotation"]))
+            out += since is None or now - since < config["windowSeconds"]
             steps.append(Step(name, "drain", f"out of service for {held_for}", held_for))
     if config["nvsentinel"]:
         return steps        # NVSentinel takes nodes out of service itself
@@ -166,10 +174,11 @@ def plan(config: Config, nodes: list[dict], faults: dict[str, list[Fault]]) -> l
             room -= 1
             steps.append(Step(name, "quarantine", describe(fault), fault.name))
         else:
-            steps.append(Step(name, "hold", f"{describe(fault)}, but {out} of "
-                          f"{limit(config, len(gpu_nodes))} GPU nodes allowed out of service "
-                          f"at once are out already (maxNodes {config['maxNodes']}, maxShare "
-                          f"{config['maxShare']:g})", fault.name))
+            steps.append(Step(name, "hold", f"{describe(fault)}, but {out} of the "
+                          f"{limit(config, len(gpu_nodes))} GPU nodes that may be taken out "
+                          f"of service within {config['window']} were already (maxNodes "
+                          f"{config['maxNodes']}, maxShare {config['maxShare']:g})",
+                          fault.name))
     return steps
 
 
@@ -340,7 +349,7 @@ def run(api: Api, config: Config, faults: dict[str, list[Fault]], now: float,
         memory: Memory | None = None) -> list[str]:
     """One pass at `now`, given the faults Prometheus reports; what it did, a line each."""
     memory = memory or Memory()
-    steps = plan(config, api.items("/api/v1/nodes"), faults)
+    steps = plan(config, api.items("/api/v1/nodes"), faults, now)
     lines = [line for step in steps for line in act(api, config, step, now, memory)]
     out = [s for s in steps if s.action in ("drain", "quarantine")]
     if config["mode"] != "drain" or not out:
