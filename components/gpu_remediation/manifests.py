@@ -3,7 +3,7 @@ ConfigMap with its settings and modules, and the Deployment that runs a pass eve
 
 import json
 
-from ..base import gpu_count, gpu_faults, kube_api, kueue_requeue, manifests
+from ..base import gpu_count, gpu_faults, kube_api, kueue_requeue, manifests, metrics_http
 from ..base.facts import GPU_RESOURCE, KUEUE_API
 from .actor import gpu_remediation
 from .actor.gpu_remediation import Config, FaultQuery
@@ -12,7 +12,7 @@ from .inputs import GpuRemediationInputs
 COMPONENT = "remediation"
 CONFIG_DIR = "/remediation"
 CONFIG_FILE = "config.json"
-MODULES = (gpu_remediation, gpu_count, gpu_faults, kube_api, kueue_requeue)
+MODULES = (gpu_remediation, gpu_count, gpu_faults, kube_api, kueue_requeue, metrics_http)
 METRICS_PORT_NAME = "metrics"
 TAINT_KEY = gpu_faults.QUARANTINE_TAINT
 # On a quarantined node: since when (RFC 3339) and why (a sentence).

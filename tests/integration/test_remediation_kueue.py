@@ -29,7 +29,7 @@ from tests.kit.cluster.remediation_run import remediating, remediation_settings
 # Webhooks are called at their Services' ready endpoints (conftest.control_plane).
 APISERVER_ARGS = ("--enable-aggregator-routing=true",)
 HEALTHY_NODE = "gpu-node-2"
-# One of the two GPU nodes may be out of service at once.
+# One of the two GPU nodes may be taken out of service within the window.
 REMEDIATION = remediation_settings(SETTINGS, max_share=0.5)
 
 

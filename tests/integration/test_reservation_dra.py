@@ -106,7 +106,7 @@ def test_a_teams_whole_node_pod_gets_a_node_kept_on_the_dra_path(platform):
 
 def test_a_failed_gpu_takes_its_node_out_of_service_on_the_dra_path(platform):
     """After the reservation test: gpu-1 holds its 6 pods, gpu-3 its 5. maxShare 0.1 of three
-    nodes: one out of service at once."""
+    nodes: one taken out of service within the window."""
     kube = platform.kube
     with remediating(platform.cp, platform.settings, list(BUSY)) as remediation:
         remediation.set_xid("gpu-1", 4, 79)

@@ -25,11 +25,9 @@ container (`main`, a pass every `intervalSeconds`); the tests call `plan` and `r
 from __future__ import annotations
 
 import argparse
-import http.server
 import json
 import math
 import sys
-import threading
 import time
 import traceback
 import urllib.parse
@@ -37,6 +35,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import TypedDict
 
+from components.base import metrics_http
 from components.base.gpu_count import DeviceView, device_view, gpus_held
 from components.base.gpu_faults import GPU_HOURS_LOST, METRICS, PODS_MOVED, QUARANTINES
 from components.base.kube_api import (
@@ -367,21 +366,8 @@ def run(api: Api, config: Config, faults: dict[str, list[Fault]], now: float,
 
 
 def serve_metrics(memory: Memory, port: int) -> None:
-    """The counters at /metrics on `port`, from a thread of their own."""
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):   # noqa: N802 (the name http.server calls)
-            body = memory.exposition().encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format, *args):   # noqa: A002 (the name the base class uses)
-            pass
-
-    server = http.server.ThreadingHTTPServer(("", port), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    """The counters at /metrics on `port`."""
+    metrics_http.serve(lambda _path: (200, memory.exposition()), port=port)
 
 
 def main(argv: list[str]) -> int:

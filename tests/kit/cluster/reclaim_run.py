@@ -9,7 +9,6 @@ allow 10 minutes or more). The rules and the query are otherwise what the stack 
 
 from __future__ import annotations
 
-import http.server
 import json
 import threading
 import time
@@ -18,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from components import gpu_reclaim
+from components.base import metrics_http
 from components.monitoring import usage
 from components.platform.settings import StackSettings
 from components.platform.wiring import component_inputs
@@ -53,23 +53,8 @@ class ExporterStandIn:
         self.activity: dict[tuple[str, str], float] = {}
         self.pulsing: set[tuple[str, str]] = set()
         self.lock = threading.Lock()
-        stand_in = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):   # noqa: N802 (the name http.server calls)
-                body = stand_in.metrics().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format, *args):   # noqa: A002 (the name the base class uses)
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = metrics_http.serve(lambda _path: (200, self.metrics()), "127.0.0.1")
         self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def set(self, namespace: str, name: str, activity: float) -> None:
         with self.lock:

@@ -5,13 +5,13 @@ node, as the platform's ServiceMonitor would, time compressed as prometheus_serv
 
 from __future__ import annotations
 
-import http.server
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from components import gpu_remediation
+from components.base import metrics_http
 from components.base.gpu_faults import by_name
 from components.platform.settings import StackSettings
 from components.platform.wiring import component_inputs
@@ -41,26 +41,14 @@ class FaultExporter:
         self.xids: dict[tuple[str, int], int] = {}
         self.silent: set[str] = set()
         self.lock = threading.Lock()
-        exporter = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):   # noqa: N802 (the name http.server calls)
-                node = self.path.rsplit("/", 1)[-1]
-                with exporter.lock:
-                    silent = node in exporter.silent
-                body = b"" if silent else exporter.metrics(node).encode()
-                self.send_response(503 if silent else 200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format, *args):   # noqa: A002 (the name the base class uses)
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = metrics_http.serve(self.answer, "127.0.0.1")
         self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def answer(self, path: str) -> tuple[int, str]:
+        node = path.rsplit("/", 1)[-1]
+        with self.lock:
+            silent = node in self.silent
+        return (503, "") if silent else (200, self.metrics(node))
 
     def metrics(self, node: str) -> str:
         lines = ["# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.",
