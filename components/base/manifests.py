@@ -8,7 +8,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -248,6 +249,38 @@ def python_modules_mount(volume: str, mount_path: str, config_map_: str, data: d
     mount, volume_ = config_map_mount(volume, mount_path, config_map_)
     volume_["configMap"]["items"] = [{"key": key, "path": path(key)} for key in sorted(data)]
     return mount, volume_
+
+
+# Where a standard-library run reads its settings (module_run).
+MODULE_RUN_CONFIG_FILE = "config.json"
+
+
+@dataclass(frozen=True)
+class ModuleRun:
+    """A standard-library run shipped in a ConfigMap (its settings as MODULE_RUN_CONFIG_FILE,
+    its modules at their import paths), and the container that runs its module from there,
+    with the volume it mounts and a digest of what the ConfigMap holds (a change rolls the
+    pod)."""
+
+    config_map: dict
+    container: dict
+    volume: dict
+    content_hash: str
+
+
+def module_run(name: str, namespace_: str, component: str, image: str, directory: str,
+               config: Mapping[str, Any], module: ModuleType, modules: Sequence[ModuleType],
+               resources) -> ModuleRun:
+    """The run of `module` (with `modules` beside it) from a ConfigMap `name`, mounted at
+    `directory`, reading `config`; its container is named after the component."""
+    data = {MODULE_RUN_CONFIG_FILE: json.dumps(config, indent=1),
+            **python_module_files(*modules)}
+    mount, volume = python_modules_mount(component, directory, name, data)
+    container = python_module_container(
+        component, image, directory, module,
+        [f"--config={directory}/{MODULE_RUN_CONFIG_FILE}"], resources, [mount])
+    return ModuleRun(config_map(name, namespace_, component, name, data), container, volume,
+                     content_hash(data))
 
 
 def cron_job(name: str, namespace_: str, component: str, schedule: str, deadline_seconds: int,

@@ -6,7 +6,6 @@ from .component import GpuReclaim
 from .inputs import GpuReclaimInputs
 from .manifests import (
     CONFIG_DIR,
-    CONFIG_FILE,
     DEADLINE_ANNOTATION,
     KEEP_ALIVE_ANNOTATION,
     KEEP_ALIVES_ANNOTATION,
@@ -18,6 +17,6 @@ from .manifests import (
     reclaim_rules,
 )
 
-__all__ = ["CONFIG_DIR", "CONFIG_FILE", "DEADLINE_ANNOTATION", "KEEP_ALIVES_ANNOTATION",
+__all__ = ["CONFIG_DIR", "DEADLINE_ANNOTATION", "KEEP_ALIVES_ANNOTATION",
            "KEEP_ALIVE_ANNOTATION", "GpuReclaim", "GpuReclaimInputs", "REPORTED_ANNOTATION",
            "REQUEUED_ANNOTATION", "actor_config", "cron_job", "reclaim_objects", "reclaim_rules"]

@@ -1,7 +1,6 @@
 """Reclaim's objects: its namespace and ServiceAccount, a Role in each opted-in namespace, the
 ConfigMap with the run's settings and script, and the CronJob."""
 
-import json
 
 from ..base import kube_api, kueue_requeue, manifests
 from ..base.facts import KUEUE_API
@@ -11,7 +10,6 @@ from .inputs import GpuReclaimInputs
 
 COMPONENT = "reclaim"
 CONFIG_DIR = "/reclaim"
-CONFIG_FILE = "config.json"
 MODULES = (gpu_reclaim, kube_api, kueue_requeue)
 # When a pod was first reported idle (RFC 3339), written by the run on the pod.
 REPORTED_ANNOTATION = "gpu-platform.io/idle-reported-at"
@@ -109,28 +107,24 @@ def rbac_objects(inputs: GpuReclaimInputs) -> list[dict]:
     return objects
 
 
-def config_map(inputs: GpuReclaimInputs) -> dict:
+def module_run(inputs: GpuReclaimInputs) -> manifests.ModuleRun:
     reclaim = inputs.reclaim
-    return manifests.config_map(reclaim.name, reclaim.namespace, COMPONENT, reclaim.name,
-                                {CONFIG_FILE: json.dumps(actor_config(inputs), indent=1),
-                                 **manifests.python_module_files(*MODULES)})
+    return manifests.module_run(reclaim.name, reclaim.namespace, COMPONENT,
+                                inputs.image(reclaim.image), CONFIG_DIR, actor_config(inputs),
+                                gpu_reclaim, MODULES, reclaim.resources)
 
 
 def cron_job(inputs: GpuReclaimInputs) -> dict:
     reclaim = inputs.reclaim
-    data = config_map(inputs)["data"]
-    mount, volume = manifests.python_modules_mount("reclaim", CONFIG_DIR, reclaim.name, data)
-    container = manifests.python_module_container(
-        "reclaim", inputs.image(reclaim.image), CONFIG_DIR, gpu_reclaim,
-        [f"--config={CONFIG_DIR}/{CONFIG_FILE}"], reclaim.resources, [mount])
+    run = module_run(inputs)
     # Its runs never overlap: two would report, or evict, the same pods.
     return manifests.cron_job(
         reclaim.name, reclaim.namespace, COMPONENT, reclaim.schedule, RUN_DEADLINE_SECONDS,
-        {CONFIG_HASH_ANNOTATION: manifests.content_hash(data)},
-        {"containers": [container], "volumes": [volume]})
+        {CONFIG_HASH_ANNOTATION: run.content_hash},
+        {"containers": [run.container], "volumes": [run.volume]})
 
 
 def reclaim_objects(inputs: GpuReclaimInputs) -> list[dict]:
     """Everything reclaim needs, its namespace first."""
     return [manifests.namespace(inputs.reclaim.namespace, "restricted", COMPONENT),
-            *rbac_objects(inputs), config_map(inputs), cron_job(inputs)]
+            *rbac_objects(inputs), module_run(inputs).config_map, cron_job(inputs)]

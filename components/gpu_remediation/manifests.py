@@ -1,7 +1,6 @@
 """Fault remediation's objects: its namespace and ServiceAccount, the ClusterRole it needs, the
 ConfigMap with its settings and modules, and the Deployment that runs a pass every interval."""
 
-import json
 
 from ..base import gpu_count, gpu_faults, kube_api, kueue_requeue, manifests, metrics_http
 from ..base.facts import GPU_RESOURCE, KUEUE_API
@@ -11,7 +10,6 @@ from .inputs import GpuRemediationInputs
 
 COMPONENT = "remediation"
 CONFIG_DIR = "/remediation"
-CONFIG_FILE = "config.json"
 MODULES = (gpu_remediation, gpu_count, gpu_faults, kube_api, kueue_requeue, metrics_http)
 METRICS_PORT_NAME = "metrics"
 TAINT_KEY = gpu_faults.QUARANTINE_TAINT
@@ -90,32 +88,27 @@ def rbac_objects(inputs: GpuRemediationInputs) -> list[dict]:
                                                COMPONENT, remediation_rules(inputs))
 
 
-def config_map(inputs: GpuRemediationInputs) -> dict:
+def module_run(inputs: GpuRemediationInputs) -> manifests.ModuleRun:
     remediation = inputs.remediation
-    return manifests.config_map(
-        remediation.name, remediation.namespace, COMPONENT, remediation.name,
-        {CONFIG_FILE: json.dumps(actor_config(inputs), indent=1),
-         **manifests.python_module_files(*MODULES)})
+    return manifests.module_run(remediation.name, remediation.namespace, COMPONENT,
+                                inputs.image(remediation.image), CONFIG_DIR,
+                                actor_config(inputs), gpu_remediation, MODULES,
+                                remediation.resources)
 
 
 def deployment(inputs: GpuRemediationInputs) -> dict:
     remediation = inputs.remediation
-    data = config_map(inputs)["data"]
-    mount, volume = manifests.python_modules_mount("remediation", CONFIG_DIR, remediation.name,
-                                                   data)
-    container = manifests.python_module_container(
-        "remediation", inputs.image(remediation.image), CONFIG_DIR, gpu_remediation,
-        [f"--config={CONFIG_DIR}/{CONFIG_FILE}"], remediation.resources, [mount])
-    container["ports"] = [{"name": METRICS_PORT_NAME, "containerPort": gpu_remediation.METRICS_PORT,
-                           "protocol": "TCP"}]
+    run = module_run(inputs)
+    container = {**run.container, "ports": [{"name": METRICS_PORT_NAME, "protocol": "TCP",
+                                             "containerPort": gpu_remediation.METRICS_PORT}]}
     # One pod: two would report each fault twice (their actions are the same).
     return manifests.single_pod_deployment(
         remediation.name, remediation.namespace, COMPONENT,
-        {CONFIG_HASH_ANNOTATION: manifests.content_hash(data)},
-        {"containers": [container], "volumes": [volume]})
+        {CONFIG_HASH_ANNOTATION: run.content_hash},
+        {"containers": [container], "volumes": [run.volume]})
 
 
 def remediation_objects(inputs: GpuRemediationInputs) -> list[dict]:
     """Everything remediation needs, its namespace first."""
     return [manifests.namespace(inputs.remediation.namespace, "restricted", COMPONENT),
-            *rbac_objects(inputs), config_map(inputs), deployment(inputs)]
+            *rbac_objects(inputs), module_run(inputs).config_map, deployment(inputs)]

@@ -1,7 +1,6 @@
 """Reservation's objects: its namespace and ServiceAccount, the ClusterRole a run needs, the
 ConfigMap with the run's settings and modules, and the CronJob."""
 
-import json
 
 from ..base import gpu_count, kube_api, manifests
 from ..base.facts import GPU_RESOURCE
@@ -11,7 +10,6 @@ from .inputs import GpuReservationInputs
 
 COMPONENT = "reservation"
 CONFIG_DIR = "/reservation"
-CONFIG_FILE = "config.json"
 # The taint a reserved node carries; its value is the uid of the pod it is reserved for.
 TAINT_KEY = "gpu-platform.io/reserved-for"
 # What a node carrying it is, and who tolerates it (admission's refusal says it).
@@ -69,30 +67,25 @@ def rbac_objects(inputs: GpuReservationInputs) -> list[dict]:
                                                COMPONENT, reservation_rules(inputs))
 
 
-def config_map(inputs: GpuReservationInputs) -> dict:
+def module_run(inputs: GpuReservationInputs) -> manifests.ModuleRun:
     reservation = inputs.reservation
-    return manifests.config_map(
-        reservation.name, reservation.namespace, COMPONENT, reservation.name,
-        {CONFIG_FILE: json.dumps(actor_config(inputs), indent=1),
-         **manifests.python_module_files(*MODULES)})
+    return manifests.module_run(reservation.name, reservation.namespace, COMPONENT,
+                                inputs.image(reservation.image), CONFIG_DIR,
+                                actor_config(inputs), gpu_reservation, MODULES,
+                                reservation.resources)
 
 
 def cron_job(inputs: GpuReservationInputs) -> dict:
     reservation = inputs.reservation
-    data = config_map(inputs)["data"]
-    mount, volume = manifests.python_modules_mount("reservation", CONFIG_DIR, reservation.name,
-                                                   data)
-    container = manifests.python_module_container(
-        "reservation", inputs.image(reservation.image), CONFIG_DIR, gpu_reservation,
-        [f"--config={CONFIG_DIR}/{CONFIG_FILE}"], reservation.resources, [mount])
+    run = module_run(inputs)
     # Its runs never overlap: two would reserve two nodes for one pod.
     return manifests.cron_job(
         reservation.name, reservation.namespace, COMPONENT, reservation.schedule,
-        RUN_DEADLINE_SECONDS, {CONFIG_HASH_ANNOTATION: manifests.content_hash(data)},
-        {"containers": [container], "volumes": [volume]})
+        RUN_DEADLINE_SECONDS, {CONFIG_HASH_ANNOTATION: run.content_hash},
+        {"containers": [run.container], "volumes": [run.volume]})
 
 
 def reservation_objects(inputs: GpuReservationInputs) -> list[dict]:
     """Everything reservation needs, its namespace first."""
     return [manifests.namespace(inputs.reservation.namespace, "restricted", COMPONENT),
-            *rbac_objects(inputs), config_map(inputs), cron_job(inputs)]
+            *rbac_objects(inputs), module_run(inputs).config_map, cron_job(inputs)]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from components import gpu_reclaim
 from components.base import metrics_http
+from components.base.manifests import MODULE_RUN_CONFIG_FILE
 from components.monitoring import usage
 from components.platform.settings import StackSettings
 from components.platform.wiring import component_inputs
@@ -130,7 +131,7 @@ class Reclaiming:
         for namespace, pod in pods:
             self.exporter.set(namespace, pod, 0.0)
         config = json.loads(find(self.objects, "ConfigMap", self.settings.reclaim.name)
-                            ["data"][gpu_reclaim.CONFIG_FILE])
+                            ["data"][MODULE_RUN_CONFIG_FILE])
         wait_until(lambda: pods <= self.prometheus.idle(config["query"]),
                    "Prometheus to answer the idle pods", timeout=120, interval=2)
 
