@@ -31,4 +31,6 @@ EXPERIMENTS = [
                "--reclaim --report"),
     Experiment("contended", report.CONTENDED_RESULTS, report.CONTENDED_PAGE,
                report.contended_page, "--contended 5 --report"),
+    Experiment("faults", report.FAULTS_RESULTS, report.FAULTS_PAGE, report.faults_page,
+               "--faults --report"),
 ]

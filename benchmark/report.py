@@ -412,6 +412,7 @@ def faults_page(rows: list[dict]) -> str:
     from benchmark.faults import (
         FAILURE_WINDOW,
         FAILURES_PER_REPLAY,
+        MODES,
         PASS_EVERY,
         PUBLISHED_GPU_FAILURES_PER_1000_GPU_DAYS,
         REPAIR_HOURS,
@@ -427,7 +428,8 @@ def faults_page(rows: list[dict]) -> str:
              "completion (h) | batch wait mean / p95 (min) | 8-GPU wait p95 (min) |",
              "| --- | ---: | ---: | --- |" + " ---: |" * 11]
     for (mix, nodes, gpus, load), modes in sorted(groups.items()):
-        for mode, runs in modes.items():
+        for mode in [m.label for m in MODES if m.label in modes]:
+            runs = modes[mode]
             lost = [r["hung_gpu_hours"] + r["lost_work_gpu_hours"] for r in runs]
             per_failure = [cost / r["failures"] for cost, r in zip(lost, runs, strict=True)]
             lines.append(
