@@ -455,23 +455,25 @@ not edit. -->
 
 The replay's trace (the same seeds, jobs and arrivals as the other replays) with
 {FAILURES_PER_REPLAY} GPU failures per replay, at uniform times between {low:.0%} and {high:.0%}
-of the horizon, on uniform nodes, played on the real control plane and binpack scheduler: with
-fault remediation off, where a person takes the failed node out after a delay, and with
+of the horizon, on uniform nodes, played on the real control plane and binpack scheduler: with fault
+remediation off, where a person takes the failed node out after a delay, and with
 `remediation.mode: drain` at its defaults, whose pass (the Deployment's own code, with its
-ServiceAccount's rights) runs every {PASS_EVERY * 60:.0f} simulated minutes here (every 10 s
-when deployed) and is told of the failures as Prometheus would answer them. A failure hangs every
-pod on its node: the pods hold their GPUs without progress until taken off, and lose their work
-since their last checkpoint (every 30 minutes); a pod that lands on the node before it is out
-hangs too (the binpack scheduler prefers it, being busy). A node is repaired {REPAIR_HOURS:.0f}
-hours after it was taken out, then returned. Remediation's `report` mode changes nothing in the
-cluster, so its figures are those of the person it pages.
+ServiceAccount's rights) runs every {PASS_EVERY * 60:.0f} simulated minutes here (every 10 s when
+deployed) and is told of the failures as Prometheus would answer them. A failure hangs every pod
+on its node: the pods hold their GPUs without progress until taken off, and lose their work since
+their last checkpoint (every 30 minutes); a pod that lands on the node before it is out hangs too
+(the binpack scheduler prefers it, being busy). A node is repaired {REPAIR_HOURS:.0f} hours after it
+was taken out, then returned. Remediation's `report` mode changes nothing in the cluster, so its
+figures are those of the person it pages.
 
 Lost GPU-hours are the hours held hung plus the work lost. {FAILURES_PER_REPLAY} failures in a
 replay is far more than a cluster this size sees: the cost per failure is scaled to the rate
 published for Llama 3's pre-training (419 unexpected interruptions in 54 days on 16,384 GPUs,
-58.7% of them GPU issues, about {rate:.2f} GPU failures per
-1000 GPU-days). With the defaults (`maxNodes` 2, `maxShare` 0.1) one of these 16 nodes may be
-out of service at once: a failure while another node is out waits for it, as a person would not.
+58.7% of them GPU issues, about {rate:.2f} GPU failures per 1000 GPU-days). With the defaults
+(`maxNodes` 2, `maxShare` 0.1, `window` 1h) one of these 16 nodes may be taken out of service
+within an hour: a failure within the hour after another waits for the window to have room, as a
+person would not. The trace's jobs fit on one node; a job that spans nodes hangs whole on one
+failed GPU.
 
 {table_}
 """
