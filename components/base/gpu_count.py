@@ -50,6 +50,19 @@ class DeviceView:
                     held[(claim["metadata"]["namespace"], consumer["name"])] += gpus
         return held
 
+    def holders(self, devices: set[tuple[str, str, str]]) -> set[tuple[str, str]]:
+        """The pods (namespace, name) whose claims were allocated one of `devices` (driver,
+        pool, device)."""
+        found = set()
+        for claim in self.claims:
+            status = claim.get("status") or {}
+            results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+            if any((r["driver"], r["pool"], r["device"]) in devices for r in results):
+                found |= {(claim["metadata"]["namespace"], consumer["name"])
+                          for consumer in status.get("reservedFor") or []
+                          if consumer.get("resource") == "pods"}
+        return found
+
     def asked(self, pod: dict, device_classes: list[str], whole_node: int) -> int:
         """The GPUs a pod's own claims ask for, allocated or not: each request of a GPU
         device class, its count (all of a node's with allocationMode All)."""

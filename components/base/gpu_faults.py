@@ -61,10 +61,12 @@ class GpuFault:
         fatal = " or ".join(f"{self.metric} == {code}" for code in fatal_xid_codes)
         return self.condition.format(metric=self.metric, fatal=fatal)
 
-    def node_expr(self, fatal_xid_codes: tuple[int, ...] | list[int]) -> str:
-        """Per node with a GPU showing the fault and an exporter scraped now: the evidence
-        (the largest). A node whose exporter is down has no series here."""
-        return (f"max by (node) (({self.expr(fatal_xid_codes)}) "
+    def node_expr(self, fatal_xid_codes: tuple[int, ...] | list[int],
+                  by: str = "node") -> str:
+        """Per node (`by`: per node and whatever else, as `node, UUID`) with a GPU showing the
+        fault and an exporter scraped now: the evidence (the largest). A node whose exporter
+        is down has no series here."""
+        return (f"max by ({by}) (({self.expr(fatal_xid_codes)}) "
                 f'and on (node) (up{{job="{DCGM_JOB}"}} == 1))')
 
 

@@ -16,6 +16,10 @@ TAINT_KEY = gpu_faults.QUARANTINE_TAINT
 # On a quarantined node: since when (RFC 3339) and why (a sentence).
 SINCE_ANNOTATION = "gpu-platform.io/gpu-fault-since"
 REASON_ANNOTATION = "gpu-platform.io/gpu-fault-reason"
+# On the DRA path, where the node stays in service for its healthy GPUs: the fault it is out for.
+FAULT_ANNOTATION = "gpu-platform.io/gpu-fault"
+# On each DeviceTaintRule the remediation writes: the node of the device.
+RULE_NODE_LABEL = "gpu-platform.io/gpu-fault-node"
 # Set to "true" on a quarantined node by an operator or a repair workflow: back in service.
 REPAIRED_LABEL = "gpu-platform.io/gpu-repaired"
 # On a team's Kueue Workload taken off its queue by a drain, until put back: when (RFC 3339).
@@ -37,7 +41,7 @@ def actor_config(inputs: GpuRemediationInputs) -> Config:
     return Config(
         prometheusUrl=inputs.prometheus_url,
         faults=[FaultQuery(name=fault.name, action=fault.action, meaning=fault.meaning,
-                           query=fault.node_expr(inputs.fatal_xid_codes))
+                           query=fault.node_expr(inputs.fatal_xid_codes, by="node, UUID"))
                 for fault in gpu_faults.FAULTS],
         mode=remediation.mode,
         maxNodes=remediation.max_nodes,
@@ -49,6 +53,8 @@ def actor_config(inputs: GpuRemediationInputs) -> Config:
         sinceAnnotation=SINCE_ANNOTATION,
         reasonAnnotation=REASON_ANNOTATION,
         repairedLabel=REPAIRED_LABEL,
+        faultAnnotation=FAULT_ANNOTATION,
+        ruleNodeLabel=RULE_NODE_LABEL,
         nvsentinel=remediation.detector == "nvsentinel",
         nvsentinelStateLabel=NVSENTINEL_STATE_LABEL,
         nvsentinelOutOfService=NVSENTINEL_OUT_OF_SERVICE,
@@ -75,6 +81,10 @@ def remediation_rules(inputs: GpuRemediationInputs) -> list[dict]:
     if inputs.dra_driver:
         rules.append(manifests.rule(["resource.k8s.io"], ["resourceslices", "resourceclaims"],
                                     ["list"]))
+        if taints:
+            # The failed devices out of service, the node's healthy GPUs in use.
+            rules.append(manifests.rule(["resource.k8s.io"], ["devicetaintrules"],
+                                        ["list", "create", "delete", "deletecollection"]))
     if mode == "drain":
         rules.append(manifests.rule([""], ["pods/eviction"], ["create"]))
         if inputs.team_namespaces:

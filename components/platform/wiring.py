@@ -42,6 +42,7 @@ from ..opa_admission.inputs import (
     OpaAdmissionInputs,
     PlatformDeviceClass,
 )
+from ..opa_admission.settings import AdmissionSettings
 from ..registry import DESCRIPTORS
 from ..teams import kueue
 from ..teams.inputs import TeamsInputs
@@ -105,7 +106,8 @@ def component_inputs(settings: StackSettings, secret_sections: Collection[str] =
                         kubernetes_version=settings.kubernetes_version,
                         mig_resources=op.mig.resources, **mirror),
         admission=valid(
-            OpaAdmissionInputs, admission=adm, scheduler_name=sched.name,
+            OpaAdmissionInputs, admission=with_remediation_writing_device_taints(settings),
+            scheduler_name=sched.name,
             preemptible_class=(sched.preemptible_class.name
                                if sched.preemptible_class.enabled else None),
             gpu_nodes=gpu_nodes,
@@ -140,6 +142,23 @@ def component_inputs(settings: StackSettings, secret_sections: Collection[str] =
     return with_mixins(inputs)
 
 
+def remediation_taints(settings: StackSettings) -> bool:
+    """Whether remediation takes GPUs out of service itself (rather than report, or leave it
+    to NVSentinel)."""
+    remediation = settings.remediation
+    return remediation.mode in ("quarantine", "drain") and remediation.detector == "platform"
+
+
+def with_remediation_writing_device_taints(settings: StackSettings) -> AdmissionSettings:
+    """The admission settings, with remediation's identity among the users who may take
+    NVIDIA's devices out of service where it does so on the DRA path (its DeviceTaintRules)."""
+    adm, remediation = settings.admission, settings.remediation
+    if not (remediation_taints(settings) and settings.gpu_operator.gpu_path == "dra"):
+        return adm
+    user = service_account_user(remediation.namespace, remediation.name)
+    return adm.model_copy(update={"device_taint_writers": [*adm.device_taint_writers, user]})
+
+
 def passing_taints(settings: StackSettings) -> list[PassingTaint]:
     """The taints the platform puts on a GPU node for a while: a reservation's, and a fault's
     where remediation takes nodes out of service."""
@@ -149,8 +168,7 @@ def passing_taints(settings: StackSettings) -> list[PassingTaint]:
         taints.append(PassingTaint(
             key=reservation_manifests.TAINT_KEY, meaning=reservation_manifests.TAINT_MEANING,
             given_by=service_account_user(reservation.namespace, reservation.name)))
-    remediation = settings.remediation
-    if remediation.mode in ("quarantine", "drain") and remediation.detector == "platform":
+    if remediation_taints(settings):
         taints.append(PassingTaint(key=gpu_faults.QUARANTINE_TAINT,
                                    meaning=gpu_faults.QUARANTINE_MEANING))
     return taints

@@ -3,9 +3,10 @@
 in front and a team whose workloads the real Kueue admits. A team's whole-node pod, admitted
 within its quota and waiting because every node is partly busy, gets the node with the fewest
 GPUs allocated; the run's toleration passes admission and Kueue; a pod that would have refilled
-that node waits instead, and the whole-node pod lands once the node has emptied. A node whose
-GPU reports a fatal XID leaves service: the pods holding its GPUs through claims are evicted, a
-new GPU pod goes elsewhere, and admission refuses a pod that tolerates the fault's taint.
+that node waits instead, and the whole-node pod lands once the node has emptied. A GPU that
+reports a fatal XID leaves service through a DeviceTaintRule: the pod holding it through its
+claim is evicted, the node keeps serving its other GPUs, and admission refuses a pod that
+tolerates the fault's taint.
 
 The busy state is made the way churn makes it: nodes cordoned while pods start, so they land
 on nodes the binpack scheduler would not have chosen, then uncordoned."""
@@ -16,6 +17,8 @@ from contextlib import ExitStack
 import pytest
 
 from components.base.facts import GPU_RESOURCE
+from components.gpu_remediation import REPAIRED_LABEL
+from components.gpu_remediation.actor.gpu_remediation import rule_name
 from tests.kit import tools
 from tests.kit.cluster.controlplane import ApiError, ControlPlane, wait_until
 from tests.kit.cluster.dra_driver import driver_user, operator_grants
@@ -104,21 +107,43 @@ def test_a_teams_whole_node_pod_gets_a_node_kept_on_the_dra_path(platform):
                 if t["key"] == "gpu-platform.io/reserved-for"]
 
 
-def test_a_failed_gpu_takes_its_node_out_of_service_on_the_dra_path(platform):
-    """After the reservation test: gpu-1 holds its 6 pods, gpu-3 its 5. maxShare 0.1 of three
-    nodes: one taken out of service within the window."""
+def allocations(platform: RunningPlatform, node: str) -> dict[str, str]:
+    """`node`'s allocated devices, each with the pod of OUTSIDE its claim is reserved for."""
+    held = {}
+    for claim in platform.kube.list("resource.k8s.io/v1", "ResourceClaim", OUTSIDE):
+        status = claim.get("status") or {}
+        for result in ((status.get("allocation") or {}).get("devices") or {}).get("results", []):
+            if result["pool"] == node:
+                held[result["device"]] = status["reservedFor"][0]["name"]
+    return held
+
+
+def test_a_failed_gpu_leaves_service_alone_and_its_pod_moves_on_the_dra_path(platform):
+    """After the reservation test: gpu-1 holds its 6 pods. The failed GPU is taken out through
+    a DeviceTaintRule (written by remediation, which admission's writer list names); only the
+    pod holding it is evicted, the node keeps serving its other GPUs, and no claim is given the
+    failed one."""
     kube = platform.kube
+    device, holder = sorted(allocations(platform, "gpu-1").items())[0]
     with remediating(platform.cp, platform.settings, list(BUSY)) as remediation:
-        remediation.set_xid("gpu-1", 4, 79)
+        remediation.set_xid("gpu-1", int(device.removeprefix("gpu-")), 79)
         remediation.wait_until_seen("gpu-1")
         log = remediation.run()
-    assert "gpu-1: quarantined" in log, log
-    assert sum(": evicted" in line for line in log.splitlines()) == BUSY["gpu-1"], log
-    wait_until(lambda: not [p for p in kube.list("v1", "Pod", OUTSIDE)
-                            if p["spec"].get("nodeName") == "gpu-1"],
-               "the pods holding gpu-1's GPUs to be gone", timeout=60)
-    gpu_pod(platform, OUTSIDE, "after-fault", 1)
-    assert lands(kube, OUTSIDE, "after-fault") == "gpu-3"
+    assert "gpu-1: quarantined" in log and f"(devices {device})" in log, log
+    assert [line for line in log.splitlines() if ": evicted" in line] == \
+        [f"{OUTSIDE}/{holder}: evicted"], log
+    rule = kube.get("resource.k8s.io/v1", "DeviceTaintRule", rule_name("gpu-1", device))
+    taint = rule["spec"]["taint"]
+    assert (taint["key"], taint["value"], taint["effect"]) == (
+        "gpu-platform.io/gpu-fault", "fatal-xid", "NoSchedule")
+    assert not [t for t in kube.get("v1", "Node", "gpu-1")["spec"]["taints"]
+                if t["key"] == "gpu-platform.io/gpu-fault"]
+    wait_until(lambda: holder not in allocations(platform, "gpu-1").values(),
+               "the pod holding the failed GPU to be gone", timeout=60)
+    for index in range(3):
+        gpu_pod(platform, OUTSIDE, f"after-fault-{index}", 1)
+        lands(kube, OUTSIDE, f"after-fault-{index}")
+    assert device not in allocations(platform, "gpu-1"), "a claim was given the failed GPU"
     # Admission: no pod may tolerate the fault's taint by name.
     refused = pod("tolerates-fault", OUTSIDE, gpus=1, settings=platform.settings,
                   scheduler=platform.settings.scheduler.name)
@@ -126,3 +151,10 @@ def test_a_failed_gpu_takes_its_node_out_of_service_on_the_dra_path(platform):
                                            "operator": "Exists", "effect": "NoSchedule"})
     with pytest.raises(ApiError, match="a GPU node out of service after a GPU fault"):
         kube.create(refused)
+    # Repaired: its DeviceTaintRule goes, and the GPU serves again.
+    kube.merge_patch("v1", "Node", "gpu-1", {"metadata": {"labels": {REPAIRED_LABEL: "true"}}})
+    with remediating(platform.cp, platform.settings, list(BUSY)) as remediation:
+        assert "gpu-1: back in service" in remediation.run()
+    assert not kube.list("resource.k8s.io/v1", "DeviceTaintRule")
+    assert "gpu-platform.io/gpu-fault" not in (
+        kube.get("v1", "Node", "gpu-1")["metadata"].get("annotations") or {})

@@ -9,6 +9,7 @@ import urllib.request
 import pytest
 import yaml
 
+from components.base.gpu_count import DeviceView
 from components.base.gpu_faults import FAULTS, GPU_HOURS_LOST, METRICS, PODS_MOVED, QUARANTINE_TAINT
 from components.base.kube_api import Api, format_time
 from components.base.validation import SettingsError
@@ -286,3 +287,43 @@ def test_faults_the_default_counters_leave_out_are_warned_of_until_counters_are_
     assert "gpuOperator.extraValues.dcgmExporter.config.name" in warning
     named = {"extraValues": {"dcgmExporter": {"config": {"name": "dcgm-counters"}}}}
     assert not [w for w in warnings(**named) if "remediation" in w]
+
+
+DRA = {"kubernetesVersion": "1.37.2", "gpuOperator": {"gpuPath": "dra"}}
+
+
+def test_on_the_dra_path_a_node_whose_failed_gpus_are_out_stays_in_service_and_counts(config):
+    """Its failed devices are out through DeviceTaintRules: the node carries no taint, but its
+    annotation names the fault; it is drained of the failed GPUs' pods, counts against the
+    limit and returns on the repaired label as a tainted node does."""
+    nodes = fleet(10)
+    nodes[2]["metadata"]["annotations"] = {"gpu-platform.io/gpu-fault": "fatal-xid",
+                                           SINCE_ANNOTATION: format_time(NOW - 60)}
+    assert actions(plan(config, nodes, {"gpu-05": [XID_79]}, NOW)) == {
+        "gpu-02": "drain", "gpu-05": "hold"}
+    nodes[2]["metadata"]["labels"] = {REPAIRED_LABEL: "true"}
+    assert actions(plan(config, nodes, {}, NOW)) == {"gpu-02": "return"}
+
+
+def test_the_pods_moved_off_a_failed_gpu_are_those_whose_claims_hold_it():
+    def claim(name: str, device: str, pod_name: str) -> dict:
+        return {"metadata": {"name": name, "namespace": "ml"},
+                "status": {"allocation": {"devices": {"results": [
+                    {"driver": "gpu.nvidia.com", "pool": "gpu-1", "device": device}]}},
+                    "reservedFor": [{"resource": "pods", "name": pod_name}]}}
+    view = DeviceView([], [claim("a", "gpu-0", "train"), claim("b", "gpu-1", "infer")],
+                      "gpu.nvidia.com")
+    assert view.holders({("gpu.nvidia.com", "gpu-1", "gpu-0")}) == {("ml", "train")}
+
+
+def test_on_the_dra_path_remediation_may_write_device_taint_rules_and_admission_lets_it():
+    settings = StackSettings.model_validate(with_changes(**DRA, remediation={"mode": "drain"}))
+    inputs = component_inputs(settings)
+    rules = rules_of(remediation_objects(inputs.remediation))
+    assert {"create", "delete", "deletecollection"} <= verbs(rules, "devicetaintrules")
+    assert "system:serviceaccount:gpu-remediation:gpu-remediation" in \
+        inputs.admission.admission.device_taint_writers
+    reporting = StackSettings.model_validate(with_changes(**DRA, remediation={"mode": "report"}))
+    assert not verbs(rules_of(remediation_objects(component_inputs(reporting).remediation)),
+                     "devicetaintrules")
+    assert component_inputs(reporting).admission.admission.device_taint_writers == []

@@ -11,11 +11,13 @@ fault). Then:
   `<taintKey>=<fault>:NoSchedule` (nothing but the GPU node's own DaemonSets tolerates it, so
   its exporter keeps reporting), and annotations that say since when and why; at most
   `maxNodes` and `maxShare` of the GPU nodes are taken out within `window`: a fault beyond
-  that is reported (an event, once), not acted on;
-- on `drain`, every GPU pod on a quarantined node leaves: a team's pod that a Kueue workload
-  holds goes back to its queue with the whole workload (kueue_requeue.py), any other is
-  evicted through the eviction API (a disruption budget that refuses is respected, and asked
-  again next pass). DaemonSet pods stay.
+  that is reported (an event, once), not acted on; on the DRA path, the failed GPUs alone
+  leave service instead, through a DeviceTaintRule each, the node annotated with the fault;
+- on `drain`, every GPU pod on a quarantined node (on the DRA path, every pod whose claims hold
+  a failed GPU) leaves: a team's pod that a Kueue workload holds goes back to its queue with
+  the whole workload (kueue_requeue.py), any other is evicted through the eviction API (a
+  disruption budget that refuses is respected, and asked again next pass). DaemonSet pods
+  stay.
 On `report`, the events and the log say what would be done, and nothing is changed.
 
 Standard library only: it runs from a ConfigMap in a stock Python image, as the Deployment's
@@ -84,6 +86,8 @@ class Config(Requeue):
     sinceAnnotation: str            # when the node was quarantined (RFC 3339)
     reasonAnnotation: str           # why, in a sentence
     repairedLabel: str              # set to "true" by an operator: back in service
+    faultAnnotation: str            # on the DRA path: the fault the node's devices are out for
+    ruleNodeLabel: str              # on its DeviceTaintRules: the node
     nvsentinel: bool                # NVSentinel quarantines and returns nodes; a pass drains
     nvsentinelStateLabel: str
     nvsentinelOutOfService: list[str]   # its states of a node out of service
@@ -95,11 +99,13 @@ class Config(Requeue):
 
 @dataclass(frozen=True)
 class Fault:
-    """A fault a node shows now: which, and its evidence (an XID code, a count)."""
+    """A fault a node shows now: which, its evidence (an XID code, a count) and the UUIDs of
+    the GPUs that show it."""
 
     name: str
     evidence: float
     meaning: str
+    devices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,6 +117,7 @@ class Step:
     action: str
     why: str
     fault: str = ""
+    devices: tuple[str, ...] = ()       # the failed GPUs' UUIDs, on quarantine
 
 
 def limit(config: Config, gpu_nodes: int) -> int:
@@ -129,8 +136,9 @@ def quarantine_of(node: dict, config: Config) -> str | None:
     if config["nvsentinel"]:
         state = (node["metadata"].get("labels") or {}).get(config["nvsentinelStateLabel"])
         return f"NVSentinel: {state}" if state in config["nvsentinelOutOfService"] else None
-    return next((t.get("value", "") for t in node["spec"].get("taints") or []
-                 if t.get("key") == config["taintKey"]), None)
+    tainted = next((t.get("value", "") for t in node["spec"].get("taints") or []
+                    if t.get("key") == config["taintKey"]), None)
+    return tainted or (node["metadata"].get("annotations") or {}).get(config["faultAnnotation"])
 
 
 def describe(fault: Fault) -> str:
@@ -171,7 +179,7 @@ def plan(config: Config, nodes: list[dict], faults: dict[str, list[Fault]], now:
         fault = shown[0]
         if room > 0:
             room -= 1
-            steps.append(Step(name, "quarantine", describe(fault), fault.name))
+            steps.append(Step(name, "quarantine", describe(fault), fault.name, fault.devices))
         else:
             steps.append(Step(name, "hold", f"{describe(fault)}, but {out} of the "
                           f"{limit(config, len(gpu_nodes))} GPU nodes that may be taken out "
@@ -184,7 +192,8 @@ def plan(config: Config, nodes: list[dict], faults: dict[str, list[Fault]], now:
 # --- in the Deployment's pod ---------------------------------------------------------------------
 
 def query_faults(config: Config) -> dict[str, list[Fault]]:
-    """Each GPU node's quarantining faults now, the order of the classification."""
+    """Each GPU node's quarantining faults now, the order of the classification, each with
+    the GPUs that show it (the queries answer by node and UUID)."""
     faults: dict[str, list[Fault]] = {}
     for fault in config["faults"]:
         if fault["action"] != "quarantine":
@@ -195,11 +204,17 @@ def query_faults(config: Config) -> dict[str, list[Fault]]:
             answer = json.load(reply)
         if answer.get("status") != "success" or answer["data"]["resultType"] != "vector":
             raise RuntimeError(f"Prometheus did not answer the {fault['name']} query: {answer}")
+        shown: dict[str, tuple[float, list[str]]] = {}
         for series in answer["data"]["result"]:
-            node = series.get("metric", {}).get("node")
-            if node:
-                faults.setdefault(node, []).append(
-                    Fault(fault["name"], float(series["value"][1]), fault["meaning"]))
+            labels = series.get("metric", {})
+            if labels.get("node"):
+                evidence, uuids = shown.get(labels["node"], (0.0, []))
+                shown[labels["node"]] = (max(evidence, float(series["value"][1])),
+                                         [*uuids, *([labels["UUID"]] if "UUID" in labels
+                                                    else [])])
+        for node, (evidence, uuids) in shown.items():
+            faults.setdefault(node, []).append(
+                Fault(fault["name"], evidence, fault["meaning"], tuple(sorted(uuids))))
     return faults
 
 
@@ -307,6 +322,50 @@ def drain(api: Api, config: Config, node: str, fault: str, pods: list[tuple[dict
     return lines
 
 
+DEVICE_TAINT_RULES = "/apis/resource.k8s.io/v1/devicetaintrules"
+
+
+def rule_name(node: str, device: str) -> str:
+    """A DeviceTaintRule's name for a node's device (a DNS subdomain, at most 253)."""
+    return f"gpu-fault-{node}-{device}".lower()[:253].rstrip("-.")
+
+
+def taint_devices(api: Api, config: Config, step: Step, now: float) -> list[str]:
+    """On the DRA path: a DeviceTaintRule (NoSchedule) for each of the node's devices whose
+    UUID shows the fault, named and labelled after the node; their names. None found (a
+    driver that publishes no UUID): the node is tainted instead."""
+    selector = urllib.parse.quote(f"spec.nodeName={step.node},spec.driver={config['draDriver']}")
+    found = []
+    for slice_ in api.items(f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector={selector}"):
+        for device in slice_["spec"].get("devices") or []:
+            uuid = ((device.get("attributes") or {}).get("uuid") or {}).get("string")
+            if uuid in step.devices:
+                found.append((slice_["spec"]["pool"]["name"], device["name"]))
+    for pool, device in found:
+        status, answer = api.call("POST", DEVICE_TAINT_RULES, {
+            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+            "metadata": {"name": rule_name(step.node, device),
+                         "labels": {config["ruleNodeLabel"]: step.node},
+                         "annotations": {config["sinceAnnotation"]: format_time(now),
+                                         config["reasonAnnotation"]: step.why}},
+            "spec": {"deviceSelector": {"driver": config["draDriver"], "pool": pool,
+                                        "device": device},
+                     "taint": {"key": config["taintKey"], "value": step.fault,
+                               "effect": "NoSchedule"}}})
+        if status >= 300 and status != 409:
+            raise RuntimeError(f"creating the DeviceTaintRule of {step.node}/{device}: "
+                               f"{status} {answer.get('message', answer)}")
+    return [device for _, device in found]
+
+
+def tainted_devices(api: Api, config: Config, node: str) -> set[tuple[str, str, str]]:
+    """The (driver, pool, device) the remediation's DeviceTaintRules take out on `node`."""
+    selector = urllib.parse.quote(f"{config['ruleNodeLabel']}={node}")
+    return {(rule["spec"]["deviceSelector"]["driver"], rule["spec"]["deviceSelector"]["pool"],
+             rule["spec"]["deviceSelector"]["device"])
+            for rule in api.items(f"{DEVICE_TAINT_RULES}?labelSelector={selector}")}
+
+
 def act(api: Api, config: Config, step: Step, now: float, memory: Memory) -> list[str]:
     key, node = config["taintKey"], step.node
     report = config["mode"] not in ("quarantine", "drain")
@@ -323,20 +382,34 @@ def act(api: Api, config: Config, step: Step, now: float, memory: Memory) -> lis
                                        f"of service (remediation.mode is report).", now))
             return [f"{node}: would be quarantined, {step.why}"]
         memory.count(QUARANTINES, fault=step.fault)
-        patch_node(api, node, lambda taints: [*[t for t in taints if t["key"] != key],
-                                              {"key": key, "value": step.fault,
-                                               "effect": "NoSchedule"}],
-                   {config["sinceAnnotation"]: format_time(now),
-                    config["reasonAnnotation"]: step.why})
+        annotations = {config["sinceAnnotation"]: format_time(now),
+                       config["reasonAnnotation"]: step.why}
+        devices = taint_devices(api, config, step, now) if config["draDriver"] else []
+        if devices:
+            # The node stays in service for its healthy GPUs.
+            patch_node(api, node, lambda taints: taints,
+                       {**annotations, config["faultAnnotation"]: step.fault})
+            what = f"its GPUs {', '.join(devices)} are"
+        else:
+            patch_node(api, node, lambda taints: [*[t for t in taints if t["key"] != key],
+                                                  {"key": key, "value": step.fault,
+                                                   "effect": "NoSchedule"}], annotations)
+            what = "it is"
         record(api, node_event(config, node, QUARANTINED, "Warning", "Quarantine",
-                               f"Node {node} is out of service: {step.why}. Nothing new lands "
-                               f"on it" + (" and its GPU pods leave" if config["mode"] == "drain"
-                                           else "") + f"; label it {config['repairedLabel']}"
-                               f"=true once repaired.", now))
-        return [f"{node}: quarantined, {step.why}"]
+                               f"Node {node}: {what} out of service: {step.why}. No new pod "
+                               f"gets them" + (" and the pods that hold them leave"
+                                               if config["mode"] == "drain" else "")
+                               + f"; label the node {config['repairedLabel']}=true once "
+                               f"repaired.", now))
+        return [f"{node}: quarantined, {step.why}"
+                + (f" (devices {', '.join(devices)})" if devices else "")]
     if step.action == "return":
+        if config["draDriver"]:
+            selector = urllib.parse.quote(f"{config['ruleNodeLabel']}={node}")
+            api.ok("DELETE", f"{DEVICE_TAINT_RULES}?labelSelector={selector}")
         patch_node(api, node, lambda taints: [t for t in taints if t["key"] != key],
-                   {config["sinceAnnotation"]: None, config["reasonAnnotation"]: None},
+                   {config["sinceAnnotation"]: None, config["reasonAnnotation"]: None,
+                    config["faultAnnotation"]: None},
                    {config["repairedLabel"]: None})
         record(api, node_event(config, node, RETURNED, "Normal", "Return",
                                f"Node {node} is back in service ({step.why}).", now))
@@ -360,8 +433,13 @@ def run(api: Api, config: Config, faults: dict[str, list[Fault]], now: float,
     for step in out:
         pods = api.items("/api/v1/pods?fieldSelector=" + urllib.parse.quote(
             f"spec.nodeName={step.node},status.phase!=Succeeded,status.phase!=Failed"))
-        lines += drain(api, config, step.node, step.fault, gpu_pods(pods, config, devices),
-                       now, memory, requeued)
+        moved = gpu_pods(pods, config, devices)
+        if devices is not None and (tainted := tainted_devices(api, config, step.node)):
+            # Only the failed GPUs are out of service: the pods that hold them leave.
+            holders = devices.holders(tainted)
+            moved = [(pod, gpus) for pod, gpus in moved if (
+                pod["metadata"]["namespace"], pod["metadata"]["name"]) in holders]
+        lines += drain(api, config, step.node, step.fault, moved, now, memory, requeued)
     return lines
 
 

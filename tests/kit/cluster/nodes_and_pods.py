@@ -71,6 +71,11 @@ def create_gpu_node(kube: Kube, settings: StackSettings, name: str, gpus: int,
         "memory": f"{gpus * MEMORY_GIB_PER_GPU}Gi", "pods": "110"})
 
 
+def gpu_uuid(node: str, minor: int) -> str:
+    """A simulated GPU's UUID, as the driver's ResourceSlice and the DCGM exporter name it."""
+    return f"GPU-{node}-{minor:04d}"
+
+
 def nvidia_resource_slice(node: str, gpus: int, product: str = "NVIDIA H100 80GB HBM3") -> dict:
     """A ResourceSlice as NVIDIA's DRA driver (v0.5.0, as GPU Operator v26.7.0 runs it)
     publishes a node's whole GPUs: one pool named after the node, in one slice, each GPU
@@ -79,7 +84,7 @@ def nvidia_resource_slice(node: str, gpus: int, product: str = "NVIDIA H100 80GB
     def device(minor: int) -> dict:
         return {"name": f"gpu-{minor}", "attributes": {
             "type": {"string": "gpu"},
-            "uuid": {"string": f"GPU-{node}-{minor:04d}"},
+            "uuid": {"string": gpu_uuid(node, minor)},
             "productName": {"string": product},
             "brand": {"string": "Nvidia"},
             "architecture": {"string": "Hopper"},

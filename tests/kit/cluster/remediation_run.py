@@ -18,6 +18,7 @@ from components.platform.wiring import component_inputs
 from tests.kit.cluster.controlplane import ControlPlane, wait_until
 from tests.kit.cluster.cron_job_run import cron_job_run
 from tests.kit.cluster.declared_objects import apply_declared
+from tests.kit.cluster.nodes_and_pods import gpu_uuid
 from tests.kit.cluster.prometheus_server import PrometheusServer, scrape_target
 
 GPUS_PER_NODE = 8
@@ -55,7 +56,7 @@ class FaultExporter:
                  "# TYPE DCGM_FI_DEV_XID_ERRORS gauge"]
         with self.lock:
             for gpu in range(GPUS_PER_NODE):
-                labels = (f'gpu="{gpu}",UUID="GPU-{node}-{gpu}",device="nvidia{gpu}",'
+                labels = (f'gpu="{gpu}",UUID="{gpu_uuid(node, gpu)}",device="nvidia{gpu}",'
                           f'modelName="{H100}",Hostname="{node}",'
                           f'DCGM_FI_DRIVER_VERSION="595.91.07"')
                 lines.append(f"DCGM_FI_DEV_XID_ERRORS{{{labels}}} "
