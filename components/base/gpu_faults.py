@@ -36,6 +36,12 @@ METRICS = {
                     "by namespace: the work lost where they do not checkpoint.",
 }
 
+# ...and the GPUs out of service now, by node and fault (`value`, as the node taint's), a gauge
+# set at every pass: on the DRA path, where the failed devices are tainted and not the node,
+# what says a node's GPUs are out.
+GPUS_OUT_OF_SERVICE = "gpu_platform_fault_gpus_out_of_service"
+GAUGES = {GPUS_OUT_OF_SERVICE: "GPUs out of service after a fault, by node and fault (value)."}
+
 Action = Literal["quarantine", "watch"]
 
 

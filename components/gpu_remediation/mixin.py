@@ -2,7 +2,7 @@
 or beyond the blast-radius limit), and remediation itself not running."""
 
 from ..base import manifests
-from ..base.gpu_faults import QUARANTINE_TAINT, quarantining
+from ..base.gpu_faults import GPUS_OUT_OF_SERVICE, QUARANTINE_TAINT, quarantining
 from ..base.mixin import AlertSettings, Mixin, Scrape, alert, deployment_unavailable
 from .inputs import GpuRemediationInputs
 from .manifests import COMPONENT, METRICS_PORT_NAME, REPAIRED_LABEL
@@ -36,7 +36,10 @@ def mixin(inputs: GpuRemediationInputs, alerts: AlertSettings,
     if remediation.detector == "nvsentinel":
         # NVSentinel reports its quarantines in its own metrics.
         return Mixin(alerts=[unavailable], scrapes=scrapes)
-    quarantined = f'kube_node_spec_taint{{key="{QUARANTINE_TAINT}"}}'
+    # Out of service: the node's taint; on the DRA path, where the failed devices are tainted
+    # instead, the remediation pod's gauge.
+    quarantined = (f"{GPUS_OUT_OF_SERVICE} > 0" if inputs.dra_driver else
+                   f'kube_node_spec_taint{{key="{QUARANTINE_TAINT}"}}')
     return Mixin(alerts=[
         alert("GpuNodeQuarantined", f"max by (node, value) ({quarantined})", "0s", "warning",
               "GPU node out of service after a fault",

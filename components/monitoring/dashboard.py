@@ -18,7 +18,14 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as model
 
 from ..base.facts import AUDIT_LABEL, kueue_series, refusing_webhooks
-from ..base.gpu_faults import DCGM_JOB, FAULTS, GPU_HOURS_LOST, PODS_MOVED, QUARANTINE_TAINT
+from ..base.gpu_faults import (
+    DCGM_JOB,
+    FAULTS,
+    GPU_HOURS_LOST,
+    GPUS_OUT_OF_SERVICE,
+    PODS_MOVED,
+    QUARANTINE_TAINT,
+)
 from .inputs import MonitoringInputs
 from .rules import (
     NAMESPACE_ALLOCATED,
@@ -224,18 +231,15 @@ def _rows(inputs: MonitoringInputs) -> list[tuple[str, list]]:
         ]),
         ("GPU faults", [
             _stat("GPUs out of service",
-                  f"GPUs of nodes carrying the {QUARANTINE_TAINT} taint: taken out of new "
-                  "placement after a fault (fault remediation), until repaired.",
-                  [_query(f"sum({NODE_ALLOCATABLE} * on (node) group_left () "
-                          f"{QUARANTINED_NODES}) or vector(0)", "", "A", True)]),
+                  "GPUs taken out of new placement after a fault (fault remediation), until "
+                  "repaired.", [_query(f"{gpus_out(inputs)} or vector(0)", "", "A", True)]),
             _table("GPU nodes out of service",
-                   "Each quarantined node and the fault that took it out (the taint's value); "
-                   "the node's gpu-platform.io/gpu-fault-since annotation says since when.",
-                   [_query(f'max by (node, value) (kube_node_spec_taint{{key='
-                           f'"{QUARANTINE_TAINT}"}})', "", "A", True)], width=18),
+                   "Each node with GPUs out of service and the fault that took them out; the "
+                   "node's gpu-platform.io/gpu-fault-since annotation says since when.",
+                   [_query(f"max by (node, value) ({out_by_node(inputs)})", "", "A", True)],
+                   width=18),
             _timeseries("GPUs out of service over time", "",
-                        [_query(f"sum({NODE_ALLOCATABLE} * on (node) group_left () "
-                                f"{QUARANTINED_NODES})", "GPUs")], width=12),
+                        [_query(gpus_out(inputs), "GPUs")], width=12),
             _table("GPU-hours lost to faults",
                    "Over the dashboard's range, by team (namespace outside teams): the GPU-hours "
                    "the pods moved off failed nodes had run there since they started (the work "
@@ -264,7 +268,17 @@ def _rows(inputs: MonitoringInputs) -> list[tuple[str, list]]:
     ]
 
 
-QUARANTINED_NODES = f'max by (node) (kube_node_spec_taint{{key="{QUARANTINE_TAINT}"}})'
+def out_by_node(inputs: MonitoringInputs) -> str:
+    """GPUs out of service by node and fault (`value`): the quarantined nodes' GPUs, or on the
+    DRA path, where the failed devices are tainted instead, the remediation pod's count."""
+    if inputs.gpu_path == "dra":
+        return f"{GPUS_OUT_OF_SERVICE} > 0"
+    return (f"{NODE_ALLOCATABLE} * on (node) group_right () max by (node, value) "
+            f'(kube_node_spec_taint{{key="{QUARANTINE_TAINT}"}})')
+
+
+def gpus_out(inputs: MonitoringInputs) -> str:
+    return f"sum({out_by_node(inputs)})"
 
 
 def fault_costs(inputs: MonitoringInputs, counter: str) -> str:

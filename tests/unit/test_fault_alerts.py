@@ -113,3 +113,26 @@ def test_remediation_not_running_pages(promtool_bin, tmp_path):
          "alert_rule_test": [fires("GpuRemediationUnavailable", "4m", []),
                              fires("GpuRemediationUnavailable", "7m", [down])]},
     ], settings=REMEDIATION)
+
+
+DRA_REMEDIATION = load_settings(raw(with_changes(
+    kubernetesVersion="1.37.2", gpuOperator={"gpuPath": "dra"},
+    remediation={"mode": "drain", "maxNodes": 1})))
+
+
+def test_on_the_dra_path_a_node_whose_failed_gpu_is_out_is_read_from_the_remediation_pod(
+        promtool_bin, tmp_path):
+    """Its failed device is tainted, not the node: the pod's gauge says the node's GPU is out,
+    so the node is reported out, not as a fault left in service."""
+    out = {"series": 'gpu_platform_fault_gpus_out_of_service{node="n1", value="fatal-xid", '
+                     'namespace="gpu-remediation", pod="gpu-remediation-0"}', "values": "1x30"}
+    run_promtool_tests(promtool_bin, tmp_path, [
+        {"interval": "1m", "input_series": [out, xid(79), exporter()],
+         "alert_rule_test": [
+             fires("GpuNodeQuarantined", "1m", [{"node": "n1", "value": "fatal-xid",
+                                                 "severity": "warning"}]),
+             fires("GpuFaultNotQuarantined", "5m", [])]},
+        {"interval": "1m", "input_series": [xid(79), exporter()],
+         "alert_rule_test": [fires("GpuFaultNotQuarantined", "3m", [
+             {"node": "n1", "fault": "fatal-xid", "severity": "critical"}])]},
+    ], settings=DRA_REMEDIATION)

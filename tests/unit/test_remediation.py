@@ -10,7 +10,14 @@ import pytest
 import yaml
 
 from components.base.gpu_count import DeviceView
-from components.base.gpu_faults import FAULTS, GPU_HOURS_LOST, METRICS, PODS_MOVED, QUARANTINE_TAINT
+from components.base.gpu_faults import (
+    FAULTS,
+    GAUGES,
+    GPU_HOURS_LOST,
+    METRICS,
+    PODS_MOVED,
+    QUARANTINE_TAINT,
+)
 from components.base.kube_api import Api, format_time
 from components.base.validation import SettingsError
 from components.gpu_remediation import (
@@ -258,9 +265,10 @@ def test_a_drain_counts_the_pods_it_moves_and_the_gpu_hours_they_had_run(config)
 
 
 def test_the_counters_served_are_the_ones_the_dashboard_reads():
-    served = set(re.findall(r"^# TYPE (\S+) counter$", Memory().exposition(), re.MULTILINE))
+    served = set(re.findall(r"^# TYPE (\S+) (?:counter|gauge)$", Memory().exposition(),
+                            re.MULTILINE))
     fixture = yaml.safe_load((FIXTURES / "exporter-metrics.yaml").read_text())
-    assert served == set(fixture["gpu-remediation"]) == set(METRICS)
+    assert served == set(fixture["gpu-remediation"]) == set(METRICS) | set(GAUGES)
 
 
 def test_the_pod_serves_its_counters_where_the_pod_monitor_scrapes():

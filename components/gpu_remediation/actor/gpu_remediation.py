@@ -39,7 +39,14 @@ from typing import TypedDict
 
 from components.base import metrics_http
 from components.base.gpu_count import DeviceView, device_view, gpus_held
-from components.base.gpu_faults import GPU_HOURS_LOST, METRICS, PODS_MOVED, QUARANTINES
+from components.base.gpu_faults import (
+    GAUGES,
+    GPU_HOURS_LOST,
+    GPUS_OUT_OF_SERVICE,
+    METRICS,
+    PODS_MOVED,
+    QUARANTINES,
+)
 from components.base.kube_api import (
     Api,
     add_connection_arguments,
@@ -232,6 +239,7 @@ class Memory:
 
     reported: set[tuple[str, ...]] = field(default_factory=set)
     counters: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
+    gauges: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
 
     def first(self, *key: str) -> bool:
         if key in self.reported:
@@ -243,15 +251,22 @@ class Memory:
         key = (metric, tuple(sorted(labels.items())))
         self.counters[key] = self.counters.get(key, 0.0) + value
 
+    def out_of_service(self, gpus: dict[tuple[str, str], float]) -> None:
+        """The GPUs out of service now, by (node, fault): the gauge, set anew."""
+        self.gauges = {(GPUS_OUT_OF_SERVICE, (("node", node), ("value", fault))): count
+                       for (node, fault), count in gpus.items()}
+
     def exposition(self) -> str:
-        """The counters in Prometheus' text format."""
+        """The counters and gauges in Prometheus' text format."""
         lines = []
-        for metric, help_text in METRICS.items():
-            lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} counter"]
-            for (name, labels), value in sorted(self.counters.items()):
-                if name == metric:
-                    text = ",".join(f'{key}="{label}"' for key, label in labels)
-                    lines.append(f"{metric}{{{text}}} {value:g}")
+        for kind, metrics, values in (("counter", METRICS, self.counters),
+                                      ("gauge", GAUGES, self.gauges)):
+            for metric, help_text in metrics.items():
+                lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} {kind}"]
+                for (name, labels), value in sorted(values.items()):
+                    if name == metric:
+                        text = ",".join(f'{key}="{label}"' for key, label in labels)
+                        lines.append(f"{metric}{{{text}}} {value:g}")
         return "\n".join(lines) + "\n"
 
 
@@ -417,13 +432,29 @@ def act(api: Api, config: Config, step: Step, now: float, memory: Memory) -> lis
     return []
 
 
+def gpus_out(api: Api, config: Config, nodes: list[dict], out: list[Step]
+             ) -> dict[tuple[str, str], float]:
+    """The GPUs out of service on each node out, with its fault: its failed devices on the DRA
+    path, else all its GPUs."""
+    allocatable = {n["metadata"]["name"]: int((n.get("status") or {}).get("allocatable", {}).get(
+        config["gpuResource"], 0)) for n in nodes}
+    found = {}
+    for step in out:
+        devices = tainted_devices(api, config, step.node) if config["draDriver"] else set()
+        found[(step.node, step.fault)] = float(len(devices) or allocatable.get(step.node, 0))
+    return found
+
+
 def run(api: Api, config: Config, faults: dict[str, list[Fault]], now: float,
         memory: Memory | None = None) -> list[str]:
     """One pass at `now`, given the faults Prometheus reports; what it did, a line each."""
     memory = memory or Memory()
-    steps = plan(config, api.items("/api/v1/nodes"), faults, now)
+    nodes = api.items("/api/v1/nodes")
+    steps = plan(config, nodes, faults, now)
     lines = [line for step in steps for line in act(api, config, step, now, memory)]
     out = [s for s in steps if s.action in ("drain", "quarantine")]
+    if config["mode"] in ("quarantine", "drain"):
+        memory.out_of_service(gpus_out(api, config, nodes, out))
     if config["mode"] != "drain" or not out:
         return lines
     # Pods and claims are listed only where a node is out of service: a pass on a healthy
