@@ -67,6 +67,11 @@ class GpuFault:
         fatal = " or ".join(f"{self.metric} == {code}" for code in fatal_xid_codes)
         return self.condition.format(metric=self.metric, fatal=fatal)
 
+    def labelled(self, expr: str) -> str:
+        """`expr`'s series labelled with this fault (`fault`) and its `action`."""
+        return (f'label_replace(label_replace({expr}, "fault", "{self.name}", "", ""), '
+                f'"action", "{self.action}", "", "")')
+
     def node_expr(self, fatal_xid_codes: tuple[int, ...] | list[int],
                   by: str = "node") -> str:
         """Per node (`by`: per node and whatever else, as `node, UUID`) with a GPU showing the

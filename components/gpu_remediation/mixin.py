@@ -10,9 +10,8 @@ from .manifests import COMPONENT, METRICS_PORT_NAME, REPAIRED_LABEL
 
 def faulty_nodes(inputs: GpuRemediationInputs) -> str:
     """GPU nodes showing a fault that takes them out of service, by node, with the fault."""
-    return " or ".join(
-        f'label_replace({fault.node_expr(inputs.fatal_xid_codes)}, "fault", "{fault.name}", '
-        f'"", "")' for fault in quarantining())
+    return " or ".join(fault.labelled(fault.node_expr(inputs.fatal_xid_codes))
+                       for fault in quarantining())
 
 
 def mixin(inputs: GpuRemediationInputs, alerts: AlertSettings,

@@ -294,9 +294,7 @@ def fault_costs(inputs: MonitoringInputs, counter: str) -> str:
 def faults_now(inputs: MonitoringInputs) -> str:
     """Each GPU with a fault, labelled with the fault and its action (base/gpu_faults.py)."""
     codes = inputs.monitoring.alerts.fatal_xid_codes
-    return " or ".join(
-        f'label_replace(label_replace({fault.expr(codes)}, "fault", "{fault.name}", "", ""), '
-        f'"action", "{fault.action}", "", "")' for fault in FAULTS)
+    return " or ".join(fault.labelled(fault.expr(codes)) for fault in FAULTS)
 
 
 def domain_panels(inputs: MonitoringInputs) -> list:
