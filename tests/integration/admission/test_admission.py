@@ -276,6 +276,11 @@ def test_gpu_pods_cannot_outrank_others_into_preempting_them(admission, example_
 
     kube.apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                 "metadata": {"name": "urgent"}, "value": 1000}, TEST_MANAGER)
+    # The API server resolves a class from its informer's cache, which sees a new class a moment
+    # after it is stored: wait until a pod without GPUs (not sent to OPA) may name it.
+    cpu_pod = pod("names-urgent", USER_NAMESPACE)
+    cpu_pod["spec"]["priorityClassName"] = "urgent"
+    wait_until(lambda: admitted(kube, cpu_pod), "the API server to resolve PriorityClass urgent")
     message = refusal(kube, gpu_pod("jumps-the-queue", "urgent"))
     assert 'priorityClassName "urgent" gives it priority 1000, above 0' in message
     assert "would preempt other users' GPU pods" in message
