@@ -41,6 +41,7 @@ def actor_config(inputs: GpuReservationInputs) -> Config:
         expireAfterSeconds=reservation.expire_after_seconds,
         maxNodes=reservation.max_nodes,
         maxShare=reservation.max_share,
+        backfill=reservation.backfill,
         taintKey=TAINT_KEY,
         podAnnotation=POD_ANNOTATION,
         untilAnnotation=UNTIL_ANNOTATION,

@@ -58,6 +58,12 @@ class ReservationSettings(Model):
     max_share: float = Field(
         default=0.25, gt=0, le=1,
         description="Share of the GPU nodes reserved at once, at most (one node at least).")
+    backfill: bool = Field(
+        default=True,
+        description="Where every GPU pod on a reserved node declares a run time limit "
+                    "(activeDeadlineSeconds), let a waiting pod whose own limit ends before "
+                    "they do use the node's free GPUs meanwhile: the pod the node is kept for "
+                    "starts no later.")
     schedule: str = Field(
         default="* * * * *",
         description="When a run starts (cron, the cluster's time zone).")

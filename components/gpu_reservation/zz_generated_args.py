@@ -39,6 +39,11 @@ class ReservationSettings(TypedDict):
     max_share: NotRequired[float]
     ("Share of the GPU nodes reserved at once, at most (one node at least). Allowed: at most "
      "1. Default: `0.25`.")
+    backfill: NotRequired[bool]
+    ("Where every GPU pod on a reserved node declares a run time limit "
+     "(activeDeadlineSeconds), let a waiting pod whose own limit ends before they do use the "
+     "node's free GPUs meanwhile: the pod the node is kept for starts no later. Default: "
+     "`true`.")
     schedule: NotRequired[str]
     "When a run starts (cron, the cluster's time zone). Default: `* * * * *`."
     image: NotRequired[ImageSettings]

@@ -3,15 +3,20 @@ it and the declared reservation run (its ClusterRole, its ConfigMap's modules): 
 that waited gets the node that will free soonest; a pod that would have taken the room there
 goes elsewhere or waits; the whole-node pod lands once the node empties, and the node is
 released; an expired reservation releases the node; the cap holds; a pod no node can hold is
-told so. Nothing is evicted at any step.
+told so; a pod that ends before the reserved node empties uses its free GPUs meanwhile, and one
+that would outlast it goes elsewhere. Nothing is evicted at any step.
 
 Pods bound by name make the busy starting state (no kubelet: a bound pod holds its GPUs until
 it is deleted, which is how its end is played)."""
 
+import time
+
 import pytest
 
+from components.base.kube_api import format_time
 from components.gpu_reservation import ENDED_ANNOTATION, TAINT_KEY, UNTIL_ANNOTATION
 from tests.kit.cluster.controlplane import wait_until
+from tests.kit.cluster.fake_kubelet import patch_pod_status
 from tests.kit.cluster.nodes_and_pods import (
     create_gpu_node,
     ensure_namespace,
@@ -55,9 +60,12 @@ def run(cp, settings) -> str:
     return reservation_run(cp, objects, settings)
 
 
-def gpu_pod(cp, settings, name: str, gpus: int) -> dict:
-    return cp.admin.create(pod(name, NAMESPACE, gpus=gpus, settings=settings,
-                               scheduler=settings.scheduler.name))
+def gpu_pod(cp, settings, name: str, gpus: int, limit: int | None = None) -> dict:
+    """A GPU pod of the binpack scheduler; `limit`: its activeDeadlineSeconds."""
+    obj = pod(name, NAMESPACE, gpus=gpus, settings=settings, scheduler=settings.scheduler.name)
+    if limit:
+        obj["spec"]["activeDeadlineSeconds"] = limit
+    return cp.admin.create(obj)
 
 
 def waits(cp, name: str) -> None:
@@ -137,3 +145,57 @@ def test_at_most_max_nodes_are_reserved_and_a_pod_no_node_holds_is_told(cluster,
     assert len(held) == 1
     node = cluster.admin.get("v1", "Node", held[0])
     assert UNTIL_ANNOTATION in node["metadata"]["annotations"]
+
+
+def gpus_in_use(cp, node: str) -> int:
+    return sum(int(c["resources"].get("requests", {}).get("nvidia.com/gpu", 0))
+               for p in cp.admin.list("v1", "Pod", NAMESPACE) if p["spec"].get("nodeName") == node
+               for c in p["spec"]["containers"])
+
+
+def test_a_pod_that_ends_before_the_reserved_node_empties_uses_it_one_that_would_not_goes_elsewhere(
+        cluster, settings):
+    """gpu-e's six pods all end within 2 hours (activeDeadlineSeconds, started now) and every
+    other node is full: gpu-e is kept for the whole-node pod; of two 2-GPU pods, the one whose
+    limit is 1 hour is let onto gpu-e's free GPUs, the one whose limit is 3 hours waits and
+    lands on the first other node with room. The whole-node pod still lands on gpu-e once its
+    pods end."""
+    for leftover in cluster.admin.list("v1", "Pod", NAMESPACE):    # earlier tests' waiting pods
+        if not leftover["spec"].get("nodeName"):
+            cluster.admin.delete("v1", "Pod", leftover["metadata"]["name"], NAMESPACE)
+    run(cluster, settings)
+    assert not any(reservation(cluster, n) for n in BUSY)
+    for name in BUSY:
+        for index in range(8 - gpus_in_use(cluster, name)):
+            cluster.admin.create(pod(f"{name}-fill-{index}", NAMESPACE, gpus=1,
+                                     settings=settings, node_name=name))
+    create_gpu_node(cluster.admin, settings, "gpu-e", gpus=8)
+    for index in range(6):
+        bound = pod(f"gpu-e-{index}", NAMESPACE, gpus=1, settings=settings, node_name="gpu-e")
+        bound["spec"]["activeDeadlineSeconds"] = 7200
+        patch_pod_status(cluster.admin, cluster.admin.create(bound),
+                         {"phase": "Running", "startTime": format_time(time.time())})
+
+    big = gpu_pod(cluster, settings, "kept-for", 8)
+    waits(cluster, "kept-for")
+    assert "gpu-e: reserved for batch/kept-for" in run(cluster, settings)
+    gpu_pod(cluster, settings, "three-hours", 2, limit=3 * 3600)
+    waits(cluster, "three-hours")
+    gpu_pod(cluster, settings, "one-hour", 2, limit=3600)
+    waits(cluster, "one-hour")
+    printed = run(cluster, settings)
+    assert "gpu-e: backfilled with batch/one-hour" in printed, printed
+    assert "three-hours" not in printed
+    assert lands(cluster.admin, NAMESPACE, "one-hour") == "gpu-e"
+    assert "GpuNodeBackfilled" in reasons(cluster, "one-hour")
+    assert reservation(cluster, "gpu-e") == big["metadata"]["uid"]
+    waits(cluster, "three-hours")
+    assert TAINT_KEY not in {t.get("key") for t in cluster.admin.get(
+        "v1", "Pod", "three-hours", NAMESPACE)["spec"]["tolerations"]}
+
+    for index in range(2):
+        cluster.admin.delete("v1", "Pod", f"gpu-a-{index}", NAMESPACE)
+    assert lands(cluster.admin, NAMESPACE, "three-hours") == "gpu-a"
+    end(cluster, "gpu-e")
+    assert lands(cluster.admin, NAMESPACE, "kept-for") == "gpu-e"
+    assert "gpu-e: released, batch/kept-for landed or is gone" in run(cluster, settings)

@@ -9,6 +9,7 @@ from components import gpu_operator
 from components.gpu_operator import values as gpu_operator_values
 from components.gpu_reservation import TAINT_KEY, actor_config
 from components.gpu_reservation.actor.gpu_reservation import (
+    Config,
     NodeView,
     Waiting,
     plan,
@@ -41,8 +42,14 @@ def node(name: str, used: int, gpus: int = 8, **fields) -> NodeView:
                        **fields})
 
 
-def waiting(name: str, gpus: int = 8, waited: float = HOUR) -> Waiting:
-    return Waiting(f"uid-{name}", "ml", name, gpus, NOW - waited, (GPU_TOLERATION,))
+def waiting(name: str, gpus: int = 8, waited: float = HOUR, limit: float | None = None,
+            let_onto: str = "") -> Waiting:
+    """A pod waiting `waited`; `limit`: its activeDeadlineSeconds; `let_onto`: the uid of the
+    pod whose reserved node a run let it onto."""
+    onto = ({"key": TAINT_KEY, "operator": "Equal", "value": let_onto, "effect": "NoSchedule"},
+            ) if let_onto else ()
+    return Waiting(f"uid-{name}", "ml", name, gpus, NOW - waited, (GPU_TOLERATION, *onto),
+                   limit)
 
 
 def reserved(steps) -> dict[str, str]:
@@ -118,6 +125,46 @@ def test_a_reservation_is_released_once_its_pod_landed_or_expired(config):
     steps = plan(config, nodes, [waiting("late", waited=4 * HOUR)], NOW)
     assert [(s.action, s.node, s.why) for s in steps] == [
         ("release", "a", "ml/gone landed or is gone"), ("release", "b", "expired after 3h")]
+
+
+def kept_for_big(used: int, frees_at: float | None) -> NodeView:
+    return node("kept", used, reserved_for="uid-big", reserved_pod="ml/big",
+                reserved_until=NOW + 3 * HOUR, frees_at=frees_at)
+
+
+def backfilled(steps) -> dict[str, str]:
+    return {s.pod.name: s.node for s in steps if s.action == "backfill" and s.pod}
+
+
+def test_pods_that_end_before_the_reserved_node_empties_use_its_free_gpus(config):
+    """5 of the kept node's 8 GPUs in use until NOW + 2h: a pod whose limit ends by then is
+    let on while GPUs are left; one that would outlast the node's pods, or declares no limit,
+    is not."""
+    pods = [waiting("big"), waiting("short", gpus=2, limit=HOUR, waited=50 * 60),
+            waiting("outlasts", gpus=1, limit=3 * HOUR, waited=40 * 60),
+            waiting("undeclared", gpus=1, waited=30 * 60),
+            waiting("too-many", gpus=2, limit=HOUR, waited=20 * 60),
+            waiting("last-gpu", gpus=1, limit=2 * HOUR, waited=10 * 60)]
+    steps = plan(config, [kept_for_big(5, NOW + 2 * HOUR), node("other", 7)], pods, NOW)
+    assert backfilled(steps) == {"short": "kept", "last-gpu": "kept"}
+    assert {s.reserved_for for s in steps} == {"uid-big"}
+    assert "ends by" in steps[0].why and "before the node's pods end" in steps[0].why
+
+
+def test_no_backfill_where_a_pod_on_the_node_declares_no_limit_or_when_turned_off(config):
+    pods = [waiting("big"), waiting("short", gpus=1, limit=60.0)]
+    assert plan(config, [kept_for_big(5, None)], pods, NOW) == []
+    off = Config(**{**config, "backfill": False})
+    assert plan(off, [kept_for_big(5, NOW + HOUR)], pods, NOW) == []
+
+
+def test_pods_let_on_that_have_not_landed_hold_their_gpus_and_the_reservation_in_place(config):
+    """A pod let on earlier still waits: its GPUs are spoken for, and the reservation does not
+    move to a node that empties sooner (the pod could land there and outlast it)."""
+    pods = [waiting("big"), waiting("earlier", gpus=3, limit=60.0, let_onto="uid-big"),
+            waiting("later", gpus=1, limit=60.0)]
+    steps = plan(config, [kept_for_big(5, NOW + HOUR), node("emptier", 1)], pods, NOW)
+    assert steps == []
 
 
 def test_the_gpu_operators_daemonsets_tolerate_reservations_and_gpu_pods_do_not():

@@ -12,6 +12,11 @@ GPU pod started longest ago. It taints that node `<taintKey>=<the pod's uid>:NoS
 new pod lands there but the waiting one, which gets the matching toleration (tolerations may be
 added to a pod that waits). Pods already on the node run on: nothing is evicted.
 
+Backfill (`backfill`): where every GPU pod on a reserved node declares when it ends, a smaller
+waiting pod whose own limit ends by then gets the reservation's toleration too and may use the
+node's free GPUs meanwhile: it is gone before the node would have emptied, so the pod the node
+is kept for starts no later.
+
 No reservation where a node is already free for the pod (the scheduler places it), or where no
 node could ever hold it (it is reported instead). At most `maxNodes` nodes, and at most
 `maxShare` of the GPU nodes, are reserved at once; a reservation ends after `expireAfter`.
@@ -50,7 +55,8 @@ from components.base.kube_api import (
     record,
 )
 
-RESERVED, RELEASED, UNPLACEABLE = "GpuNodeReserved", "GpuNodeReservationEnded", "GpuNodeTooSmall"
+RESERVED, RELEASED, UNPLACEABLE, BACKFILLED = (
+    "GpuNodeReserved", "GpuNodeReservationEnded", "GpuNodeTooSmall", "GpuNodeBackfilled")
 
 
 class Dra(TypedDict):
@@ -75,6 +81,7 @@ class Config(TypedDict):
     expireAfterSeconds: float
     maxNodes: int
     maxShare: float
+    backfill: bool                  # let pods that end before a reserved node empties use it
     taintKey: str                   # the reservation taint; its value is the pod's uid
     podAnnotation: str              # on the node: the pod it is reserved for (namespace/name)
     untilAnnotation: str            # on the node: when the reservation ends (RFC 3339)
@@ -105,6 +112,7 @@ class Waiting:
     gpus: int
     waiting_since: float
     tolerations: tuple[dict, ...]
+    limit: float | None = None      # its run time limit (activeDeadlineSeconds), if declared
 
     @property
     def key(self) -> str:
@@ -113,14 +121,15 @@ class Waiting:
 
 @dataclass(frozen=True)
 class Step:
-    """`reserve` `node` for `pod`, `release` it (`why`), or `report` that `pod` fits
-    nowhere."""
+    """`reserve` `node` for `pod`, `release` it (`why`), `backfill` it with `pod` (which
+    ends by `until`), or `report` that `pod` fits nowhere."""
 
     action: str
     node: str | None
     pod: Waiting | None
     why: str
     until: float | None = None
+    reserved_for: str = ""          # backfill: the uid of the pod the node is kept for
 
 
 def tolerates(tolerations: tuple[dict, ...], taint: dict) -> bool:
@@ -158,6 +167,11 @@ def candidates(pod: Waiting, nodes: list[NodeView]) -> list[NodeView]:
             and all(tolerates(pod.tolerations, t) for t in n.taints)]
 
 
+def reservation_tolerated(config: Config, pod: Waiting) -> set[str]:
+    """The uids of the pods whose reserved nodes `pod` may land on."""
+    return {t.get("value", "") for t in pod.tolerations if t.get("key") == config["taintKey"]}
+
+
 def best(nodes: list[NodeView]) -> NodeView:
     """The node that will free soonest; of equals, the one whose newest pod is oldest."""
     return min(nodes, key=lambda n: (soonest(n), n.newest_start, n.name))
@@ -166,8 +180,12 @@ def best(nodes: list[NodeView]) -> NodeView:
 def plan(config: Config, nodes: list[NodeView], waiting: list[Waiting], now: float
          ) -> list[Step]:
     """What a run does: releases first (a reservation moved to a node that will free sooner
-    among them), then reservations, oldest waiting pod first."""
+    among them), then reservations, oldest waiting pod first, then backfill."""
     by_uid = {pod.uid: pod for pod in waiting}
+    # Reservations a waiting pod was let onto by backfill: such a pod could still land on the
+    # node the reservation would move to, which may empty before the pod ends.
+    backfilled_into = {uid for pod in waiting for uid in reservation_tolerated(config, pod)
+                       if uid != pod.uid}
     steps: list[Step] = []
     kept: set[str] = set()
     open_nodes = [n for n in nodes if n.reserved_for is None]
@@ -186,7 +204,8 @@ def plan(config: Config, nodes: list[NodeView], waiting: list[Waiting], now: flo
         kept.add(pod.uid)
         # Another node has come to hold fewer GPUs (or to end sooner): the reservation moves
         # there, with its end unchanged; the node it leaves takes pods again.
-        better = [n for n in candidates(pod, open_nodes) if soonest(n) < soonest(node)]
+        better = [] if pod.uid in backfilled_into else [
+            n for n in candidates(pod, open_nodes) if soonest(n) < soonest(node)]
         if better:
             target = best(better)
             open_nodes.remove(target)
@@ -212,7 +231,46 @@ def plan(config: Config, nodes: list[NodeView], waiting: list[Waiting], now: flo
         steps.append(Step("reserve", node.name, pod,
                           f"{node.used} of its {node.gpus} GPUs in use", until=now
                           + config["expireAfterSeconds"]))
-    return steps
+    return steps + backfills(config, nodes, waiting, steps, now) if config["backfill"] \
+        else steps
+
+
+def backfills(config: Config, nodes: list[NodeView], waiting: list[Waiting],
+              steps: list[Step], now: float) -> list[Step]:
+    """Waiting pods let onto reserved nodes whose pods all declare when they end, oldest
+    first: each must end (placed now, run to its limit) by the time the node would have
+    emptied, and fit the node's free GPUs less those of pods let on before that have not
+    landed yet."""
+    released = {s.node for s in steps if s.action == "release"}
+    kept = {n.name: n.reserved_for for n in nodes
+            if n.reserved_for and n.name not in released}
+    kept |= {s.node: s.pod.uid for s in steps if s.action == "reserve" and s.node and s.pod}
+    reserved_pods = set(kept.values())
+    # A reserved node's free GPUs, when its pods end, and the taints a pod must tolerate.
+    room: dict[str, tuple[int, float, tuple[dict, ...]]] = {}
+    for node in nodes:
+        if node.name in kept and node.frees_at is not None:
+            let_on = sum(p.gpus for p in waiting if p.uid not in reserved_pods
+                         and kept[node.name] in reservation_tolerated(config, p))
+            room[node.name] = (node.gpus - node.used - let_on, node.frees_at, node.taints)
+    found = []
+    for pod in sorted(waiting, key=lambda p: (p.waiting_since, p.key)):
+        if pod.uid in reserved_pods or pod.limit is None \
+                or reservation_tolerated(config, pod) & reserved_pods:
+            continue
+        ends = now + pod.limit
+        fits = [(free, name) for name, (free, frees_at, taints) in room.items()
+                if free >= pod.gpus and ends <= frees_at
+                and all(tolerates(pod.tolerations, t) for t in taints)]
+        if not fits:
+            continue
+        free, name = min(fits)      # the fullest node that fits, as the scheduler packs
+        _, frees_at, taints = room[name]
+        room[name] = (free - pod.gpus, frees_at, taints)
+        found.append(Step("backfill", name, pod, f"its limit ends by {format_time(ends)}, "
+                          f"before the node's pods end at {format_time(frees_at)}",
+                          until=ends, reserved_for=kept[name]))
+    return found
 
 
 # --- what the API server lists, as the plan sees it -------------------------------------------
@@ -236,7 +294,8 @@ def waiting_pods(config: Config, pods: list[dict], devices: DeviceView | None,
         ended = parse_time((meta.get("annotations") or {}).get(config["endedAnnotation"]))
         found.append(Waiting(meta["uid"], meta["namespace"], meta["name"], gpus,
                              max(created(pod) or 0.0, ended or 0.0),
-                             tuple(spec.get("tolerations") or [])))
+                             tuple(spec.get("tolerations") or []),
+                             spec.get("activeDeadlineSeconds")))
     return found
 
 
@@ -250,7 +309,8 @@ def serves(pod: dict) -> bool:
 
 
 def node_views(config: Config, nodes: list[dict], pods: list[dict],
-               devices: DeviceView | None) -> list[NodeView]:
+               devices: DeviceView | None,
+               started: Callable[[dict], float | None]) -> list[NodeView]:
     held = gpus_held(pods, config["gpuResource"], devices)
     views = []
     for node in nodes:
@@ -261,7 +321,7 @@ def node_views(config: Config, nodes: list[dict], pods: list[dict],
         on_node = [p for p in pods if p["spec"].get("nodeName") == meta["name"]
                    and p["status"].get("phase") not in ENDED
                    and held[(p["metadata"]["namespace"], p["metadata"]["name"])]]
-        starts = [parse_time(p["status"].get("startTime")) or 0.0 for p in on_node]
+        starts = [started(p) or 0.0 for p in on_node]
         limits = [start + p["spec"]["activeDeadlineSeconds"]
                   for p, start in zip(on_node, starts, strict=True)
                   if p["spec"].get("activeDeadlineSeconds")]
@@ -289,6 +349,21 @@ def event(config: Config, pod: Waiting, reason: str, note: str, now: float) -> d
         "uid": pod.uid}, pod.namespace, reason, "Normal", "Reserve", note, now)
 
 
+def reservation_toleration(config: Config, uid: str) -> dict:
+    """Lets a pod onto the node reserved for the pod `uid`."""
+    return {"key": config["taintKey"], "operator": "Equal", "value": uid,
+            "effect": "NoSchedule"}
+
+
+def add_toleration(api: Api, pod: Waiting, pod_path: str, toleration: dict) -> None:
+    """Tolerations may be added to a pod that waits; the uid makes sure it is still the one
+    the run saw."""
+    if toleration not in pod.tolerations:
+        api.ok("PATCH", pod_path, {"metadata": {"uid": pod.uid},
+                                   "spec": {"tolerations": [*pod.tolerations, toleration]}},
+               "application/strategic-merge-patch+json")
+
+
 def act(api: Api, config: Config, step: Step, now: float) -> str:
     key = config["taintKey"]
     pod = step.pod
@@ -298,6 +373,12 @@ def act(api: Api, config: Config, step: Step, now: float) -> str:
         record(api, event(config, pod, UNPLACEABLE, f"No node reserved: {step.why}.", now))
         return f"{pod.key}: not reserved, {step.why}"
     assert step.node is not None
+    if step.action == "backfill":
+        assert pod is not None
+        add_toleration(api, pod, pod_path, reservation_toleration(config, step.reserved_for))
+        record(api, event(config, pod, BACKFILLED, f"May use free GPUs of node {step.node}, "
+                          f"reserved for another pod, meanwhile: {step.why}.", now))
+        return f"{step.node}: backfilled with {pod.key} ({step.why})"
     if step.action == "release":
         patch_node(api, step.node, lambda taints: [t for t in taints if t["key"] != key],
                    {config["podAnnotation"]: None, config["untilAnnotation"]: None})
@@ -310,11 +391,7 @@ def act(api: Api, config: Config, step: Step, now: float) -> str:
         return f"{step.node}: released, {step.why}"
     assert pod is not None and step.until is not None
     # The toleration first: a node reserved for a pod that cannot go there would only idle.
-    toleration = {"key": key, "operator": "Equal", "value": pod.uid, "effect": "NoSchedule"}
-    if toleration not in pod.tolerations:
-        api.ok("PATCH", pod_path, {"metadata": {"uid": pod.uid},
-                                   "spec": {"tolerations": [*pod.tolerations, toleration]}},
-               "application/strategic-merge-patch+json")
+    add_toleration(api, pod, pod_path, reservation_toleration(config, pod.uid))
     patch_node(api, step.node, lambda taints: [*[t for t in taints if t["key"] != key],
                                                {"key": key, "value": pod.uid,
                                                 "effect": "NoSchedule"}],
@@ -330,14 +407,19 @@ def created_at(pod: dict) -> float | None:
     return parse_time(pod["metadata"].get("creationTimestamp"))
 
 
+def started_at(pod: dict) -> float | None:
+    return parse_time(pod["status"].get("startTime"))
+
+
 def run(api: Api, config: Config, now: float,
-        created: Callable[[dict], float | None] = created_at) -> list[str]:
-    """One run at `now`; `created` says when a pod was created (the benchmark's simulated
-    clock)."""
+        created: Callable[[dict], float | None] = created_at,
+        started: Callable[[dict], float | None] = started_at) -> list[str]:
+    """One run at `now`; `created` and `started` say when a pod was created and started (the
+    benchmark's simulated clock)."""
     nodes, pods, devices = observe(api, (config["dra"] or {}).get("driver"))
     waiting = waiting_pods(config, pods, devices, created)
-    return [act(api, config, step, now)
-            for step in plan(config, node_views(config, nodes, pods, devices), waiting, now)]
+    views = node_views(config, nodes, pods, devices, started)
+    return [act(api, config, step, now) for step in plan(config, views, waiting, now)]
 
 
 def main(argv: list[str]) -> int:
