@@ -30,6 +30,7 @@ from benchmark.workload import BatchJob, NodeShape, Scale, Task, Trace
 ROOT = Path(__file__).resolve().parents[1]
 
 NAMESPACE = "bench"
+HOUR = 3600.0      # seconds in a simulated hour
 SAMPLES = 200          # points of the over-time figures
 PERIODIC = "periodic run"    # compaction or reclaim, every periodic_interval
 

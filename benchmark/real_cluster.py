@@ -42,7 +42,6 @@ from benchmark.replay_setup import (
 )
 from components.base import kube_api
 from components.binpack_scheduler import preemptible_priority_class
-from components.gpu_reservation.actor import gpu_reservation
 from components.platform.settings import StackSettings
 from tests.kit import tools
 from tests.kit.cluster import (
@@ -55,9 +54,6 @@ from tests.kit.cluster import (
 from tests.kit.cluster.controlplane import ApiError, ControlPlane, wait_until
 from tests.kit.harness import scheduler_of
 
-HOUR = 3600.0      # seconds in a simulated hour
-
-
 # --- the real cluster -----------------------------------------------------------------------
 
 def pod_template(labels: dict[str, str], task: Task, scheduler: str,
@@ -69,6 +65,11 @@ def pod_template(labels: dict[str, str], task: Task, scheduler: str,
                                     memory=f"{task.memory_mib}Mi")
     template["spec"]["terminationGracePeriodSeconds"] = 0
     return template
+
+
+# A replay's reservation figures: those counted by what a run printed, and the idle GPU-hours.
+RESERVATION_FIGURES = {"reservations": "reserved for", "backfills": "backfilled with",
+                       "reservations_expired": "expired after", "reserved_idle_gpu_hours": ""}
 
 
 class RealCluster(Backend):
@@ -167,6 +168,9 @@ class RealCluster(Backend):
         preemptible = job.id in self.preemptible_jobs
         if preemptible:
             template["spec"]["priorityClassName"] = self.settings.scheduler.preemptible_class.name
+        limit = self.reservation.limit_seconds(job) if self.reservation else None
+        if limit:
+            template["spec"]["activeDeadlineSeconds"] = limit
         self.kube.create(nodes_and_pods.job(
             name, self.job_namespace(job), template,
             resumes_after_eviction=self.resumes_after_eviction(job)))
@@ -205,10 +209,7 @@ class RealCluster(Backend):
         creation."""
         self.now = now
         assert self.reservation is not None
-        self.reservations += gpu_reservation.run(
-            self.reservation_api, self.reservation.config, now * HOUR,
-            created=lambda pod: self.by_name[pod["metadata"]["name"]].created * HOUR
-            if pod["metadata"]["name"] in self.by_name else None)
+        self.reservations += self.reservation.run(self.reservation_api, now, self.by_name)
         config = self.reservation.config
         self.reserved_for = {
             n["metadata"]["name"]: n["metadata"]["annotations"][config["podAnnotation"]]
@@ -403,14 +404,14 @@ class RealCluster(Backend):
 
     def figures(self, cp: ControlPlane) -> dict:
         """The run's own figures, read before the control plane goes: the scheduler's, and
-        with reservation, how many it made, how many expired and the GPU-hours they held
-        idle (free GPUs on reserved nodes at each run, until the next)."""
+        with reservation, how many it made, how many pods it let backfill, how many expired and
+        the GPU-hours they held idle (free GPUs on reserved nodes at each run, until the
+        next)."""
         figures = scrape(self.scheduler, cp)
         if self.reservation:
-            figures |= {"reservations": sum("reserved for" in r for r in self.reservations),
-                        "reservations_expired": sum("expired after" in r
-                                                    for r in self.reservations),
-                        "reserved_idle_gpu_hours": self.reserved_idle_gpu_hours}
+            figures |= {figure: sum(said in r for r in self.reservations)
+                        for figure, said in RESERVATION_FIGURES.items() if said} \
+                | {"reserved_idle_gpu_hours": self.reserved_idle_gpu_hours}
         return figures
 
     def stop(self) -> None:

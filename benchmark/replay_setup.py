@@ -14,13 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmark.binpack import (  # first: binpack puts the project on the path
+    HOUR,
     BatchJob,
     NodeShape,
+    PodRecord,
     Trace,
 )
 from components import gpu_compaction, gpu_operator, gpu_reservation
+from components.base import kube_api
 from components.binpack_scheduler import scheduler_configuration
 from components.gpu_compaction.planner import compaction_plan
+from components.gpu_reservation.actor import gpu_reservation as gpu_reservation_run
 from components.gpu_reservation.actor.gpu_reservation import Config as ReservationConfig
 from components.platform.settings import StackSettings
 from components.platform.wiring import component_inputs
@@ -199,26 +203,66 @@ def compaction_for(settings: StackSettings, trace: Trace, services_share: float,
 class Reservation:
     """The platform's reservation in a replay: a run every `interval` simulated hours, as the
     CronJob's pod runs it (with the declared ServiceAccount's rights), on the simulated
-    clock: a pod waits from its simulated creation."""
+    clock: a pod waits from its simulated creation. With `declared_limits`, each batch job
+    declares a run time limit (activeDeadlineSeconds) of that many times its run time, which
+    the run reads to pick nodes and let pods backfill."""
     interval: float
     config: ReservationConfig
     objects: list[dict]         # its namespace, ServiceAccount, ClusterRole and binding
     name: str
     namespace: str
+    declared_limits: float | None = None
+
+    def limit_seconds(self, job: BatchJob) -> int | None:
+        """`job`'s activeDeadlineSeconds, in simulated seconds, if jobs declare one."""
+        return math.ceil(self.declared_limits * job.duration * HOUR) \
+            if self.declared_limits else None
+
+    def run(self, api: kube_api.Api, now: float, pods: dict[str, PodRecord]) -> list[str]:
+        """One run at simulated hour `now`, reading when each pod was created and started
+        from its record in `pods` (by name)."""
+        def simulated(pod: dict, when: str) -> float | None:
+            record = pods.get(pod["metadata"]["name"])
+            hours = getattr(record, when) if record else None
+            return hours * HOUR if hours is not None else None
+
+        return gpu_reservation_run.run(api, self.config, now * HOUR,
+                                       created=lambda pod: simulated(pod, "created"),
+                                       started=lambda pod: simulated(pod, "started"))
 
 
-def reservation_for(settings: StackSettings, path: GpuPath, interval: float) -> Reservation:
-    """`settings.reservation`, on, as the stack renders it for `path`."""
-    if path.dra:
-        settings = settings.model_copy(update={"gpu_operator": settings.gpu_operator.model_copy(
-            update={"gpu_path": "dra"}), "kubernetes_version": tools.DRA_KUBERNETES_VERSION})
-    settings = settings.model_copy(update={"reservation": settings.reservation.model_copy(
-        update={"enabled": True})})
-    inputs = component_inputs(settings).reservation
-    objects = [o for o in gpu_reservation.reservation_objects(inputs)
-               if o["kind"] not in ("ConfigMap", "CronJob")]
-    return Reservation(interval, gpu_reservation.actor_config(inputs), objects,
-                       settings.reservation.name, settings.reservation.namespace)
+@dataclass(frozen=True)
+class ReservationPlay:
+    """Reservation as the benchmark is asked to play it: a run every `interval` simulated
+    minutes, with the stack's `reservation` settings; with `declared_limits`, the batch jobs
+    declaring run time limits of that many times their run time."""
+    interval: float
+    declared_limits: float | None = None
+
+    def label(self, settings: StackSettings) -> str:
+        reservation = settings.reservation
+        label = (f"reservation (after {reservation.wait_before}, at most "
+                 f"{reservation.max_nodes} nodes and {reservation.max_share:.0%}, expiring "
+                 f"after {reservation.expire_after}, a run every {self.interval:g} min)")
+        if self.declared_limits:
+            label += (f", batch jobs declaring {self.declared_limits:g} times their run time"
+                      f"{' (backfill)' if reservation.backfill else ''}")
+        return label
+
+    def on(self, settings: StackSettings, path: GpuPath) -> Reservation:
+        """`settings.reservation`, on, as the stack renders it for `path`."""
+        if path.dra:
+            settings = settings.model_copy(update={
+                "gpu_operator": settings.gpu_operator.model_copy(update={"gpu_path": "dra"}),
+                "kubernetes_version": tools.DRA_KUBERNETES_VERSION})
+        settings = settings.model_copy(update={"reservation": settings.reservation.model_copy(
+            update={"enabled": True})})
+        inputs = component_inputs(settings).reservation
+        objects = [o for o in gpu_reservation.reservation_objects(inputs)
+                   if o["kind"] not in ("ConfigMap", "CronJob")]
+        return Reservation(self.interval / 60, gpu_reservation.actor_config(inputs), objects,
+                           settings.reservation.name, settings.reservation.namespace,
+                           self.declared_limits)
 
 
 def opts_in(job: BatchJob, share: float) -> bool:

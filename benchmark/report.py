@@ -275,7 +275,8 @@ def teams_page(rows: list[dict]) -> str:
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         traces = "contended" if r.get("contended") else "the benchmark's"
-        queueing = r.get("queueing", DEFAULT_QUEUEING_STRATEGY)
+        queueing = r.get("queueing", DEFAULT_QUEUEING_STRATEGY) \
+            + (" + reservation" if r.get("reservation") else "")
         groups.setdefault((r["mix"], r["nodes"], r["gpus"], r["load"], traces, queueing),
                           []).append(r)
     overall = ["| mix | nodes (GPUs) | load | traces | queueing | seeds | GPU-time with teams / "
@@ -283,6 +284,10 @@ def teams_page(rows: list[dict]) -> str:
                "team wanted more than its quota |",
                "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     replays = ("with_teams", "without_teams", "reference")
+    reservations = ["| mix | nodes | load | traces | queueing | seeds | 1-GPU jobs' p95 wait, "
+                    "min: with teams / without / reference | reservations: with teams / "
+                    "without | backfilled pods | expired | GPU-hours held idle on reserved "
+                    "nodes |", "| --- | ---: | ---: | --- | --- |" + " ---: |" * 6]
     whole_node = ["| mix | nodes | load | traces | queueing | seeds | started on arrival: with "
                   "teams / without / reference | whole-node jobs' p95 wait, min: with teams / "
                   "without / reference | the same against the reference's, same seed: with "
@@ -317,6 +322,18 @@ def teams_page(rows: list[dict]) -> str:
                 f"{each('whole_node_wait_p95', 60, '.0f')} | "
                 f"{against_reference('with_teams')} / {against_reference('without_teams')} | "
                 f"{each('stranded', 1, '.1f')} |")
+        reserved = [r for r in runs if "reserved" in r]
+        if reserved:
+            def held(key: str, fmt: str, scale: float = 1, runs=reserved) -> str:
+                return " / ".join(spread([scale * r["reserved"][k][key] for r in runs], fmt)
+                                  for k in ("with_teams", "without_teams"))
+            one_gpu = " / ".join(spread([None if r["one_gpu_wait_p95"][k] is None
+                                         else 60 * r["one_gpu_wait_p95"][k] for r in reserved],
+                                        ".0f") for k in replays)
+            reservations.append(
+                f"| {mix} | {nodes} | {load} | {traces} | {queueing} | {len(reserved)} | "
+                f"{one_gpu} | {held('reservations', '.0f')} | {held('backfills', '.0f')} | "
+                f"{held('reservations_expired', '.0f')} | {held('idle_share', '.1f', 100)}% |")
         for team in runs[0]["teams"]:
             t = [r["teams"][team] for r in runs]
             def pp(key: str, t=t) -> list[float | None]:
@@ -337,6 +354,10 @@ def teams_page(rows: list[dict]) -> str:
                 f"{spread(pp('hours_within_5pp'), '.0f')} | "
                 f"{spread([x.get('never_requeued') for x in t], '.0f')} |")
     overall_table, team_table = "\n".join(overall), "\n".join(per_team)
+    reservation_section = "" if len(reservations) == 2 else (
+        "With reservation by attrition, played in the replays with and without teams: what "
+        "small jobs\npay, and what the reservations did ([Reservation by attrition]"
+        "(../concepts/reservation.md)).\n\n" + "\n".join(reservations) + "\n\n")
     whole_node_section = "" if len(whole_node) == 2 else (
         "Whole-node jobs (as many GPUs as the biggest node has) on the replays that recorded "
         "them: how\nlong they waited to start, and the free GPUs stranded on partly used nodes "
@@ -353,7 +374,7 @@ reference for comparison. The method and what the figures mean:
 
 {overall_table}
 
-{whole_node_section}{team_table}
+{whole_node_section}{reservation_section}{team_table}
 """
 
 

@@ -155,8 +155,7 @@ def run(args, settings) -> None:
                         if args.compaction is not None else None
                     preemptible = replay_setup.preemptible_jobs(trace, args.preemptible,
                                                                 biggest.gpus)
-                    reservation = replay_setup.reservation_for(
-                        settings, path, args.reservation_interval / 60) \
+                    reservation = reservation_play(args).on(settings, path) \
                         if args.reservation else None
                     started = time.monotonic()
                     outcome = real_cluster.replay(label + path.label, shipped, trace, nodes,
@@ -210,11 +209,12 @@ def moving_label(args, settings, whole_node_gpus: int) -> str:
         label += (f" + preemption ({args.preemptible:.0%} of the jobs below "
                   f"{whole_node_gpus} GPUs preemptible, {checkpoint})")
     if args.reservation:
-        reservation = settings.reservation
-        label += (f" + reservation (after {reservation.wait_before}, at most "
-                  f"{reservation.max_nodes} nodes and {reservation.max_share:.0%}, expiring after "
-                  f"{reservation.expire_after}, a run every {args.reservation_interval:g} min)")
+        label += " + " + reservation_play(args).label(settings)
     return "" if label == settings.scheduler.name else label
+
+
+def reservation_play(args) -> replay_setup.ReservationPlay:
+    return replay_setup.ReservationPlay(args.reservation_interval, args.declared_limits)
 
 
 def with_compaction_settings(settings, changes: list[tuple[str, str]]):
@@ -406,6 +406,9 @@ def main(argv: list[str]) -> None:
                              "on, as the stack file sets it (reservation.*)")
     parser.add_argument("--reservation-interval", type=float, default=2.0, metavar="MINUTES",
                         help="with --reservation: simulated minutes between runs")
+    parser.add_argument("--declared-limits", type=float, metavar="FACTOR",
+                        help="with --reservation: each batch job declares a run time limit "
+                             "(activeDeadlineSeconds) of FACTOR times its run time")
     parser.add_argument("--profile", dest="profiles", action="append",
                         help="only this scheduler (a label as in the table); repeatable")
     parser.add_argument("--dra", action="store_true",
@@ -486,6 +489,9 @@ def main(argv: list[str]) -> None:
         # counts no GPUs (the settings refuse or warn of both): such a replay would stall.
         parser.error("--preemptible and --compaction replay the device plugin path only; "
                      "leave out --dra")
+    if args.declared_limits is not None and (not args.reservation or args.declared_limits < 1):
+        parser.error(f"--declared-limits {args.declared_limits:g}: a factor of 1 or more, with "
+                     f"--reservation (a limit below the run time would end the job)")
     if args.reservation and args.compaction is not None:
         parser.error("--reservation and --compaction are replayed apart; give one")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -502,7 +508,8 @@ def main(argv: list[str]) -> None:
         if not args.report:
             teams.measure(args.out, harness.example_settings(), args.mixes, args.nodes,
                           args.seeds, args.jobs_per_gpu, args.load, args.inference_share,
-                          progress_printer, args.contended, args.only_seeds, args.queueing)
+                          progress_printer, args.contended, args.only_seeds, args.queueing,
+                          reservation_play(args) if args.reservation else None)
         write_page(args.docs, TEAMS_PAGE, teams_page(kept(args.out, TEAMS_RESULTS)))
         return
     if args.reclaim:

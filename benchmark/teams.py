@@ -28,7 +28,8 @@ from pathlib import Path
 
 from benchmark import binpack, real_cluster, replay_setup, report, workload
 from benchmark.binpack import BatchJob, NodeShape, PodRecord, Trace
-from benchmark.real_cluster import RealCluster
+from benchmark.real_cluster import RESERVATION_FIGURES, RealCluster
+from benchmark.replay_setup import DEVICE_PLUGIN, Reservation, ReservationPlay
 from components import teams
 from components.base.facts import GPU_RESOURCE
 from components.platform.settings import StackSettings
@@ -215,7 +216,8 @@ class TeamsCluster(RealCluster):
     QUIET_SECONDS = 0.3
 
     def __init__(self, cp: ControlPlane, config: dict, nodes: dict[str, NodeShape],
-                 trace: TeamTrace, settings: StackSettings, queues: list[dict]):
+                 trace: TeamTrace, settings: StackSettings, queues: list[dict],
+                 reservation: Reservation | None = None):
         self.team_trace = trace
         # StrictFIFO: a queue admits only its head (see queue_order).
         self.strict = all(t.queueing_strategy == "StrictFIFO" for t in settings.teams.teams)
@@ -233,7 +235,8 @@ class TeamsCluster(RealCluster):
             self.never_requeued: set[tuple[str, str]] = set()   # (team, Workload uid)
             self.workloads_seen: frozenset = frozenset()
             self.workloads_seen_at = 0.0
-            super().__init__(cp, config, nodes, trace.trace, settings)
+            super().__init__(cp, config, nodes, trace.trace, settings,
+                             reservation=reservation)
         except BaseException:
             self.kueue.stop()
             raise
@@ -440,14 +443,16 @@ def strict_heads(pending: list[Pending], fits: Callable[[str, int], bool]) -> li
 
 
 def replay(config: dict, trace: TeamTrace, nodes: dict[str, NodeShape],
-           progress=lambda done, total: None, queueing: str = DEFAULT_QUEUEING_STRATEGY
+           progress=lambda done, total: None, queueing: str = DEFAULT_QUEUEING_STRATEGY,
+           reservation: ReservationPlay | None = None
            ) -> tuple[binpack.Outcome, TeamsCluster]:
     stack = stack_config(trace, nodes, queueing)
     settings = harness.settings_of(stack)
     queues = declared_queues(stack, settings)
+    played = reservation.on(settings, DEVICE_PLUGIN) if reservation else None
     outcome, backend = real_cluster.on_control_plane(
         "with teams (Kueue)", trace.trace, nodes,
-        lambda cp: TeamsCluster(cp, config, nodes, trace, settings, queues), progress,
+        lambda cp: TeamsCluster(cp, config, nodes, trace, settings, queues, played), progress,
         APISERVER_ARGS)
     assert isinstance(backend, TeamsCluster)
     return outcome, backend
@@ -504,7 +509,14 @@ def figures(trace: TeamTrace, outcome: binpack.Outcome, backend: TeamsCluster,
         "whole_node_gpus": whole_node_gpus,
         "whole_node_wait_p95": {k: o.wait(whole_node_gpus, 0.95) for k, o in replays.items()},
         "stranded": {k: o.mean_after_warmup("stranded") for k, o in replays.items()},
+        "one_gpu_wait_p95": {k: o.wait(1, 0.95) for k, o in replays.items()},
         "contended_hours": len(hours), "teams": {}}
+    if backend.reservation:     # what reservation did, with teams and without
+        row["reserved"] = {
+            k: {**{f: o.scheduler_metrics[f] for f in RESERVATION_FIGURES},
+                "idle_share": o.scheduler_metrics["reserved_idle_gpu_hours"]
+                / (o.total_gpus * o.horizon)}
+            for k, o in (("with_teams", outcome), ("without_teams", without_teams))}
     first_pods = [r for r in outcome.records if r.resumed_at is None]
     for team, quota in trace.quotas.items():
         mine = [r for r in first_pods if r.namespace == team]
@@ -542,13 +554,15 @@ def figures(trace: TeamTrace, outcome: binpack.Outcome, backend: TeamsCluster,
 def measure(out: Path, settings: StackSettings, mixes: list[str], sizes: list[int],
             seeds: list[int], jobs_per_gpu: float, load: float, inference_share: float,
             progress=lambda label: lambda done, total: None, contended: int | None = None,
-            only: list[int] | None = None, queueing: str = DEFAULT_QUEUEING_STRATEGY) -> None:
+            only: list[int] | None = None, queueing: str = DEFAULT_QUEUEING_STRATEGY,
+            reservation: ReservationPlay | None = None) -> None:
     """For each mix, cluster size and seed: the teams' trace replayed without teams (the
     shipped profile alone), with teams, and by the repacking reference; the figures appended to
     teams.jsonl as soon as a seed is done (a seed already kept there is skipped). With
     `contended`, instead of `seeds`: that many contended seeds (binpack.contended_seeds) of the
     teams' traces, kept as such (`only`: just those of them). `queueing`: every team's
-    queueing strategy, kept with the row unless it is the default."""
+    queueing strategy, kept with the row unless it is the default. `reservation`: played in
+    the replays with and without teams, and kept with the row."""
     config = replay_setup.profiles(settings)[settings.scheduler.name]
     for sized in workload.cases(mixes, sizes, [0]):
         def trace_of(seed: int, sized=sized) -> TeamTrace:
@@ -560,26 +574,30 @@ def measure(out: Path, settings: StackSettings, mixes: list[str], sizes: list[in
             if only is None or seed in only]
         for case in (dataclasses.replace(sized, seed=seed) for seed in chosen):
             replay_case(out, config, settings, case, trace_of(case.seed), load,
-                        inference_share, contended is not None, queueing, progress)
+                        inference_share, contended is not None, queueing, progress,
+                        reservation)
 
 
 def replay_case(out: Path, config: dict, settings: StackSettings, case: workload.Case,
                 trace: TeamTrace, load: float, inference_share: float, contended: bool,
-                queueing: str, progress) -> None:
+                queueing: str, progress, reservation: ReservationPlay | None = None) -> None:
     """One case's three replays and its row in teams.jsonl, unless the row is kept already."""
     key = case.key | {"jobs": len(trace.trace.jobs), "load": load,
                       "inference_share": inference_share, "shares": SHARES, "busy": BUSY,
                       "phase_hours": PHASE_HOURS} | ({"contended": True} if contended else {}) \
-        | ({} if queueing == DEFAULT_QUEUEING_STRATEGY else {"queueing": queueing})
+        | ({} if queueing == DEFAULT_QUEUEING_STRATEGY else {"queueing": queueing}) \
+        | ({"reservation": reservation.label(settings)} if reservation else {})
     if any(all(r.get(k) == v for k, v in key.items())
            for r in report.kept(out, report.TEAMS_RESULTS)):
         return
     print(f"teams: {case.describe()}: {len(trace.trace.jobs)} jobs, quotas {trace.quotas}, "
           f"{trace.trace.horizon:.0f} simulated hours", file=sys.stderr, flush=True)
     reference = binpack.reference(trace.trace, case.nodes)
-    without = real_cluster.replay("without teams", config, trace.trace, case.nodes,
-                                  settings, progress("without teams"))
-    outcome, backend = replay(config, trace, case.nodes, progress("with teams"), queueing)
+    without = real_cluster.replay(
+        "without teams", config, trace.trace, case.nodes, settings, progress("without teams"),
+        reservation=reservation.on(settings, DEVICE_PLUGIN) if reservation else None)
+    outcome, backend = replay(config, trace, case.nodes, progress("with teams"), queueing,
+                              reservation)
     row = key | figures(trace, outcome, backend, without, reference, case.biggest.gpus)
     with open(out / report.TEAMS_RESULTS, "a") as kept:
         kept.write(json.dumps(row) + "\n")
