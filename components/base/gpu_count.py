@@ -8,6 +8,7 @@ from __future__ import annotations
 import urllib.parse
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 ENDED = ("Succeeded", "Failed")
@@ -33,9 +34,21 @@ class DeviceView:
     claims: list[dict]
     driver: str
 
+    @cached_property
+    def gpus_by_node(self) -> Counter[str]:
+        """Each node's GPUs, counted once: a run asks for every node's."""
+        counts: Counter[str] = Counter()
+        for s in self.slices:
+            if s["spec"]["driver"] == self.driver:
+                counts[s["spec"].get("nodeName") or ""] += len(s["spec"].get("devices") or [])
+        return counts
+
+    @cached_property
+    def claims_by_name(self) -> dict[tuple[str, str], dict]:
+        return {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in self.claims}
+
     def node_gpus(self, node: str) -> int:
-        return sum(len(s["spec"].get("devices") or []) for s in self.slices
-                   if s["spec"]["driver"] == self.driver and s["spec"].get("nodeName") == node)
+        return self.gpus_by_node[node]
 
     def held(self) -> Counter[tuple[str, str]]:
         """The GPUs allocated to each pod (namespace, name) through the claims reserved for
@@ -70,9 +83,9 @@ class DeviceView:
                  or []}
         namespace = pod["metadata"]["namespace"]
         total = 0
-        for claim in self.claims:
-            meta = claim["metadata"]
-            if meta["namespace"] != namespace or meta["name"] not in names:
+        for name in names:
+            claim = self.claims_by_name.get((namespace, name or ""))
+            if claim is None:
                 continue
             for request in (claim["spec"].get("devices") or {}).get("requests") or []:
                 exactly = request.get("exactly") or request

@@ -312,15 +312,18 @@ def node_views(config: Config, nodes: list[dict], pods: list[dict],
                devices: DeviceView | None,
                started: Callable[[dict], float | None]) -> list[NodeView]:
     held = gpus_held(pods, config["gpuResource"], devices)
+    gpu_pods_on: dict[str, list[dict]] = {}
+    for p in pods:
+        if (p["spec"].get("nodeName") and p["status"].get("phase") not in ENDED
+                and held[(p["metadata"]["namespace"], p["metadata"]["name"])]):
+            gpu_pods_on.setdefault(p["spec"]["nodeName"], []).append(p)
     views = []
     for node in nodes:
         meta, spec = node["metadata"], node.get("spec") or {}
         gpus = node_gpus(node, config["gpuResource"], devices)
         if not gpus:
             continue
-        on_node = [p for p in pods if p["spec"].get("nodeName") == meta["name"]
-                   and p["status"].get("phase") not in ENDED
-                   and held[(p["metadata"]["namespace"], p["metadata"]["name"])]]
+        on_node = gpu_pods_on.get(meta["name"], [])
         starts = [started(p) or 0.0 for p in on_node]
         limits = [start + p["spec"]["activeDeadlineSeconds"]
                   for p, start in zip(on_node, starts, strict=True)
