@@ -115,18 +115,39 @@ def gpus_held(pods: list[dict], resource: str, devices: DeviceView | None
     return held
 
 
+# What a run reads of each object it lists (kube_api.project): at fleet size a list's full
+# objects (a node's image list, a pod's managed fields and volumes) would not fit its pod.
+NODE_FIELDS = {"metadata": {"name": True, "annotations": True},
+               "spec": {"taints": True, "unschedulable": True},
+               "status": {"allocatable": True}}
+POD_FIELDS = {"metadata": {"name": True, "namespace": True, "uid": True, "annotations": True,
+                           "ownerReferences": {"kind": True, "controller": True},
+                           "creationTimestamp": True, "deletionTimestamp": True},
+              "spec": {"nodeName": True, "schedulerName": True, "schedulingGates": True,
+                       "tolerations": True, "activeDeadlineSeconds": True,
+                       "containers": {"resources": {"limits": True, "requests": True}}},
+              "status": {"phase": True, "startTime": True,
+                         "conditions": {"type": True, "status": True, "reason": True},
+                         "resourceClaimStatuses": True}}
+SLICE_FIELDS = {"spec": {"driver": True, "nodeName": True, "pool": True,
+                         "devices": {"name": True, "attributes": True}}}
+CLAIM_FIELDS = {"metadata": {"name": True, "namespace": True},
+                "spec": True, "status": {"allocation": True, "reservedFor": True}}
+
+
 def device_view(api: Any, driver: str | None) -> DeviceView | None:
     """On the DRA path (`driver`'s), where the devices are and who holds them, as a run's Api
     (kube_api.py) lists them; None on the device plugin path."""
     if driver is None:
         return None
-    return DeviceView(api.items("/apis/resource.k8s.io/v1/resourceslices"),
-                      api.items("/apis/resource.k8s.io/v1/resourceclaims"), driver)
+    return DeviceView(api.items("/apis/resource.k8s.io/v1/resourceslices", SLICE_FIELDS),
+                      api.items("/apis/resource.k8s.io/v1/resourceclaims", CLAIM_FIELDS),
+                      driver)
 
 
 def observe(api: Any, driver: str | None) -> tuple[list[dict], list[dict], DeviceView | None]:
     """The nodes, the pods that have not ended and, on the DRA path, the devices."""
-    nodes = api.items("/api/v1/nodes")
+    nodes = api.items("/api/v1/nodes", NODE_FIELDS)
     pods = api.items("/api/v1/pods?fieldSelector=" + urllib.parse.quote(
-        "status.phase!=Succeeded,status.phase!=Failed"))
+        "status.phase!=Succeeded,status.phase!=Failed"), POD_FIELDS)
     return nodes, pods, device_view(api, driver)

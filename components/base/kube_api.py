@@ -12,10 +12,12 @@ import ssl
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from argparse import ArgumentParser, Namespace
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 IN_CLUSTER = "/var/run/secrets/kubernetes.io/serviceaccount"
 # An event's note is at most 1 kB.
@@ -52,8 +54,33 @@ class Api:
             raise RuntimeError(f"{method} {path}: {status} {answer.get('message', answer)}")
         return answer
 
-    def items(self, path: str) -> list[dict]:
-        return self.ok("GET", path)["items"]
+    # Items per page of a list: a large fleet's pods never arrive, or are parsed, at once.
+    PAGE = 500
+
+    def items(self, path: str, fields: dict | None = None) -> list[dict]:
+        """Every item `path` lists, page by page; with `fields` (see `project`), only those
+        fields of each, so that what a run keeps grows with the fleet by what it reads."""
+        found: list[dict] = []
+        page_path = f"{path}{'&' if '?' in path else '?'}limit={self.PAGE}"
+        token = ""
+        while True:
+            page = self.ok("GET", page_path + (f"&continue={urllib.parse.quote(token)}"
+                                               if token else ""))
+            found += [project(item, fields) if fields else item for item in page["items"]]
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return found
+
+
+def project(value: Any, fields: dict) -> Any:
+    """The parts of `value` that `fields` names: each key maps to True (kept whole) or to the
+    fields to keep of its value (of each item, for a list)."""
+    if isinstance(value, list):
+        return [project(item, fields) for item in value]
+    if not isinstance(value, dict):
+        return value
+    return {key: value[key] if wanted is True else project(value[key], wanted)
+            for key, wanted in fields.items() if key in value}
 
 
 def add_connection_arguments(parser: ArgumentParser) -> None:

@@ -210,11 +210,11 @@ def python_image_field(runs: str):
                  description=f"Image that runs {runs} (pinned; standard library only).")
 
 
-def script_resources_field(of: str):
+def script_resources_field(of: str, memory_limit: str = "256Mi", why: str = ""):
     """The requests and limits of a standard-library script's container: small by default."""
     return Field(default_factory=lambda: ContainerResources(
-        requests={"cpu": "20m", "memory": "64Mi"}, limits={"memory": "256Mi"}),
-        description=f"Requests and limits of {of}.")
+        requests={"cpu": "20m", "memory": "64Mi"}, limits={"memory": memory_limit}),
+        description=f"Requests and limits of {of}.{' ' + why if why else ''}")
 
 
 def to_snake(camel: str) -> str:

@@ -50,7 +50,9 @@ class ReservationSettings(TypedDict):
     ("Image that runs the reservation script (pinned; standard library only). Allowed: "
      "`{repository, tag}`, a pinned tag (never `latest`).")
     resources: NotRequired[ContainerResources]
-    "Requests and limits of the container that reserves and releases nodes."
+    ("Requests and limits of the container that reserves and releases nodes. A run holds the "
+     "fields it reads of every node and running pod: about 260 MiB at 5,000 nodes and 35,000 "
+     "pods, 90 MiB at 1,024 nodes and 7,200 pods.")
 
 
 class GpuReservationArgs(TypedDict):
