@@ -21,6 +21,8 @@ from ..base.model import Read
 from ..base.validation import CONFIG_NAMESPACE
 from ..binpack_scheduler.sizing import dra_fleet_advice
 from ..gpu_operator import critical_pods
+from ..gpu_reservation import TAINT_KEY as RESERVATION_TAINT
+from ..gpu_reservation.actor.gpu_reservation import tolerates
 from ..platform.settings import ConflictId, StackSettings
 from ..platform.wiring import component_inputs
 from .cluster import ClusterError, ClusterReader, ClusterUnreachable, NotAllowed
@@ -411,6 +413,51 @@ CHECKS = (
 CONFLICT_IDS: tuple[ConflictId, ...] = typing.get_args(ConflictId)
 
 
+@dataclass(frozen=True)
+class Advice:
+    """What the settings or the cluster should change, which fails nothing: what it looks
+    for, when the settings call for it, the reads it needs, and what it says (nothing, where
+    all is well)."""
+
+    looks_for: str
+    applies: Callable[[StackSettings], bool]
+    reads: tuple[Read, ...]
+    advise: Callable[[StackSettings, Reads], list[str]]
+
+
+def _dra_fleet(settings: StackSettings, reads: Reads) -> list[str]:
+    advice = dra_fleet_advice(settings.scheduler,
+                              sum(1 for node in reads[NODES] if _has_gpu(node)))
+    return [advice] if advice else []
+
+
+def _daemonsets_held_off_reserved_nodes(settings: StackSettings, reads: Reads) -> list[str]:
+    """DaemonSets whose pods run on GPU nodes (they tolerate the GPU taint) but would not be
+    let back onto a reserved one: the GPU Operator's get the toleration from the program."""
+    gpu_taint = settings.gpu_nodes.taint
+    gpu = {"key": gpu_taint.key, "value": gpu_taint.value, "effect": gpu_taint.effect}
+    reserved = {"key": RESERVATION_TAINT, "value": "", "effect": "NoSchedule"}
+    held = [_named(daemonset, "DaemonSet") for daemonset in reads[DAEMONSETS]
+            if _meta(daemonset).get("namespace") != settings.gpu_operator.namespace
+            and tolerates(tuple(_pod_spec(daemonset).get("tolerations") or []), gpu)
+            and not tolerates(tuple(_pod_spec(daemonset).get("tolerations") or []), reserved)]
+    if not held:
+        return []
+    return [f"reservation.enabled: {_some(held)} run on GPU nodes without tolerating "
+            f"{RESERVATION_TAINT}: a pod of theirs recreated on a reserved node (a rolling "
+            f"update) waits until the reservation ends. Give them the toleration {{key: "
+            f"{RESERVATION_TAINT}, operator: Exists, effect: NoSchedule}} "
+            f"(docs/concepts/reservation.md#limits)"]
+
+
+ADVICE = (
+    Advice("the number of GPU nodes against the DRA path's scheduler settings",
+           lambda s: s.gpu_operator.gpu_path == "dra", (NODES,), _dra_fleet),
+    Advice("DaemonSets on GPU nodes that a reservation would hold off",
+           lambda s: s.reservation.enabled, (DAEMONSETS,), _daemonsets_held_off_reserved_nodes),
+)
+
+
 @dataclass
 class Survey:
     """What a survey found: each conflict with its findings, what it could not check, and what
@@ -432,29 +479,32 @@ def survey(settings: StackSettings, reader: ClusterReader) -> Survey:
     reads: Reads = {}
     refused: set[Read] = set()
     result = Survey({}, [])
-    for check in CHECKS:
-        if not check.applies(settings):
-            continue
-        for read in check.reads:
+
+    def read_for(needed: tuple[Read, ...], looks_for: str) -> bool:
+        """Whether every read `needed` was made (else it is named as not checked)."""
+        for read in needed:
             if read in reads or read in refused:
                 continue
             try:
                 reads[read] = reader.get(read.path()) if read.name else reader.items(read.path())
             except NotAllowed:
                 refused.add(read)
-        missing = [read.rule for read in check.reads if read in refused]
+        missing = [read.rule for read in needed if read in refused]
         if missing:
             result.not_checked.append(
-                f"not checked: {check.looks_for} ({check.conflict}): the context's user may "
-                f"not {' or '.join(missing)}; give it that right (as the stack's "
-                f"previewAccess output does) to have the preview check it")
-        elif found := check.find(settings, reads):
+                f"not checked: {looks_for}: the context's user may not {' or '.join(missing)}; "
+                f"give it that right (as the stack's previewAccess output does) to have the "
+                f"preview check it")
+        return not missing
+
+    for check in CHECKS:
+        if (check.applies(settings) and read_for(check.reads,
+                                                 f"{check.looks_for} ({check.conflict})")
+                and (found := check.find(settings, reads))):
             result.found.setdefault(check.conflict, []).extend(found)
-    # The nodes were read for more-nodes-than-quota, which always applies; advice needs them too.
-    if settings.gpu_operator.gpu_path == "dra" and NODES in reads:
-        gpu_nodes = sum(1 for node in reads[NODES] if _has_gpu(node))
-        if advice := dra_fleet_advice(settings.scheduler, gpu_nodes):
-            result.advice.append(advice)
+    for advice in ADVICE:
+        if advice.applies(settings) and read_for(advice.reads, advice.looks_for):
+            result.advice += advice.advise(settings, reads)
     return result
 
 

@@ -14,6 +14,7 @@ from components.base.validation import SettingsError
 from components.platform.settings import StackSettings
 from components.preview.cluster import ClusterReader, NotAllowed
 from components.preview.conflicts import (
+    ADVICE,
     CHECKS,
     CONFLICT_IDS,
     DAEMONSETS,
@@ -367,7 +368,7 @@ def test_every_conflict_id_has_a_check_a_fix_and_a_line_in_the_checklist():
 
 def test_the_preview_identity_may_make_every_read_of_the_survey():
     access = list(yaml.safe_load_all((DOCS / "preview-access.yaml").read_text()))
-    reads = {read for check in CHECKS for read in check.reads}
+    reads = {read for item in (*CHECKS, *ADVICE) for read in item.reads}
 
     def granted(read: Read) -> bool:
         kinds = ("ClusterRole", "Role") if read.namespace else ("ClusterRole",)
@@ -411,4 +412,33 @@ def test_no_fleet_advice_where_the_settings_already_suit_the_cluster(monkeypatch
                                                                      sections, gpu_nodes):
     on(monkeypatch, fleet(gpu_nodes, other_nodes=200))
     check_conflicts(stack(**sections))
+    assert logged["warn"] == []
+
+
+def tolerating(ds: dict, *tolerations: dict) -> dict:
+    ds["spec"]["template"]["spec"]["tolerations"] = list(tolerations)
+    return ds
+
+
+def test_daemonsets_a_reservation_would_hold_off_gpu_nodes_are_named_with_the_toleration(
+        monkeypatch, logged):
+    """A pod of a DaemonSet that runs on GPU nodes, recreated on a reserved node, waits for
+    the reservation to end unless it tolerates its taint; one that tolerates every taint, the
+    GPU Operator's (the program tolerates it for them) and one kept off GPU nodes are fine."""
+    gpu = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    on(monkeypatch, FakeCluster({DAEMONSETS: [
+        tolerating(daemonset("logging", "fluent-bit", "fluent-bit:3"), gpu),
+        tolerating(daemonset("monitoring", "node-exporter", "node-exporter:1"),
+                   {"operator": "Exists"}),
+        tolerating(daemonset("gpu-operator", "nvidia-dcgm-exporter", "dcgm-exporter:4"), gpu),
+        tolerating(daemonset("security", "scanner", "scanner:2"), gpu,
+                   {"key": "gpu-platform.io/reserved-for", "operator": "Exists"}),
+        daemonset("kube-system", "cpu-only-agent", "agent:1")]}))
+    check_conflicts(stack(reservation={"enabled": True}))
+    [advice] = logged["warn"]
+    assert advice.startswith("gpu-platform: reservation.enabled: DaemonSet logging/fluent-bit "
+                             "run on GPU nodes without tolerating gpu-platform.io/reserved-for")
+    assert "{key: gpu-platform.io/reserved-for, operator: Exists, effect: NoSchedule}" in advice
+    logged["warn"].clear()
+    check_conflicts(stack())
     assert logged["warn"] == []
