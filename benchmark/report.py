@@ -116,7 +116,8 @@ def reservation_table(rows: list[dict]) -> str:
 
     lines = ["| mix | scheduler | seeds | GPU-time vs reference | 8-GPU p95 wait vs reference: "
              "with / without reservation | 1-GPU p95 wait, min: with / without | "
-             "reservations, expired | GPU-hours held idle on reserved nodes |",
+             "reservations, pods backfilled, expired | GPU-hours held idle on reserved "
+             "nodes |",
              "|" + " --- |" * 2 + " ---: |" * 6]
     groups: dict = {}
     for row in rows:
@@ -137,6 +138,7 @@ def reservation_table(rows: list[dict]) -> str:
             f"{hours([r['wait_p95_1'] for r in group])} / "
             f"{hours([plain['wait_p95_1'] for _, _, plain in pairs if plain])} | "
             f"{spread([r['reservations'] for r in group], '.0f')}, "
+            f"{spread([r.get('backfills') for r in group], '.0f')}, "
             f"{spread([r['reservations_expired'] for r in group], '.0f')} | "
             f"{spread([100 * v for v in idle], '.1f')}% |")
     return "\n".join(lines)

@@ -217,14 +217,14 @@ def reservation_play(args) -> replay_setup.ReservationPlay:
     return replay_setup.ReservationPlay(args.reservation_interval, args.declared_limits)
 
 
-def with_compaction_settings(settings, changes: list[tuple[str, str]]):
-    """`settings` with the compaction settings named as in the stack file replaced, validated
-    as a stack's would be."""
+def with_section_settings(settings, section: str, changes: list[tuple[str, str]]):
+    """`settings` with the settings of `section` named as in the stack file replaced,
+    validated as a stack's would be."""
     if not changes:
         return settings
-    compaction = settings.compaction.model_dump(by_alias=True) | dict(changes)
-    return settings.model_copy(update={
-        "compaction": type(settings.compaction).model_validate(compaction)})
+    current = getattr(settings, section)
+    return settings.model_copy(update={section: type(current).model_validate(
+        current.model_dump(by_alias=True) | dict(changes))})
 
 
 def keep(out: Path, name: str, row: dict) -> None:
@@ -406,6 +406,10 @@ def main(argv: list[str]) -> None:
                              "on, as the stack file sets it (reservation.*)")
     parser.add_argument("--reservation-interval", type=float, default=2.0, metavar="MINUTES",
                         help="with --reservation: simulated minutes between runs")
+    parser.add_argument("--reservation-set", type=setting, action="append", default=[],
+                        metavar="KEY=VALUE",
+                        help="with --reservation: a reservation setting as in the stack file "
+                             "(e.g. maxNodes=4); repeatable")
     parser.add_argument("--declared-limits", type=float, metavar="FACTOR",
                         help="with --reservation: each batch job declares a run time limit "
                              "(activeDeadlineSeconds) of FACTOR times its run time")
@@ -530,10 +534,13 @@ def main(argv: list[str]) -> None:
         if args.fresh:
             (args.out / args.results).unlink(missing_ok=True)
         started = time.monotonic()
-        try:
-            settings = with_compaction_settings(harness.example_settings(), args.compaction_set)
-        except ValueError as error:
-            parser.error(f"--compaction-set: {error}")
+        settings = harness.example_settings()
+        for section, changes in (("compaction", args.compaction_set),
+                                 ("reservation", args.reservation_set)):
+            try:
+                settings = with_section_settings(settings, section, changes)
+            except ValueError as error:
+                parser.error(f"--{section}-set: {error}")
         run(args, settings)
         print(f"replayed in {time.monotonic() - started:.0f}s", file=sys.stderr)
     if args.contended:
