@@ -414,14 +414,15 @@ def test_a_reservation_replay_is_set_against_its_seeds_reference_and_plain_repla
     the shipped profile's replay without reservation; idle GPU-hours against the cluster's."""
     from benchmark import report
     dra = ", Kubernetes 1.37.2, DRA"
+    limits = "batch jobs declaring 2 times their run time (backfill)"
     base = {"mix": "synthetic", "nodes": 16, "seed": 9, "gpus": 128,
             "samples": [[10.0, 0, 0, 0]], "wait_p95_1": 0.5}
     rows = [base | {"scheduler": binpack.REFERENCE, "wait_p95_8": 2.0},
             base | {"scheduler": "gpu-binpack-scheduler" + dra, "wait_p95_8": 8.0},
             base | {"scheduler": "gpu-binpack-scheduler", "wait_p95_8": 99.0},
-            base | {"scheduler": "gpu-binpack-scheduler + reservation (x)" + dra,
+            base | {"scheduler": f"gpu-binpack-scheduler + reservation (x), {limits}" + dra,
                     "wait_p95_8": 4.0, "delivered_share": 0.97, "reservations": 3,
-                    "reservations_expired": 1, "reserved_idle_gpu_hours": 12.8}]
+                    "backfills": 2, "reservations_expired": 1, "reserved_idle_gpu_hours": 12.8}]
     line = report.reservation_table(rows).splitlines()[-1]
-    assert line == ("| synthetic | gpu-binpack-scheduler + reservation (x), Kubernetes 1.37.2, DRA "
-                    "| 1 | 97.0% | 2.00 / 4.00 | 30 / 30 | 3, 1 | 1.0% |")
+    assert line == (f"| synthetic | gpu-binpack-scheduler + reservation (x), {limits}, Kubernetes "
+                    "1.37.2, DRA | 1 | 97.0% | 2.00 / 4.00 | 30 / 30 | 3, 2, 1 | 1.0% |")
