@@ -35,6 +35,7 @@ from benchmark.binpack import (
 )
 from benchmark.replay_setup import (
     DEVICE_PLUGIN,
+    RESERVATION_FIGURES,
     Compaction,
     GpuPath,
     Reservation,
@@ -65,11 +66,6 @@ def pod_template(labels: dict[str, str], task: Task, scheduler: str,
                                     memory=f"{task.memory_mib}Mi")
     template["spec"]["terminationGracePeriodSeconds"] = 0
     return template
-
-
-# A replay's reservation figures: those counted by what a run printed, and the idle GPU-hours.
-RESERVATION_FIGURES = {"reservations": "reserved for", "backfills": "backfilled with",
-                       "reservations_expired": "expired after", "reserved_idle_gpu_hours": ""}
 
 
 class RealCluster(Backend):

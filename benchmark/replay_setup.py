@@ -17,6 +17,7 @@ from benchmark.binpack import (  # first: binpack puts the project on the path
     HOUR,
     BatchJob,
     NodeShape,
+    Outcome,
     PodRecord,
     Trace,
 )
@@ -229,6 +230,18 @@ class Reservation:
         return gpu_reservation_run.run(api, self.config, now * HOUR,
                                        created=lambda pod: simulated(pod, "created"),
                                        started=lambda pod: simulated(pod, "started"))
+
+
+# A replay's reservation figures: those counted by what a run printed, and the idle GPU-hours.
+RESERVATION_FIGURES = {"reservations": "reserved for", "backfills": "backfilled with",
+                       "reservations_expired": "expired after", "reserved_idle_gpu_hours": ""}
+
+
+def reservation_figures(outcome: Outcome) -> dict:
+    """What a replay's reservation did, its idle GPU-hours also as a share of the cluster's."""
+    figures = {f: outcome.scheduler_metrics[f] for f in RESERVATION_FIGURES}
+    return figures | {"idle_share": figures["reserved_idle_gpu_hours"]
+                      / (outcome.total_gpus * outcome.horizon)}
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ is what runs.jsonl renders. Standard library only, so the check needs no plottin
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -277,8 +278,10 @@ def teams_page(rows: list[dict]) -> str:
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         traces = "contended" if r.get("contended") else "the benchmark's"
+        declared = re.search(r"declaring (\S+) times", r.get("reservation", ""))
         queueing = r.get("queueing", DEFAULT_QUEUEING_STRATEGY) \
-            + (" + reservation" if r.get("reservation") else "")
+            + (" + reservation" if r.get("reservation") else "") \
+            + (f" (jobs declaring {declared[1]}× their run time)" if declared else "")
         groups.setdefault((r["mix"], r["nodes"], r["gpus"], r["load"], traces, queueing),
                           []).append(r)
     overall = ["| mix | nodes (GPUs) | load | traces | queueing | seeds | GPU-time with teams / "
@@ -287,9 +290,9 @@ def teams_page(rows: list[dict]) -> str:
                "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     replays = ("with_teams", "without_teams", "reference")
     reservations = ["| mix | nodes | load | traces | queueing | seeds | 1-GPU jobs' p95 wait, "
-                    "min: with teams / without / reference | reservations: with teams / "
-                    "without | backfilled pods | expired | GPU-hours held idle on reserved "
-                    "nodes |", "| --- | ---: | ---: | --- | --- |" + " ---: |" * 6]
+                    "min: with teams / without / reference | with teams / without: "
+                    "reservations | pods backfilled | expired | GPU-hours held idle on "
+                    "reserved nodes |", "| --- | ---: | ---: | --- | --- |" + " ---: |" * 6]
     whole_node = ["| mix | nodes | load | traces | queueing | seeds | started on arrival: with "
                   "teams / without / reference | whole-node jobs' p95 wait, min: with teams / "
                   "without / reference | the same against the reference's, same seed: with "

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from benchmark import binpack, real_cluster, replay_setup, report, workload
 from benchmark.binpack import BatchJob, NodeShape, PodRecord, Trace
-from benchmark.real_cluster import RESERVATION_FIGURES, RealCluster
+from benchmark.real_cluster import RealCluster
 from benchmark.replay_setup import DEVICE_PLUGIN, Reservation, ReservationPlay
 from components import teams
 from components.base.facts import GPU_RESOURCE
@@ -512,11 +512,8 @@ def figures(trace: TeamTrace, outcome: binpack.Outcome, backend: TeamsCluster,
         "one_gpu_wait_p95": {k: o.wait(1, 0.95) for k, o in replays.items()},
         "contended_hours": len(hours), "teams": {}}
     if backend.reservation:     # what reservation did, with teams and without
-        row["reserved"] = {
-            k: {**{f: o.scheduler_metrics[f] for f in RESERVATION_FIGURES},
-                "idle_share": o.scheduler_metrics["reserved_idle_gpu_hours"]
-                / (o.total_gpus * o.horizon)}
-            for k, o in (("with_teams", outcome), ("without_teams", without_teams))}
+        row["reserved"] = {k: replay_setup.reservation_figures(o) for k, o in
+                           (("with_teams", outcome), ("without_teams", without_teams))}
     first_pods = [r for r in outcome.records if r.resumed_at is None]
     for team, quota in trace.quotas.items():
         mine = [r for r in first_pods if r.namespace == team]
