@@ -426,3 +426,23 @@ def test_a_reservation_replay_is_set_against_its_seeds_reference_and_plain_repla
     line = report.reservation_table(rows).splitlines()[-1]
     assert line == (f"| synthetic | gpu-binpack-scheduler + reservation (x), {limits}, Kubernetes "
                     "1.37.2, DRA | 1 | 97.0% | 2.00 / 4.00 | 30 / 30 | 3, 2, 1 | 1.0% |")
+
+
+def test_a_teams_replay_with_reservation_shows_what_small_jobs_paid_and_what_it_did():
+    """Its own row in the teams page, named by its declared run times, with 1-GPU waits in
+    minutes and what the reservations did with teams and without."""
+    from benchmark import report
+    row = {"mix": "synthetic", "nodes": 16, "gpus": 128, "load": 0.9, "contended": True,
+           "reservation": "reservation (x), batch jobs declaring 2 times their run time "
+                          "(backfill)",
+           "delivered_vs_without_teams": 1.0, "delivered_vs_reference": 0.99,
+           "without_teams_vs_reference": 0.99, "contended_hours": 1, "teams": {},
+           "one_gpu_wait_p95": {"with_teams": 0.2, "without_teams": 0.1, "reference": 0.5},
+           "reserved": {"with_teams": {"reservations": 12, "backfills": 0,
+                                       "reservations_expired": 1, "idle_share": 0.002},
+                        "without_teams": {"reservations": 14, "backfills": 3,
+                                          "reservations_expired": 0, "idle_share": 0.003}}}
+    page = report.teams_page([row])
+    assert ("| synthetic | 16 | 0.9 | contended | BestEffortFIFO + reservation (jobs declaring "
+            "2× their run time) | 1 | 12 / 6 / 30 | 12 / 14 | 0 / 3 | 1 / 0 | 0.2 / 0.3% |"
+            ) in page.splitlines()
