@@ -35,7 +35,7 @@ from benchmark.binpack import (
 )
 from benchmark.replay_setup import (
     DEVICE_PLUGIN,
-    RESERVATION_FIGURES,
+    RESERVATION_COUNTS,
     Compaction,
     GpuPath,
     Reservation,
@@ -406,7 +406,7 @@ class RealCluster(Backend):
         figures = scrape(self.scheduler, cp)
         if self.reservation:
             figures |= {figure: sum(said in r for r in self.reservations)
-                        for figure, said in RESERVATION_FIGURES.items() if said} \
+                        for figure, said in RESERVATION_COUNTS.items()} \
                 | {"reserved_idle_gpu_hours": self.reserved_idle_gpu_hours}
         return figures
 

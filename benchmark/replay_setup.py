@@ -232,16 +232,18 @@ class Reservation:
                                        started=lambda pod: simulated(pod, "started"))
 
 
-# A replay's reservation figures: those counted by what a run printed, and the idle GPU-hours.
-RESERVATION_FIGURES = {"reservations": "reserved for", "backfills": "backfilled with",
-                       "reservations_expired": "expired after", "reserved_idle_gpu_hours": ""}
+# What a replay's reservation did, counted by the lines its runs printed that say so.
+RESERVATION_COUNTS = {"reservations": "reserved for", "backfills": "backfilled with",
+                      "reservations_expired": "expired after"}
 
 
 def reservation_figures(outcome: Outcome) -> dict:
-    """What a replay's reservation did, its idle GPU-hours also as a share of the cluster's."""
-    figures = {f: outcome.scheduler_metrics[f] for f in RESERVATION_FIGURES}
-    return figures | {"idle_share": figures["reserved_idle_gpu_hours"]
-                      / (outcome.total_gpus * outcome.horizon)}
+    """What a replay's reservation did, and the GPU-hours it held idle, also as a share of
+    the cluster's."""
+    idle = outcome.scheduler_metrics["reserved_idle_gpu_hours"]
+    return {f: outcome.scheduler_metrics[f] for f in RESERVATION_COUNTS} | {
+        "reserved_idle_gpu_hours": idle, "idle_share": idle / (outcome.total_gpus
+                                                               * outcome.horizon)}
 
 
 @dataclass(frozen=True)

@@ -434,8 +434,7 @@ def _dra_fleet(settings: StackSettings, reads: Reads) -> list[str]:
 def _daemonsets_held_off_reserved_nodes(settings: StackSettings, reads: Reads) -> list[str]:
     """DaemonSets whose pods run on GPU nodes (they tolerate the GPU taint) but would not be
     let back onto a reserved one: the GPU Operator's get the toleration from the program."""
-    gpu_taint = settings.gpu_nodes.taint
-    gpu = {"key": gpu_taint.key, "value": gpu_taint.value, "effect": gpu_taint.effect}
+    gpu = settings.gpu_nodes.taint.model_dump()
     reserved = {"key": RESERVATION_TAINT, "value": "", "effect": "NoSchedule"}
     held = [_named(daemonset, "DaemonSet") for daemonset in reads[DAEMONSETS]
             if _meta(daemonset).get("namespace") != settings.gpu_operator.namespace

@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from components.base.facts import GPU_RESOURCE
+from components.base.gpu_count import pod_gpus
 from components.base.kube_api import format_time
 from components.gpu_reservation import ENDED_ANNOTATION, TAINT_KEY, UNTIL_ANNOTATION
 from tests.kit.cluster.controlplane import wait_until
@@ -148,9 +150,8 @@ def test_at_most_max_nodes_are_reserved_and_a_pod_no_node_holds_is_told(cluster,
 
 
 def gpus_in_use(cp, node: str) -> int:
-    return sum(int(c["resources"].get("requests", {}).get("nvidia.com/gpu", 0))
-               for p in cp.admin.list("v1", "Pod", NAMESPACE) if p["spec"].get("nodeName") == node
-               for c in p["spec"]["containers"])
+    return sum(pod_gpus(p, GPU_RESOURCE) for p in cp.admin.list("v1", "Pod", NAMESPACE)
+               if p["spec"].get("nodeName") == node)
 
 
 def test_a_pod_that_ends_before_the_reserved_node_empties_uses_it_one_that_would_not_goes_elsewhere(
