@@ -17,7 +17,7 @@ from typing import Any
 import requests
 
 from components.base.validation import duration_seconds
-from components.monitoring.usage import PRICE, range_gpu_hours
+from components.monitoring.usage import NODE_PRICE, range_gpu_hours
 
 TIMEOUT_SECONDS = 60
 
@@ -61,7 +61,8 @@ class Prometheus:
 def report(prometheus: Prometheus, by: str, start: datetime, end: datetime,
            now: datetime) -> Report:
     seconds = int((end - start).total_seconds())
-    priced = bool(prometheus.vector(f"count({PRICE})", end))
+    # Priced where some GPU had a price at some point of the range.
+    priced = bool(prometheus.vector(f"count(last_over_time({NODE_PRICE}[{seconds}s]))", end))
     queries = range_gpu_hours(by, "", f"{seconds}s", priced)
     rows: dict[str, dict[str, float]] = {}
     for column, query in queries.items():
@@ -74,8 +75,8 @@ def report(prometheus: Prometheus, by: str, start: datetime, end: datetime,
                         f"Prometheus keeps (retention {retention / 86400:g} days before now): "
                         f"the figures count only what it still has")
     if not priced:
-        warnings.append("no GPU model has a price (monitoring.usage.pricePerGpuHour): GPU-hours "
-                        "only")
+        warnings.append("no GPU had a price over the range (monitoring.usage.pricePerGpuHour, "
+                        "nodeGroupPrices): GPU-hours only")
     return Report(by, start, end, list(queries), rows, warnings)
 
 

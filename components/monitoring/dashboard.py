@@ -27,6 +27,7 @@ from ..base.gpu_faults import (
     QUARANTINE_TAINT,
 )
 from .inputs import MonitoringInputs
+from .ksm import ksm_label
 from .rules import (
     NAMESPACE_ALLOCATED,
     NODE_ALLOCATABLE,
@@ -39,7 +40,6 @@ from .rules import (
     domain_free_gpus,
     domain_whole_free_nodes,
     extra_device_plugins,
-    ksm_label,
     unserved_gpu_nodes,
     untainted_gpu_nodes,
 )
@@ -343,7 +343,7 @@ def showback_panels(inputs: MonitoringInputs) -> list:
     and namespace over the dashboard's range; GPUs held and active; the pods holding idle GPUs
     now."""
     usage = inputs.monitoring.usage
-    priced = bool(usage.price_per_gpu_hour)
+    priced = usage.priced()
     window, percent = usage.window, f"{usage.active_threshold * 100:g}%"
     model_filter = 'modelName=~"$model"'
     namespaces = f'namespace=~"$namespace", {model_filter}'
@@ -351,8 +351,9 @@ def showback_panels(inputs: MonitoringInputs) -> list:
     active_means = (f"A GPU is active while its engine is busy more than {percent} of the "
                     "time (DCGM_FI_PROF_GR_ENGINE_ACTIVE; DCGM_FI_DEV_GPU_UTIL where the GPU "
                     "does not report it).")
-    cost_means = (" Cost: GPU-hours times monitoring.usage.pricePerGpuHour of the GPU model, "
-                  "for priced models only." if priced else "")
+    cost_means = (" Cost: each minute a GPU was held, its price per GPU-hour over 60: that of "
+                  "the first of monitoring.usage.nodeGroupPrices its node matches, else "
+                  "pricePerGpuHour of its model; unpriced GPUs cost nothing." if priced else "")
     teams = [
         _columns("GPU-hours per team",
                  "Over the dashboard's time range, GPUs of the team's namespaces: held "

@@ -131,7 +131,8 @@ def kube_state_metrics_warnings(deployments: list[dict], inputs: MonitoringInput
             warnings.append(
                 f"kube-state-metrics {meta['namespace']}/{meta['name']} does not export the "
                 f"labels {wanted}: the audit mode's panel, the alert on GPU nodes without "
-                f"the taint and the free GPUs per network domain read them; add them to its "
+                f"the taint, the free GPUs per network domain and showback's node group "
+                f"prices read them; add them to its "
                 f"--metric-labels-allowlist (the chart's metricLabelsAllowlist)")
     return warnings
 

@@ -23,8 +23,6 @@ own, built in usage.py.
 
 from __future__ import annotations
 
-import re
-
 from ..base import manifests
 from ..base.facts import (
     GPU_PRESENT_LABEL,
@@ -35,20 +33,10 @@ from ..base.gpu_faults import DCGM_JOB, FAULTS, GpuFault
 from ..base.mixin import alert
 from . import usage
 from .inputs import MonitoringInputs
+from .ksm import ksm_label, ksm_resource
 
 COMPONENT = "monitoring"
 RULE_NAME = "gpu-platform"
-
-
-def ksm_resource(name: str) -> str:
-    """The `resource` label kube-state-metrics gives an extended resource."""
-    return re.sub(r"[^A-Za-z0-9_]", "_", name)
-
-
-def ksm_label(key: str) -> str:
-    """The label kube-state-metrics gives an allow-listed Kubernetes label in its
-    `kube_<kind>_labels` series (sanitized, then snake case)."""
-    return "label_" + re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", ksm_resource(key)).lower()
 
 
 GPU = ksm_resource(GPU_RESOURCE)

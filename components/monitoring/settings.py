@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from ..base.facts import DEFAULT_ACTIVE_THRESHOLD
 from ..base.mixin import AlertSettings
@@ -43,6 +43,39 @@ class GrafanaSettings(Model):
 USAGE_MIN_WINDOW = "10m"
 
 
+def check_prices(prices: dict[str, float]) -> dict[str, float]:
+    for model, price in prices.items():
+        if not model.strip():
+            raise Invalid("a price for no GPU model", "the exporter's modelName of a GPU, such "
+                          "as NVIDIA H100 80GB HBM3", value=prices, has_value=True)
+        if not math.isfinite(price) or price < 0:
+            raise Invalid("not a price", "a number, 0 or more", at=(model,), value=price,
+                          has_value=True)
+    return prices
+
+
+# Prices per GPU-hour keyed by the model name the DCGM exporter reports.
+ModelPrices = Annotated[dict[str, float], AfterValidator(check_prices)]
+PRICE_KEYS = ("keyed by the model name the DCGM exporter reports (its `modelName` label, e.g. "
+              "`NVIDIA H100 80GB HBM3`); a key that names no GPU model of the cluster's nodes "
+              "stops the preview")
+
+
+class NodeGroupPrice(Model):
+    """What a GPU-hour costs on the nodes a selector matches: a node group, a capacity type
+    (on-demand, spot, reserved, a capacity block) or any set of node labels."""
+
+    node_selector: Labels = Field(
+        min_length=1,
+        description="The node labels (all of them) that pick the nodes these prices hold for, "
+                    "e.g. `karpenter.sh/capacity-type: spot` or `eks.amazonaws.com/nodegroup: "
+                    "h100-reserved`.")
+    price_per_gpu_hour: ModelPrices = Field(
+        min_length=1,
+        description=f"A price per GPU-hour (0 or more) per GPU model on those nodes, "
+                    f"{PRICE_KEYS}.")
+
+
 class UsageSettings(Model):
     """GPU use next to allocation: when a GPU counts as active, the window use is recorded over,
     and the prices the dashboard's showback row multiplies GPU-hours by."""
@@ -59,13 +92,19 @@ class UsageSettings(Model):
                     "graphics/compute engine is busy (0..1, both exclusive), is above this. "
                     "Read from DCGM_FI_PROF_GR_ENGINE_ACTIVE, or, for a GPU whose exporter "
                     "does not report it, from DCGM_FI_DEV_GPU_UTIL / 100.")
-    price_per_gpu_hour: dict[str, float] = Field(
+    price_per_gpu_hour: ModelPrices = Field(
         default_factory=dict,
-        description="Showback: a price per GPU-hour (0 or more) per GPU model, keyed by the "
-                    "model name the DCGM exporter reports (its `modelName` label, e.g. "
-                    "`NVIDIA H100 80GB HBM3`). Costs are shown for the models priced here "
-                    "only; empty: no costs. A key that names no GPU model of the cluster's "
-                    "nodes stops the preview.")
+        description=f"Showback: a price per GPU-hour (0 or more) per GPU model, {PRICE_KEYS}. "
+                    f"Costs are shown for the GPUs priced here or in `nodeGroupPrices` only; "
+                    f"neither set: no costs.")
+    node_group_prices: list[NodeGroupPrice] = Field(
+        default_factory=list,
+        description="Showback: prices for the GPUs of some nodes only (a node group, a capacity "
+                    "type), over `pricePerGpuHour`: a GPU costs what the first entry whose "
+                    "`nodeSelector` its node matches and that prices its model says, else its "
+                    "model's price. Costs count from the minute a price applies (a change of "
+                    "price or of a node's labels counts from then on). The selectors' labels "
+                    "are exported by kube-state-metrics (`kube_node_labels`).")
     currency: str | None = Field(
         default=None, max_length=8,
         description="The prices' currency, as the dashboard writes it after a cost (e.g. "
@@ -87,17 +126,12 @@ class UsageSettings(Model):
                           "(0.05 is 5%)")
         return value
 
-    @field_validator("price_per_gpu_hour")
-    @classmethod
-    def prices_are_amounts(cls, prices: dict[str, float]) -> dict[str, float]:
-        for model, price in prices.items():
-            if not model.strip():
-                raise Invalid("a price for no GPU model", "the exporter's modelName of a GPU, "
-                              "such as NVIDIA H100 80GB HBM3", value=prices, has_value=True)
-            if not math.isfinite(price) or price < 0:
-                raise Invalid("not a price", "a number, 0 or more", at=(model,), value=price,
-                              has_value=True)
-        return prices
+    def node_labels(self) -> list[str]:
+        """The node labels the prices select by, which kube-state-metrics must export."""
+        return sorted({key for group in self.node_group_prices for key in group.node_selector})
+
+    def priced(self) -> bool:
+        return bool(self.price_per_gpu_hour or self.node_group_prices)
 
 
 class StorageSettings(Model):

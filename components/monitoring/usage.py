@@ -19,7 +19,11 @@ a GPU busy with one small kernel as fully active.
 
 from __future__ import annotations
 
+import json
+
 from .inputs import MonitoringInputs
+from .ksm import ksm_label
+from .settings import NodeGroupPrice, UsageSettings
 
 GROUP = "gpu-platform-usage"
 # The group runs once a minute whatever Prometheus' own evaluation interval: each sample of a
@@ -35,7 +39,8 @@ POD_KEY = "namespace, pod, node, modelName"
 
 # Recorded series, in evaluation order.
 TEAM_NAMESPACE = "gpu_platform:namespace_team:info"
-PRICE = "gpu_platform:price_per_gpu_hour:setting"
+NODE_PRICE = "gpu_platform:node_price_per_gpu_hour:setting"
+GPU_PRICE = "gpu_platform:gpu_price_per_hour:held"
 GPU_ACTIVITY = "gpu_platform:gpu_activity:ratio"
 GPU_ACTIVE = "gpu_platform:gpu_active:bool"
 IDLE_POD_GPUS = "gpu_platform:idle_pod_gpus:count"
@@ -52,6 +57,11 @@ def active(level: str) -> str:
     return f"gpu_platform:{level}_gpus_active:count"
 
 
+def price_sum(level: str, kind: str) -> str:
+    """What the level's GPUs `held` or `active` now cost an hour, by GPU model."""
+    return f"gpu_platform:{level}_gpus_{kind}:price_per_hour"
+
+
 def gpu_hours(level: str, kind: str) -> str:
     """GPU-hours `allocated`, `used` (active) or `idle` over the window, by GPU model."""
     return f"gpu_platform:{level}_gpu_hours_{kind}:window"
@@ -61,24 +71,22 @@ def range_gpu_hours(level: str, select: str, over: str, priced: bool) -> dict[st
     """Showback over a range (`over`, a PromQL duration, `$__range` on the dashboard): each
     column with its query, one series per `level` (team or namespace) of the pods `select`
     matches. GPU-hours allocated, used and idle are sums of the minute samples the rules record;
-    costs, where `priced`, multiply them by the price of each GPU model (a model without a
-    price has no price series, and the join leaves it out). One definition for the dashboard's
-    tables and the showback report."""
+    costs, where `priced`, sums of the minute samples of what the GPUs held cost an hour (a GPU
+    without a price adds nothing). One definition for the dashboard's tables and the showback
+    report."""
     def over_range(series: str) -> str:
         return f"sum_over_time({series}{{{select}}}[{over}])"
-    allocated = over_range(held(level))
-    used = over_range(active(level))
-    idle = f"({allocated} - {used})"
 
     def total(expr: str) -> str:
         return f"sum by ({level}) ({expr}) / {SAMPLES_PER_HOUR}"
 
-    def cost(expr: str) -> str:
-        return total(f"{expr} * on (modelName) group_left () {PRICE}")
+    allocated, used = over_range(held(level)), over_range(active(level))
     columns = {"GPU-hours allocated": total(allocated), "GPU-hours used": total(used),
-               "GPU-hours idle": total(idle)}
+               "GPU-hours idle": total(f"({allocated} - {used})")}
     if priced:
-        columns |= {"cost": cost(allocated), "cost of idle GPUs": cost(idle)}
+        cost, cost_active = over_range(price_sum(level, "held")), \
+            over_range(price_sum(level, "active"))
+        columns |= {"cost": total(cost), "cost of idle GPUs": total(f"({cost} - {cost_active})")}
     return columns
 
 
@@ -102,12 +110,65 @@ def activity(over: str | None = None, select: str = HELD) -> str:
             f"{_per_gpu(UTILIZATION_PERCENT, select, over)} / 100)")
 
 
-def _level_counts(level: str, by: str, gpus: str) -> list[dict]:
+def _of_level(level: str, series: str) -> str:
+    """Per-GPU `series` with the level's label: a namespace's team joined where the level is
+    team."""
+    if level == "team":
+        return f"{series} * on (namespace) group_left (team) {TEAM_NAMESPACE}"
+    return series
+
+
+def _level_counts(level: str, by: str) -> list[dict]:
     """GPUs held and active now at one level; a GPU that several of its pods share (time
     slices, a shared claim) counts once per namespace and team."""
+    gpus = _of_level(level, GPU_ACTIVE)
     distinct = gpus if level == "pod" else f"max by ({by}, UUID) ({gpus})"
     return [{"record": held(level), "expr": f"count by ({by}) ({distinct})"},
             {"record": active(level), "expr": f"sum by ({by}) ({distinct})"}]
+
+
+def _level_prices(level: str, by: str) -> list[dict]:
+    """What the GPUs held and active now at one level cost an hour, a shared GPU once."""
+    def summed(series: str) -> str:
+        return f"sum by ({by}) (max by ({by}, UUID) ({_of_level(level, series)}))"
+    return [{"record": price_sum(level, "held"), "expr": summed(GPU_PRICE)},
+            {"record": price_sum(level, "active"), "expr": summed(f"{GPU_PRICE} * {GPU_ACTIVE}")}]
+
+
+def _quoted(value: str) -> str:
+    """A PromQL string (Go's escapes, which JSON's are)."""
+    return json.dumps(value)
+
+
+def _nodes(group: NodeGroupPrice) -> str:
+    """The nodes whose labels, as kube-state-metrics exports them, match the group's selector."""
+    selector = ", ".join(f"{ksm_label(key)}={_quoted(value)}"
+                         for key, value in sorted(group.node_selector.items()))
+    return f"group by (node) (kube_node_labels{{{selector}}})"
+
+
+def node_price_rules(usage: UsageSettings) -> list[dict]:
+    """Each GPU node's price per GPU-hour for each priced model it holds: that of the first of
+    `nodeGroupPrices` whose selector the node matches and that prices the model, else the
+    model's own (`pricePerGpuHour`); none where neither prices it. Each rule records the nodes
+    no earlier rule for the model took."""
+    groups = usage.node_group_prices
+    models = {*usage.price_per_gpu_hour, *(m for g in groups for m in g.price_per_gpu_hour)}
+    rules = []
+    for model in sorted(models):
+        of_model = f"modelName={_quoted(model)}"
+        gpus = (f"group by (node, modelName) ({UTILIZATION_PERCENT}{{{of_model}}} or "
+                f"{PROFILING_ACTIVITY}{{{of_model}}})")
+        pricing = [group for group in groups if model in group.price_per_gpu_hour]
+        choices = [(f"{gpus} and on (node) {_nodes(group)}", group.price_per_gpu_hour[model])
+                   for group in pricing]
+        if model in usage.price_per_gpu_hour:
+            choices.append((gpus, usage.price_per_gpu_hour[model]))
+        for index, (nodes, price) in enumerate(choices):
+            taken = " or ".join(_nodes(group) for group in pricing[:index])
+            picked = f"{nodes} unless on (node) ({taken})" if taken else nodes
+            rules.append({"record": NODE_PRICE, "expr": f"({picked}) * 0 + {price!r}"})
+    return rules
 
 
 def _level_hours(level: str, window: str) -> list[dict]:
@@ -129,21 +190,23 @@ def usage_rules(inputs: MonitoringInputs) -> list[dict]:
     settings = [{"record": TEAM_NAMESPACE, "expr": "vector(1)",
                  "labels": {"namespace": namespace, "team": team}}
                 for namespace, team in sorted(teams.items())]
-    settings += [{"record": PRICE, "expr": f"vector({price!r})", "labels": {"modelName": model}}
-                 for model, price in sorted(usage.price_per_gpu_hour.items())]
-    levels = [("pod", POD_KEY, GPU_ACTIVE),
-              ("namespace", "namespace, modelName", GPU_ACTIVE)]
+    levels = [("pod", POD_KEY), ("namespace", "namespace, modelName")]
     if teams:
-        levels.append(("team", "team, modelName",
-                       f"{GPU_ACTIVE} * on (namespace) group_left (team) {TEAM_NAMESPACE}"))
-    counts = [rule for level, by, gpus in levels for rule in _level_counts(level, by, gpus)]
-    hours = [rule for level, _, _ in levels for rule in _level_hours(level, window)]
+        levels.append(("team", "team, modelName"))
+    counts = [rule for level, by in levels for rule in _level_counts(level, by)]
+    hours = [rule for level, _ in levels for rule in _level_hours(level, window)]
+    prices = [*node_price_rules(usage),
+              {"record": GPU_PRICE,
+               "expr": f"{GPU_ACTIVE} * 0 + on (node, modelName) group_left () {NODE_PRICE}"},
+              *(rule for level, by in levels[1:] for rule in _level_prices(level, by))
+              ] if usage.priced() else []
     return [
         *settings,
         {"record": GPU_ACTIVITY, "expr": activity()},
         {"record": GPU_ACTIVE, "expr": f"{GPU_ACTIVITY} > bool {threshold!r}"},
         *counts,
         *hours,
+        *prices,
         {"record": IDLE_POD_GPUS, "expr": idle_pods(window, threshold)},
     ]
 

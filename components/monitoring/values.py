@@ -19,9 +19,12 @@ DASHBOARD_LABEL = ("grafana_dashboard", "1")
 def ksm_labels(inputs: MonitoringInputs) -> dict[str, list[str]]:
     """The labels kube-state-metrics must export (kube_pod_labels and kube_node_labels carry
     only allow-listed ones), by kind: the audit mode's, for the dashboard; the one that marks GPU
-    nodes, for the rules; the teams' network levels, for the free GPUs per domain."""
+    nodes, for the rules; the teams' network levels, for the free GPUs per domain; those
+    showback's node group prices select by."""
     levels = inputs.teams.topology_levels if inputs.teams else []
-    return {"pods": [AUDIT_LABEL], "nodes": [GPU_PRESENT_LABEL[0], *levels]}
+    nodes = [GPU_PRESENT_LABEL[0], *levels]
+    prices = [label for label in inputs.monitoring.usage.node_labels() if label not in nodes]
+    return {"pods": [AUDIT_LABEL], "nodes": [*nodes, *prices]}
 # Facts of the pinned chart (kube-prometheus-stack 88.5.3, appVersion v0.93.1, with the
 # subcharts it pins: grafana 12.11.1, kube-state-metrics 8.4.0, prometheus-node-exporter
 # 4.56.1), read from their values.yaml and templates: the images the values below deploy, as

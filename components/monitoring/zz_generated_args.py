@@ -45,6 +45,20 @@ class GrafanaSettings(TypedDict):
      "generated and kept as a Pulumi secret.")
 
 
+class NodeGroupPrice(TypedDict):
+    ("What a GPU-hour costs on the nodes a selector matches: a node group, a capacity type "
+     "(on-demand, spot, reserved, a capacity block) or any set of node labels.")
+    node_selector: dict[str, str]
+    ("The node labels (all of them) that pick the nodes these prices hold for, e.g. "
+     "`karpenter.sh/capacity-type: spot` or `eks.amazonaws.com/nodegroup: h100-reserved`. "
+     "Allowed: at least 1 entry.")
+    price_per_gpu_hour: dict[str, float]
+    ("A price per GPU-hour (0 or more) per GPU model on those nodes, keyed by the model name "
+     "the DCGM exporter reports (its `modelName` label, e.g. `NVIDIA H100 80GB HBM3`); a key "
+     "that names no GPU model of the cluster's nodes stops the preview. Allowed: at least 1 "
+     "entry.")
+
+
 class UsageSettings(TypedDict):
     ("GPU use next to allocation: when a GPU counts as active, the window use is recorded "
      "over, and the prices the dashboard's showback row multiplies GPU-hours by.")
@@ -59,9 +73,17 @@ class UsageSettings(TypedDict):
      "DCGM_FI_DEV_GPU_UTIL / 100. Default: `0.05`.")
     price_per_gpu_hour: NotRequired[dict[str, float]]
     ("Showback: a price per GPU-hour (0 or more) per GPU model, keyed by the model name the "
-     "DCGM exporter reports (its `modelName` label, e.g. `NVIDIA H100 80GB HBM3`). Costs are "
-     "shown for the models priced here only; empty: no costs. A key that names no GPU model "
-     "of the cluster's nodes stops the preview. Default: `{}`.")
+     "DCGM exporter reports (its `modelName` label, e.g. `NVIDIA H100 80GB HBM3`); a key "
+     "that names no GPU model of the cluster's nodes stops the preview. Costs are shown for "
+     "the GPUs priced here or in `nodeGroupPrices` only; neither set: no costs. Default: "
+     "`{}`.")
+    node_group_prices: NotRequired[list[NodeGroupPrice]]
+    ("Showback: prices for the GPUs of some nodes only (a node group, a capacity type), over "
+     "`pricePerGpuHour`: a GPU costs what the first entry whose `nodeSelector` its node "
+     "matches and that prices its model says, else its model's price. Costs count from the "
+     "minute a price applies (a change of price or of a node's labels counts from then on). "
+     "The selectors' labels are exported by kube-state-metrics (`kube_node_labels`). "
+     "Default: `[]`.")
     currency: NotRequired[str | None]
     ("The prices' currency, as the dashboard writes it after a cost (e.g. `EUR`; at most 8 "
      "characters); unset: costs are plain numbers.")

@@ -23,26 +23,26 @@ class PriceError(Exception):
 
 def price_reads(settings: StackSettings) -> list[Read]:
     """What the check reads (the preview identity is granted it)."""
-    return [NODES] if settings.monitoring.usage.price_per_gpu_hour else []
+    return [NODES] if settings.monitoring.usage.priced() else []
 
 
 def check_prices(settings: StackSettings) -> None:
     """Refuses (PriceError) every price key that names no GPU model of the cluster's nodes;
     warns where that cannot be told."""
-    prices = settings.monitoring.usage.price_per_gpu_hour
-    if not prices:
+    usage = settings.monitoring.usage
+    if not usage.priced():
         return
     try:
         with ClusterReader(settings.cluster) as reader:
             nodes = reader.items(NODES.path())
     except NotAllowed as refused:
-        pulumi.log.warn(f"{CONFIG_NAMESPACE}: monitoring.usage.pricePerGpuHour: the price keys "
+        pulumi.log.warn(f"{CONFIG_NAMESPACE}: monitoring.usage: the price keys "
                         f"were not checked against the cluster's GPU models ({refused}); the "
                         f"preview identity needs to list nodes")
         return
     except ClusterUnreachable as error:
         raise ClusterError(str(error)) from None
-    found = price_findings(prices, nodes)
+    found = price_findings(usage, nodes)
     for warning in found.warnings:
         pulumi.log.warn(warning)
     if found.problems:

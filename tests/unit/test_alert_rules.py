@@ -14,6 +14,7 @@ import yaml
 from components import monitoring
 from components.monitoring import dashboard
 from components.monitoring import rules as gpu_rules
+from components.monitoring.ksm import ksm_label
 from components.platform.config import load_settings
 from tests.kit.harness import monitoring_of
 from tests.kit.stacks import TEAMS, raw, with_changes
@@ -535,7 +536,7 @@ def test_free_gpus_and_whole_free_nodes_are_shown_per_rack(promtool_bin, tmp_pat
     inputs = monitoring_of(WITH_RACKS)
     assert f"nodes=[nvidia.com/gpu.present,{RACK}]" in monitoring.chart_values(inputs)[
         "kube-state-metrics"]["metricLabelsAllowlist"]
-    label = gpu_rules.ksm_label(RACK)
+    label = ksm_label(RACK)
     by_title = {p["title"]: p["targets"][0]["expr"]
                 for p in dashboard.dashboard(inputs)["panels"] if p.get("targets")}
     free, whole = by_title[f"Free GPUs per {RACK}"], by_title[f"Whole free GPU nodes per {RACK}"]

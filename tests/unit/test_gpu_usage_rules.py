@@ -297,6 +297,62 @@ def test_showback_tables_cost_only_priced_models(promtool_bin, tmp_path):
         "promql_expr_test": tests}], settings=DEVICE_PLUGIN)
 
 
+SPOT = {"karpenter.sh/capacity-type": "spot"}
+RESERVED = {"eks.amazonaws.com/nodegroup": "h100-reserved"}
+NODE_GROUPS = {"pricePerGpuHour": {H100: 2.5}, "nodeGroupPrices": [
+    {"nodeSelector": SPOT, "pricePerGpuHour": {H100: 1.0}},
+    {"nodeSelector": RESERVED, "pricePerGpuHour": {H100: 2.0, A100: 1.5}}]}
+
+
+def node_labels(node: str, labels: dict[str, str], values: str) -> dict:
+    """kube_node_labels as kube-state-metrics exports a node's allow-listed labels."""
+    exported = {"job": "kube-state-metrics", "node": node} | {
+        "label_" + key.replace(".", "_").replace("/", "_").replace("-", "_"): value
+        for key, value in labels.items()}
+    return {"series": "kube_node_labels" + text(exported), "values": values}
+
+
+@PATHS
+def test_a_gpu_costs_what_the_first_node_group_matching_its_node_says(promtool_bin, tmp_path,
+                                                                      settings):
+    """Over the hour to 90m, one pod per namespace, H100s at 2.5 an hour, spot nodes' at 1.0,
+    the reserved group's at 2.0 (A100s 1.5): research's busy H100 on an unlabelled node costs
+    2.5; research-batch's idle H100 on a node both spot and reserved costs 1.0 (spot comes
+    first); vision's idle A100 on a reserved node 1.5; other's A100 on an unlabelled node
+    nothing (no price for its model there); tools' H100 on a node that turned spot at 60m
+    costs 29 minutes at 2.5 and 31 at 1.0 (the minute samples in the range)."""
+    priced = load_settings(raw(with_changes(
+        kubernetesVersion=settings.kubernetes_version,
+        gpuOperator={"gpuPath": settings.gpu_operator.gpu_path}, teams=TEAMS,
+        monitoring={"usage": NODE_GROUPS})))
+    series = [exporter(PROFILING, priced, 0, "0.7x120", pod="a"),
+              exporter(PROFILING, priced, 0, "0x120", pod="b", namespace="research-batch",
+                       node="n2"),
+              exporter(PROFILING, priced, 0, "0x120", pod="v", namespace="vision", node="n3",
+                       model=A100),
+              exporter(PROFILING, priced, 0, "0x120", pod="o", namespace="other", node="n4",
+                       model=A100),
+              exporter(PROFILING, priced, 0, "0x120", pod="t", namespace="tools", node="n5"),
+              node_labels("n1", {}, "1x120"), node_labels("n2", SPOT | RESERVED, "1x120"),
+              node_labels("n3", RESERVED, "1x120"), node_labels("n4", {}, "1x120"),
+              node_labels("n5", {}, "1x59 stale"), node_labels("n5", SPOT, "_x60 1x60")]
+    tools = (29 * 2.5 + 31 * 1.0) / 60
+    board = dashboard.dashboard(monitoring_of(priced))
+    tests = []
+    for title, by, rows in (
+            ("GPU-hours per namespace", "namespace", {
+                "research": (2.5, 0), "research-batch": (1.0, 1.0), "vision": (1.5, 1.5),
+                "tools": (tools, tools)}),
+            ("GPU-hours per team", "team", {"research": (3.5, 1.0), "vision": (1.5, 1.5)})):
+        columns = table_columns(board, title)
+        for index, column in enumerate(("cost", "cost of idle GPUs")):
+            tests.append({"expr": as_grafana_sends_it(columns[column], "1h"), "eval_time": "90m",
+                          "exp_samples": [{"labels": f'{{{by}="{name}"}}', "value": row[index]}
+                                          for name, row in rows.items()]})
+    run_promtool_tests(promtool_bin, tmp_path, [{
+        "interval": "1m", "input_series": series, "promql_expr_test": tests}], settings=priced)
+
+
 def test_the_idle_pods_table_lists_the_idle_set_with_its_idle_hours(promtool_bin, tmp_path):
     board = dashboard.dashboard(monitoring_of(DEVICE_PLUGIN))
     columns = table_columns(board, "Pods holding idle GPUs now")
@@ -344,8 +400,14 @@ def test_costs_carry_the_stacks_currency():
      "0 or more"),
     ({"pricePerGpuHour": {" ": 1}}, "monitoring.usage.pricePerGpuHour", '{" ": 1.0}',
      "the exporter's modelName"),
+    ({"nodeGroupPrices": [{"nodeSelector": {}, "pricePerGpuHour": {H100: 1}}]},
+     "monitoring.usage.nodeGroupPrices[0].nodeSelector", "{}", "at least 1 item"),
+    ({"nodeGroupPrices": [{"nodeSelector": {"karpenter.sh/capacity-type": "spot"},
+                           "pricePerGpuHour": {H100: -1}}]},
+     f"monitoring.usage.nodeGroupPrices[0].pricePerGpuHour.{H100}", "-1", "0 or more"),
 ], ids=["window too short", "window past the retention", "a percent for a fraction",
-        "a negative price", "a price of no model"])
+        "a negative price", "a price of no model", "a node group of every node",
+        "a negative node group price"])
 def test_a_bad_usage_setting_is_named_with_its_value(usage, setting, value, allowed):
     with pytest.raises(SettingsError) as raised:
         load_settings(raw(with_changes(monitoring={"usage": usage})))

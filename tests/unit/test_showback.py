@@ -77,7 +77,8 @@ def prometheus():
     values = {"GPU-hours allocated": (1440.0, 720.0), "GPU-hours used": (720.0, 0.0),
               "GPU-hours idle": (720.0, 720.0), "cost": (3600.0,),
               "cost of idle GPUs": (1800.0,)}
-    StandIn.answers = {f"count({usage.PRICE})": [{"metric": {}, "value": [0, "1"]}]} | {
+    priced = f"count(last_over_time({usage.NODE_PRICE}[{31 * 86400}s]))"
+    StandIn.answers = {priced: [{"metric": {}, "value": [0, "1"]}]} | {
         query: [{"metric": {"team": team}, "value": [0, str(value)]}
                 for team, value in zip(("research", "vision"), values[column], strict=False)]
         for column, query in queries.items()}

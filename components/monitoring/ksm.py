@@ -1,0 +1,17 @@
+"""How kube-state-metrics names what it exports (pinned in values.py): extended resources in the
+`resource` label, allow-listed Kubernetes labels as `label_<key>` of `kube_<kind>_labels`."""
+
+from __future__ import annotations
+
+import re
+
+
+def ksm_resource(name: str) -> str:
+    """The `resource` label kube-state-metrics gives an extended resource."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)
+
+
+def ksm_label(key: str) -> str:
+    """The label kube-state-metrics gives an allow-listed Kubernetes label in its
+    `kube_<kind>_labels` series (sanitized, then snake case)."""
+    return "label_" + re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", ksm_resource(key)).lower()
