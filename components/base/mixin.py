@@ -94,6 +94,10 @@ class Mixin(Model):
         description="Its alerting rules, as a PrometheusRule holds them (an expression may be "
                     "an output, known once a resource exists).")
     scrapes: list[Scrape] = Field(default_factory=list, description="Its scraped endpoints.")
+    pod_annotations: list[str] = Field(
+        default_factory=list,
+        description="The pod annotations its alerts read (`kube_pod_annotations`), which "
+                    "kube-state-metrics must export.")
     critical_pods_namespaces: list[str] = Field(
         default_factory=list,
         description="Its namespaces that hold a critical-pods quota: one alert covers them "

@@ -181,6 +181,9 @@ class Mixin(TypedDict):
      "known once a resource exists). Default: `[]`.")
     scrapes: NotRequired[list[Scrape]]
     "Its scraped endpoints. Default: `[]`."
+    pod_annotations: NotRequired[list[str]]
+    ("The pod annotations its alerts read (`kube_pod_annotations`), which kube-state-metrics "
+     "must export. Default: `[]`.")
     critical_pods_namespaces: NotRequired[list[str]]
     ("Its namespaces that hold a critical-pods quota: one alert covers them all when one is "
      "nearly full. Default: `[]`.")

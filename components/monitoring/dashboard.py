@@ -26,8 +26,8 @@ from ..base.gpu_faults import (
     PODS_MOVED,
     QUARANTINE_TAINT,
 )
+from ..base.ksm import ksm_label
 from .inputs import MonitoringInputs
-from .ksm import ksm_label
 from .rules import (
     NAMESPACE_ALLOCATED,
     NODE_ALLOCATABLE,

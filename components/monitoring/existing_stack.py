@@ -13,7 +13,7 @@ import re
 from ..base.model import ClusterReads, Findings, Read
 from .inputs import MonitoringInputs
 from .monitors import prometheus_objects
-from .values import ksm_labels
+from .values import ksm_annotations, ksm_labels
 
 PROMETHEUS_API = "monitoring.coreos.com/v1"
 # Which of a Prometheus' selectors pick each kind the platform declares, and which namespaces
@@ -97,11 +97,12 @@ def unselected(prometheus: dict, namespace_labels: dict[str, str],
     return problems
 
 
-def allowlisted(arguments: list[str]) -> dict[str, set[str]]:
-    """The labels kube-state-metrics exports, by kind, from its --metric-labels-allowlist."""
+def allowlisted(arguments: list[str], what: str = "labels") -> dict[str, set[str]]:
+    """The labels (or annotations) kube-state-metrics exports, by kind, from its
+    --metric-labels-allowlist (--metric-annotations-allowlist)."""
     found: dict[str, set[str]] = {}
     for argument in arguments:
-        if argument.startswith("--metric-labels-allowlist="):
+        if argument.startswith(f"--metric-{what}-allowlist="):
             for kind, labels in re.findall(r"([\w.]+)=\[([^\]]*)\]", argument.split("=", 1)[1]):
                 found.setdefault(kind, set()).update(label.strip() for label in
                                                      labels.split(",") if label.strip())
@@ -120,20 +121,24 @@ def kube_state_metrics_warnings(deployments: list[dict], inputs: MonitoringInput
     for deployment in deployments:
         arguments = [a for c in deployment["spec"]["template"]["spec"]["containers"]
                      for a in c.get("args") or []]
-        exported = allowlisted(arguments)
-        missing = {kind: [label for label in labels if label not in exported.get(kind, set())
-                          and "*" not in exported.get(kind, set())]
-                   for kind, labels in ksm_labels(inputs).items()}
-        wanted = ",".join(f"{kind}=[{','.join(labels)}]" for kind, labels in missing.items()
-                          if labels)
-        if wanted:
-            meta = deployment["metadata"]
-            warnings.append(
-                f"kube-state-metrics {meta['namespace']}/{meta['name']} does not export the "
-                f"labels {wanted}: the audit mode's panel, the alert on GPU nodes without "
-                f"the taint, the free GPUs per network domain and showback's node group "
-                f"prices read them; add them to its "
-                f"--metric-labels-allowlist (the chart's metricLabelsAllowlist)")
+        meta = deployment["metadata"]
+        for what, needed, readers, chart_value in (
+                ("labels", ksm_labels(inputs), "the audit mode's panel, the alert on GPU nodes "
+                 "without the taint, the free GPUs per network domain and showback's node "
+                 "group prices", "metricLabelsAllowlist"),
+                ("annotations", ksm_annotations(inputs), "the alerts on idle pods reclaim "
+                 "will evict", "metricAnnotationsAllowList")):
+            exported = allowlisted(arguments, what)
+            missing = {kind: [name for name in names if name not in exported.get(kind, set())
+                              and "*" not in exported.get(kind, set())]
+                       for kind, names in needed.items()}
+            wanted = ",".join(f"{kind}=[{','.join(names)}]" for kind, names in missing.items()
+                              if names)
+            if wanted:
+                warnings.append(
+                    f"kube-state-metrics {meta['namespace']}/{meta['name']} does not export "
+                    f"the {what} {wanted}: {readers} read them; add them to its "
+                    f"--metric-{what}-allowlist (the chart's {chart_value})")
     return warnings
 
 

@@ -30,10 +30,10 @@ from ..base.facts import (
     NVIDIA_RESOURCES,
 )
 from ..base.gpu_faults import DCGM_JOB, FAULTS, GpuFault
+from ..base.ksm import ksm_label, ksm_resource
 from ..base.mixin import alert
 from . import usage
 from .inputs import MonitoringInputs
-from .ksm import ksm_label, ksm_resource
 
 COMPONENT = "monitoring"
 RULE_NAME = "gpu-platform"

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import json
 
+from ..base.ksm import ksm_label
 from .inputs import MonitoringInputs
-from .ksm import ksm_label
 from .settings import NodeGroupPrice, UsageSettings
 
 GROUP = "gpu-platform-usage"

@@ -16,6 +16,22 @@ GRAFANA_PORT = 80
 DASHBOARD_LABEL = ("grafana_dashboard", "1")
 
 
+def ksm_annotations(inputs: MonitoringInputs) -> dict[str, list[str]]:
+    """The annotations kube-state-metrics must export, by kind: those the mixins' alerts read."""
+    pods = sorted({name for mixin in inputs.mixins for name in mixin.pod_annotations})
+    return {"pods": pods} if pods else {}
+
+
+def kube_state_metrics_values(inputs: MonitoringInputs) -> dict:
+    """The labels and annotations kube-state-metrics exports, as its chart takes them."""
+    def allowlist(by_kind: dict[str, list[str]]) -> list[str]:
+        return [f"{kind}=[{','.join(names)}]" for kind, names in by_kind.items()]
+    values = {"metricLabelsAllowlist": allowlist(ksm_labels(inputs))}
+    if annotations := ksm_annotations(inputs):
+        values["metricAnnotationsAllowList"] = allowlist(annotations)
+    return values
+
+
 def ksm_labels(inputs: MonitoringInputs) -> dict[str, list[str]]:
     """The labels kube-state-metrics must export (kube_pod_labels and kube_node_labels carry
     only allow-listed ones), by kind: the audit mode's, for the dashboard; the one that marks GPU
@@ -112,8 +128,7 @@ def stack_values(inputs: MonitoringInputs) -> dict:
         "prometheus": {"prometheusSpec": prometheus_spec},
         "alertmanager": {"alertmanagerSpec": alertmanager_spec,
                          "config": alertmanager_config(inputs)},
-        "kube-state-metrics": {"metricLabelsAllowlist": [
-            f"{kind}=[{','.join(labels)}]" for kind, labels in ksm_labels(inputs).items()]},
+        "kube-state-metrics": kube_state_metrics_values(inputs),
         "grafana": {
             "admin": {"existingSecret": GRAFANA_ADMIN_SECRET, "userKey": GRAFANA_USER_KEY,
                       "passwordKey": GRAFANA_PASSWORD_KEY},

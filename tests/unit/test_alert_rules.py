@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from components import monitoring
+from components.base.ksm import ksm_label
 from components.monitoring import dashboard
 from components.monitoring import rules as gpu_rules
-from components.monitoring.ksm import ksm_label
 from components.platform.config import load_settings
 from tests.kit.harness import monitoring_of
 from tests.kit.stacks import TEAMS, raw, with_changes

@@ -205,6 +205,29 @@ def test_labels_kube_state_metrics_does_not_export_are_named():
             "nodes=[nvidia.com/gpu.present]") in warnings[0]
 
 
+def test_where_reclaim_evicts_the_pod_annotations_its_alert_reads_are_named():
+    """GpuIdlePodEvictionScheduled reads the deadline a run writes on the pod: a
+    kube-state-metrics that exports no pod annotation is told which to add, by the flag and
+    the chart value."""
+    evicting = load_settings(raw(with_changes(monitoring={"stack": "existing"}, reclaim={
+        "enabled": True, "action": "evict", "namespaces": ["research"],
+        "prometheusUrl": "http://prometheus-operated.monitoring.svc:9090"})))
+    [warning] = existing_stack.survey(cluster(deployments=(KSM,)),
+                                      monitoring_of(evicting)).warnings
+    assert warning.endswith(
+        "does not export the annotations pods=[gpu-platform.io/idle-evict-after,"
+        "gpu-platform.io/idle-reported-at]: the alerts on idle pods reclaim will evict read "
+        "them; add them to its --metric-annotations-allowlist (the chart's "
+        "metricAnnotationsAllowList)")
+    exported = {**KSM, "spec": {"template": {"spec": {"containers": [{
+        "name": "kube-state-metrics", "args": [
+            *KSM["spec"]["template"]["spec"]["containers"][0]["args"],
+            "--metric-annotations-allowlist=pods=[gpu-platform.io/idle-evict-after,"
+            "gpu-platform.io/idle-reported-at]"]}]}}}}
+    assert existing_stack.survey(cluster(deployments=(exported,)),
+                                 monitoring_of(evicting)).warnings == []
+
+
 # --- in a preview --------------------------------------------------------------------------------
 
 def test_a_preview_stops_on_a_problem_and_deploys_nothing(monkeypatch):

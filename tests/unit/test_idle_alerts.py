@@ -4,9 +4,14 @@ engine activity or, where a GPU reports none, utilization), in `promtool test ru
 
 import pytest
 
+from components import monitoring
+from components.gpu_reclaim.mixin import EVICTION_ALERT
 from components.monitoring import dashboard
+from components.platform.config import load_settings
 from tests.kit.harness import inputs_of, monitoring_of
+from tests.kit.stacks import raw, with_changes
 from tests.unit.test_alert_rules import GPU0, fires, run_promtool_tests
+from tests.unit.test_gpu_usage_rules import H100, PROFILING, TEAMS, exporter
 from tests.unit.test_monitoring import SETTINGS
 
 NOTEBOOK = f'{GPU0}, namespace="team-a", pod="notebook"'
@@ -66,3 +71,42 @@ def test_the_dashboard_the_alert_and_reclaim_agree_on_which_gpus_are_idle(
               "exp_samples": [{"labels": f"{{{pod}}}", "value": 1}] if idle else []},
              {"expr": reclaimed, "eval_time": "125m",
               "exp_samples": [{"labels": gpu, "value": 1}] if idle else []}]}])
+
+
+def test_a_pod_reclaim_will_evict_is_announced_to_its_team_with_its_deadline(promtool_bin,
+                                                                             tmp_path):
+    """research evicts, vision only reports. research's idle `train`, which a run gave a
+    deadline, raises GpuIdlePodEvictionScheduled labelled with its team (the team's receivers
+    get it) and with when it was reported and when it may go, its value the GPUs it holds; its
+    busy `serve`, whose deadline annotation the next run has not cleared yet, raises none, and
+    neither does vision's idle notebook, reported but never evicted."""
+    settings = load_settings(raw(with_changes(teams=TEAMS, reclaim={
+        "enabled": True, "action": "report", "teams": ["research", "vision"],
+        "policies": [{"teams": ["research"], "action": "evict"}]})))
+    reported, deadline = "2026-01-01T02:00:00Z", "2026-01-01T06:00:00Z"
+
+    def annotated(namespace: str, pod: str, evicts: bool) -> dict:
+        labels = (f'namespace="{namespace}", pod="{pod}", job="kube-state-metrics", '
+                  f'annotation_gpu_platform_io_idle_reported_at="{reported}"')
+        if evicts:
+            labels += f', annotation_gpu_platform_io_idle_evict_after="{deadline}"'
+        return {"series": f"kube_pod_annotations{{{labels}}}", "values": "1x180"}
+    series = [exporter(PROFILING, settings, gpu, "0x180", pod="train") for gpu in (0, 1)]
+    series += [exporter(PROFILING, settings, 2, "0.6x180", pod="serve"),
+               exporter(PROFILING, settings, 0, "0x180", pod="notebook", namespace="vision",
+                        node="n2"),
+               annotated("research", "train", True), annotated("research", "serve", True),
+               annotated("vision", "notebook", False)]
+    announced = {"namespace": "research", "pod": "train", "node": "n1", "modelName": H100,
+                 "annotation_gpu_platform_io_idle_reported_at": reported,
+                 "annotation_gpu_platform_io_idle_evict_after": deadline,
+                 "severity": "warning", "team": "research"}
+    run_promtool_tests(promtool_bin, tmp_path, [
+        {"interval": "1m", "input_series": series,
+         "alert_rule_test": [fires(EVICTION_ALERT, "110m", []),
+                             fires(EVICTION_ALERT, "150m", [announced])]},
+    ], settings=settings)
+    # The platform's kube-state-metrics exports the two annotations the alert reads.
+    values = monitoring.chart_values(monitoring_of(settings))["kube-state-metrics"]
+    assert values["metricAnnotationsAllowList"] == [
+        "pods=[gpu-platform.io/idle-evict-after,gpu-platform.io/idle-reported-at]"]
