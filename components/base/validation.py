@@ -158,14 +158,13 @@ def go_duration_seconds(duration: str) -> float:
     return sum(int(n) * units[unit] for n, unit in re.findall(r"([0-9]+)(ms|s|m|h)", duration))
 
 
-def check_cron_schedule(value: str, example: str) -> str:
+def check_cron_schedule(value: str) -> str:
     """A CronJob's schedule: five numeric cron fields (no macros such as @hourly, no names of
-    months or days); `example` is a schedule the error shows as allowed."""
+    months or days)."""
     fields = value.split()
     if len(fields) != 5 or not all(CRON_FIELD.match(f) for f in fields):
-        raise Invalid("not a cron schedule",
-                      "five fields: minute hour day-of-month month day-of-week, e.g. "
-                      f"\"{example}\"")
+        raise Invalid("not a cron schedule", "five numeric fields: minute hour day-of-month "
+                      "month day-of-week, e.g. \"*/10 * * * *\"")
     return value
 
 
@@ -200,6 +199,12 @@ def extra_values_field():
     return Field(default_factory=dict,
                  description="Further chart values, merged over the generated ones; keys that "
                              "other settings own are refused.")
+
+
+def cron_schedule_field(default: str, run: str):
+    """When an in-cluster CronJob's run (`run`, as the description names it) starts."""
+    return Field(default=default, description=f"When {run} starts (cron, the cluster's time "
+                                              f"zone).")
 
 
 def cron_job_namespace_field(default: str):
@@ -259,6 +264,7 @@ OwnNamespace = Annotated[str, AfterValidator(check_own_namespace)]
 NamespaceNames = Annotated[list[str], AfterValidator(check_namespace_names)]
 GoDuration = Annotated[str, AfterValidator(check_go_duration)]
 Duration = Annotated[str, AfterValidator(check_duration)]
+CronSchedule = Annotated[str, AfterValidator(check_cron_schedule)]
 ChartPath = Annotated[str | None, AfterValidator(check_chart_path)]
 PrometheusUrl = Annotated[str | None, AfterValidator(check_prometheus_url)]
 Repository = Annotated[str, AfterValidator(check_repository)]

@@ -13,12 +13,13 @@ from ..base.model import (
     python_image_field,
 )
 from ..base.validation import (
+    CronSchedule,
     DnsLabel,
     GoDuration,
     Invalid,
     OwnNamespace,
-    check_cron_schedule,
     cron_job_namespace_field,
+    cron_schedule_field,
     go_duration_seconds,
     is_label_value,
     is_qualified_name,
@@ -44,10 +45,7 @@ class CompactionSettings(Model):
         default_factory=lambda: ImageSettings(repository="registry.k8s.io/descheduler/descheduler",
                                               tag="v0.36.0"),
         description="Descheduler image (pinned; the integration suite builds this version).")
-    schedule: str = Field(
-        default="*/15 * * * *",
-        description="When a compaction run starts (cron, the cluster's time zone): each run "
-                    "evicts at most `maxEvictionsPerRun` pods.")
+    schedule: CronSchedule = cron_schedule_field("*/15 * * * *", "a compaction run")
     opt_in_label: LabelKey = Field(
         default="gpu-platform.io/compaction",
         description="Only pods carrying this label with the value `allowed` are ever moved "
@@ -88,13 +86,6 @@ class CompactionSettings(Model):
         default_factory=lambda: ContainerResources(
             requests={"cpu": "50m", "memory": "128Mi"}, limits={"memory": "512Mi"}),
         description="Descheduler container requests and limits.")
-
-
-    @field_validator("schedule")
-    @classmethod
-    def schedule_is_cron(cls, value: str) -> str:
-        return check_cron_schedule(value, example="*/15 * * * *")
-
 
     @field_validator("node_selector")
     @classmethod

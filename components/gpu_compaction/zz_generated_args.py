@@ -30,8 +30,7 @@ class CompactionSettings(TypedDict):
     ("Descheduler image (pinned; the integration suite builds this version). Allowed: "
      "`{repository, tag}`, a pinned tag (never `latest`).")
     schedule: NotRequired[str]
-    ("When a compaction run starts (cron, the cluster's time zone): each run evicts at most "
-     "`maxEvictionsPerRun` pods. Default: `*/15 * * * *`.")
+    "When a compaction run starts (cron, the cluster's time zone). Default: `*/15 * * * *`."
     opt_in_label: NotRequired[str]
     ("Only pods carrying this label with the value `allowed` are ever moved (set it in the "
      "pod template of a Deployment, StatefulSet or Job whose pods may restart elsewhere). "

@@ -15,15 +15,16 @@ from ..base.model import (
     script_resources_field,
 )
 from ..base.validation import (
+    CronSchedule,
     DnsLabel,
     Duration,
     Invalid,
     NamespaceNames,
     OwnNamespace,
     PrometheusUrl,
-    check_cron_schedule,
     check_qualified_name,
     cron_job_namespace_field,
+    cron_schedule_field,
     duration_seconds,
     prometheus_url_field,
 )
@@ -148,9 +149,7 @@ class ReclaimSettings(Model):
     max_evictions_per_run: int = Field(
         default=4, ge=1, le=100,
         description="Pods evicted per run, at most (the longest reported first).")
-    schedule: str = Field(
-        default="*/10 * * * *",
-        description="When a reclaim run starts (cron, the cluster's time zone).")
+    schedule: CronSchedule = cron_schedule_field("*/10 * * * *", "a reclaim run")
     prometheus_url: PrometheusUrl = prometheus_url_field("the runs query")
     image: ImageSettings = python_image_field("the reclaim script")
     resources: ContainerResources = script_resources_field("the run's container")
@@ -167,11 +166,6 @@ class ReclaimSettings(Model):
     @classmethod
     def annotation_key(cls, value: str) -> str:
         return check_qualified_name(value, "annotation key")
-
-    @field_validator("schedule")
-    @classmethod
-    def schedule_is_cron(cls, value: str) -> str:
-        return check_cron_schedule(value, example="*/10 * * * *")
 
     @model_validator(mode="after")
     def something_opted_in(self) -> ReclaimSettings:

@@ -12,12 +12,13 @@ from ..base.model import (
     script_resources_field,
 )
 from ..base.validation import (
+    CronSchedule,
     DnsLabel,
     Duration,
     Invalid,
     OwnNamespace,
-    check_cron_schedule,
     cron_job_namespace_field,
+    cron_schedule_field,
     duration_seconds,
 )
 
@@ -64,9 +65,7 @@ class ReservationSettings(Model):
                     "(activeDeadlineSeconds), let a waiting pod whose own limit ends before "
                     "they do use the node's free GPUs meanwhile: the pod the node is kept for "
                     "starts no later.")
-    schedule: str = Field(
-        default="* * * * *",
-        description="When a run starts (cron, the cluster's time zone).")
+    schedule: CronSchedule = cron_schedule_field("* * * * *", "a run")
     image: ImageSettings = python_image_field("the reservation script")
     resources: ContainerResources = script_resources_field(
         "the container that reserves and releases nodes", memory_limit="512Mi",
@@ -87,11 +86,6 @@ class ReservationSettings(Model):
         if duration_seconds(value) <= 0:
             raise Invalid("a reservation that ends at once", "a duration above 0, e.g. 3h")
         return value
-
-    @field_validator("schedule")
-    @classmethod
-    def schedule_is_cron(cls, value: str) -> str:
-        return check_cron_schedule(value, example="* * * * *")
 
     @property
     def wait_before_seconds(self) -> float:

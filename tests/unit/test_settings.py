@@ -519,6 +519,19 @@ def set_in(node, keys: list[str]) -> bool:
     return isinstance(node, dict) and key in node and set_in(node[key], rest)
 
 
+@pytest.mark.parametrize("section", ["compaction", "reclaim", "reservation"])
+@pytest.mark.parametrize("schedule", ["@hourly", "*/10 * * *", "0 3 * * MON"])
+def test_a_runs_schedule_is_five_numeric_cron_fields(section, schedule):
+    """Each in-cluster run's schedule is refused, naming the setting, unless it is five numeric
+    cron fields (a CronJob takes macros and names; the benchmark's and the docs' arithmetic on
+    schedules does not)."""
+    with pytest.raises(SettingsError) as refused:
+        load_settings(raw(with_changes(**{section: {"schedule": schedule}})))
+    assert f'gpu-platform:{section}.schedule = "{schedule}": not a cron schedule; allowed: ' \
+           'five numeric fields: minute hour day-of-month month day-of-week, e.g. ' \
+           '"*/10 * * * *"' in refused.value.problems
+
+
 def test_a_setting_of_an_earlier_release_is_ignored_with_a_warning():
     """admission.kubeMgmt named the kube-mgmt image, which no longer runs: a stack file that
     still sets it deploys, and the run says the key can go."""
