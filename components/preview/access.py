@@ -28,7 +28,7 @@ from ..base.model import Read
 from ..monitoring import existing_stack
 from ..platform.settings import StackSettings
 from ..platform.wiring import component_inputs
-from .conflicts import CHECKS
+from .conflicts import ADVICE, CHECKS
 from .existing_kueue import KueueReads
 from .framework_crds import framework_reads
 from .prices import price_reads
@@ -53,7 +53,8 @@ def resource_of(kind: str) -> str:
 
 def preview_reads(settings: StackSettings) -> list[Read]:
     """Every read the stack's preview makes of the cluster."""
-    reads = [read for check in CHECKS if check.applies(settings) for read in check.reads]
+    reads = [read for found in (*CHECKS, *ADVICE) if found.applies(settings)
+             for read in found.reads]
     reads += KueueReads(settings).all() + framework_reads(settings) + price_reads(settings)
     if settings.monitoring.stack == "existing":
         reads += existing_stack.reads(component_inputs(settings).monitoring).values()

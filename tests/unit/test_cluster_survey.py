@@ -11,7 +11,9 @@ import pytest
 import yaml
 
 from components.base.validation import SettingsError
+from components.platform.config import load_settings
 from components.platform.settings import StackSettings
+from components.preview.access import preview_reads
 from components.preview.cluster import ClusterReader, NotAllowed
 from components.preview.conflicts import (
     ADVICE,
@@ -29,7 +31,7 @@ from components.preview.conflicts import (
     check_conflicts,
 )
 from tests.kit import harness
-from tests.kit.stacks import KUBECONFIG
+from tests.kit.stacks import KUBECONFIG, raw, with_changes
 
 DOCS = harness.ROOT / "docs" / "operators"
 EKSCTL_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"
@@ -442,3 +444,14 @@ def test_daemonsets_a_reservation_would_hold_off_gpu_nodes_are_named_with_the_to
     logged["warn"].clear()
     check_conflicts(stack())
     assert logged["warn"] == []
+
+
+def test_a_stacks_preview_identity_is_granted_the_reads_of_its_advice():
+    """A GKE-like stack (its own device plugin, an existing monitoring stack) reads DaemonSets
+    for no conflict, only for reservation's advice: its previewAccess grants the read all the
+    same, so the advice is given rather than named as not checked."""
+    settings = load_settings(raw(with_changes(
+        gpuOperator={"devicePlugin": {"enabled": False}}, monitoring={"stack": "existing"},
+        reservation={"enabled": True})))
+    assert not any(DAEMONSETS in check.reads for check in CHECKS if check.applies(settings))
+    assert DAEMONSETS in preview_reads(settings)
