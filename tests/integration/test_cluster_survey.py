@@ -135,7 +135,8 @@ def test_an_identity_without_rights_is_told_what_was_not_checked(cluster, exampl
 def priced(settings: StackSettings, prices: dict[str, float]) -> StackSettings:
     monitoring = settings.monitoring
     return settings.model_copy(update={"monitoring": monitoring.model_copy(update={
-        "usage": monitoring.usage.model_copy(update={"price_per_gpu_hour": prices})})})
+        "usage": monitoring.usage.model_copy(update={"price_per_gpu_hour": prices,
+                                                     "node_group_prices": []})})})
 
 
 def test_a_price_for_a_gpu_the_cluster_does_not_have_stops_the_preview(cluster, example_settings,
@@ -173,6 +174,6 @@ def test_the_preview_identity_may_check_the_prices_and_one_without_rights_is_tol
     token = cluster.service_account_token("default", "no-rights")
     check_prices(priced(stack_on(cluster, example_settings, "no-rights", token), {"H100": 1}))
     assert logged["warn"] == [
-        "gpu-platform: monitoring.usage.pricePerGpuHour: the price keys were not checked against "
+        "gpu-platform: monitoring.usage: the price keys were not checked against "
         "the cluster's GPU models (GET /api/v1/nodes: HTTP 403 for the context's user); the "
         "preview identity needs to list nodes"]

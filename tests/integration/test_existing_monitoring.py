@@ -95,7 +95,8 @@ def operator(control_plane):
     kube.apply(chart_prometheus(), TEST_MANAGER)
     kube.apply(chart_node_exporter(), TEST_MANAGER)
     kube.apply(kube_state_metrics("pods=[gpu-platform.io/admission-audit],"
-                                  "nodes=[nvidia.com/gpu.present]"), TEST_MANAGER)
+                                  "nodes=[nvidia.com/gpu.present,karpenter.sh/capacity-type]"),
+               TEST_MANAGER)
     yield running
     running.stop()
 
