@@ -31,6 +31,7 @@ from tests.unit.test_gpu_usage_rules import (
     DEVICE_PLUGIN,
     H100,
     PROFILING,
+    TEAMS,
     UTILIZATION,
     exporter,
 )
@@ -48,10 +49,6 @@ RESERVED = {"eks.amazonaws.com/nodegroup": "a100-reserved"}
 PRICES = {"pricePerGpuHour": {H100: 2.5}, "nodeGroupPrices": [
     {"nodeSelector": SPOT, "pricePerGpuHour": {H100: 1.1}},
     {"nodeSelector": RESERVED, "pricePerGpuHour": {A100: 1.5}}]}
-TEAMS = {"enabled": True, "teams": [
-    {"name": "research", "namespaces": ["research", "research-batch"],
-     "quota": {"gpu": {"nvidia.com/gpu": 4}}},
-    {"name": "vision", "namespaces": ["vision"], "quota": {"gpu": {"nvidia.com/gpu": 4}}}]}
 SETTINGS = load_settings(raw(with_changes(teams=TEAMS, monitoring={"usage": PRICES})))
 
 # The month, counted by hand. research: `train` holds two H100s of an on-demand node (2.5 an
