@@ -33,7 +33,7 @@ class AlertSettings(Model):
                     "critical, and fault remediation takes the node out of service "
                     "(`remediation.mode`); any other XID is GpuXidError, a warning.")
     idle_for: Duration = Field(
-        default="2h",
+        default="1h",
         description="GpuAllocatedIdle: a pod that held its GPUs this long (a duration) without "
                     "any of them active at any sample (`monitoring.usage.activeThreshold`); "
                     "the same default as `reclaim.idleFor`, so that the alert names the pods "

@@ -99,7 +99,7 @@ class AlertSettings(TypedDict):
     idle_for: NotRequired[str]
     ("GpuAllocatedIdle: a pod that held its GPUs this long (a duration) without any of them "
      "active at any sample (`monitoring.usage.activeThreshold`); the same default as "
-     "`reclaim.idleFor`, so that the alert names the pods reclaim acts on. Default: `2h`.")
+     "`reclaim.idleFor`, so that the alert names the pods reclaim acts on. Default: `1h`.")
     pending_for: NotRequired[str]
     ("GpuPodFragmentationPending: a GPU pod unschedulable this long although enough GPUs are "
      "free in total (a duration). Default: `15m`.")

@@ -111,14 +111,14 @@ class ReclaimSettings(Model):
                     "idle, it is evicted through the eviction API (PodDisruptionBudgets hold). "
                     "Start with `report`.")
     idle_for: Duration = Field(
-        default="2h",
+        default="1h",
         description=f"A pod is idle when it held its GPUs for this whole trailing window (a "
                     f"duration, {MIN_IDLE_FOR} or more, at most the monitoring stack's "
                     f"retention) and none of them was active (above "
                     f"`monitoring.usage.activeThreshold`) at any sample within it: a pod active "
                     f"at any time within the window is never idle.")
     grace_period: Duration = Field(
-        default="4h",
+        default="2h",
         description="With `action: evict`: how long after a pod was first reported idle it may "
                     "be evicted if still idle (a duration): the owner's time to use it, keep "
                     "it or let it go. A pod active again starts over.")

@@ -57,11 +57,11 @@ class ReclaimSettings(TypedDict):
     ("A pod is idle when it held its GPUs for this whole trailing window (a duration, 10m or "
      "more, at most the monitoring stack's retention) and none of them was active (above "
      "`monitoring.usage.activeThreshold`) at any sample within it: a pod active at any time "
-     "within the window is never idle. Default: `2h`.")
+     "within the window is never idle. Default: `1h`.")
     grace_period: NotRequired[str]
     ("With `action: evict`: how long after a pod was first reported idle it may be evicted "
      "if still idle (a duration): the owner's time to use it, keep it or let it go. A pod "
-     "active again starts over. Default: `4h`.")
+     "active again starts over. Default: `2h`.")
     namespaces: NotRequired[list[str]]
     "Namespaces whose GPU pods reclaim applies to (opt-in: none by default). Default: `[]`."
     teams: NotRequired[list[str]]

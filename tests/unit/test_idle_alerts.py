@@ -29,19 +29,19 @@ def held_gpu(utilization: int, activity: float | None = None) -> list[dict]:
 
 
 def test_allocated_idle_gpus_are_reported_after_the_idle_window(promtool_bin, tmp_path):
-    """GpuAllocatedIdle names a pod once it has held its GPUs for alerts.idleFor (2h) without
+    """GpuAllocatedIdle names a pod once it has held its GPUs for alerts.idleFor (1h) without
     one active sample: by engine activity where the GPU reports it, by utilization where it
     does not; the threshold is monitoring.usage.activeThreshold (5%)."""
     idle = {**NOTEBOOK_LABELS, "severity": "info"}
     run_promtool_tests(promtool_bin, tmp_path, [
         {"interval": "1m", "input_series": held_gpu(4),
-         "alert_rule_test": [fires("GpuAllocatedIdle", "110m", []),
-                             fires("GpuAllocatedIdle", "125m", [idle])]},
+         "alert_rule_test": [fires("GpuAllocatedIdle", "50m", []),
+                             fires("GpuAllocatedIdle", "65m", [idle])]},
         {"interval": "1m", "input_series": held_gpu(6),
          "alert_rule_test": [fires("GpuAllocatedIdle", "170m", [])]},
         # A kernel always running but the engine nearly unused: idle by the engine's measure.
         {"interval": "1m", "input_series": held_gpu(100, 0.01),
-         "alert_rule_test": [fires("GpuAllocatedIdle", "125m", [idle])]},
+         "alert_rule_test": [fires("GpuAllocatedIdle", "65m", [idle])]},
         {"interval": "1m", "input_series": held_gpu(0, 0.2),
          "alert_rule_test": [fires("GpuAllocatedIdle", "170m", [])]},
     ])
@@ -52,10 +52,10 @@ def test_allocated_idle_gpus_are_reported_after_the_idle_window(promtool_bin, tm
 def test_the_dashboard_the_alert_and_reclaim_agree_on_which_gpus_are_idle(
         promtool_bin, tmp_path, utilization, activity, idle):
     """One definition of idle: the dashboard's list of the alert's pods and reclaim's query (at
-    the shipped windows, both 2h) select the pods the alert fires for, on both metric shapes."""
+    the shipped windows, both 1h) select the pods the alert fires for, on both metric shapes."""
     inputs = monitoring_of(SETTINGS)
     [table] = [panel for panel in dashboard.dashboard(inputs)["panels"]
-               if panel["title"] == "Idle for 2h (GpuAllocatedIdle)"]
+               if panel["title"] == "Idle for 1h (GpuAllocatedIdle)"]
     listed = table["targets"][0]["expr"]
     for variable in ("$node", "$model", "$namespace"):
         listed = listed.replace(variable, ".*")
@@ -64,12 +64,12 @@ def test_the_dashboard_the_alert_and_reclaim_agree_on_which_gpus_are_idle(
     gpu = f'gpu_platform:pod_gpus_held:count{{modelName="NVIDIA H100", {pod}, node="n1"}}'
     run_promtool_tests(promtool_bin, tmp_path, [
         {"interval": "1m", "input_series": held_gpu(utilization, activity),
-         "alert_rule_test": [fires("GpuAllocatedIdle", "125m",
+         "alert_rule_test": [fires("GpuAllocatedIdle", "65m",
                                    [{**NOTEBOOK_LABELS, "severity": "info"}] if idle else [])],
          "promql_expr_test": [
-             {"expr": listed, "eval_time": "125m",
+             {"expr": listed, "eval_time": "65m",
               "exp_samples": [{"labels": f"{{{pod}}}", "value": 1}] if idle else []},
-             {"expr": reclaimed, "eval_time": "125m",
+             {"expr": reclaimed, "eval_time": "65m",
               "exp_samples": [{"labels": gpu, "value": 1}] if idle else []}]}])
 
 
@@ -83,7 +83,7 @@ def test_a_pod_reclaim_will_evict_is_announced_to_its_team_with_its_deadline(pro
     settings = load_settings(raw(with_changes(teams=TEAMS, reclaim={
         "enabled": True, "action": "report", "teams": ["research", "vision"],
         "policies": [{"teams": ["research"], "action": "evict"}]})))
-    reported, deadline = "2026-01-01T02:00:00Z", "2026-01-01T06:00:00Z"
+    reported, deadline = "2026-01-01T01:00:00Z", "2026-01-01T03:00:00Z"
 
     def annotated(namespace: str, pod: str, evicts: bool) -> dict:
         labels = (f'namespace="{namespace}", pod="{pod}", job="kube-state-metrics", '
@@ -103,8 +103,8 @@ def test_a_pod_reclaim_will_evict_is_announced_to_its_team_with_its_deadline(pro
                  "severity": "warning", "team": "research"}
     run_promtool_tests(promtool_bin, tmp_path, [
         {"interval": "1m", "input_series": series,
-         "alert_rule_test": [fires(EVICTION_ALERT, "110m", []),
-                             fires(EVICTION_ALERT, "150m", [announced])]},
+         "alert_rule_test": [fires(EVICTION_ALERT, "50m", []),
+                             fires(EVICTION_ALERT, "90m", [announced])]},
     ], settings=settings)
     # The platform's kube-state-metrics exports the two annotations the alert reads.
     values = monitoring.chart_values(monitoring_of(settings))["kube-state-metrics"]

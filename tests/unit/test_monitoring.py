@@ -205,7 +205,7 @@ def test_dashboard_answers_the_platform_teams_questions():
         "GPUs by pod": gpu_rules.POD_ALLOCATED,
         "GPU memory used by namespace": "sum by (namespace) (DCGM_FI_DEV_FB_USED",
         "GPU memory used by pod": "DCGM_FI_DEV_FB_USED",
-        "Idle for 2h (GpuAllocatedIdle)": "max_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "Idle for 1h (GpuAllocatedIdle)": "max_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE",
         "Temperature per GPU": "DCGM_FI_DEV_GPU_TEMP",
         "Power per GPU": "DCGM_FI_DEV_POWER_USAGE",
         "GPU faults now": "DCGM_FI_DEV_XID_ERRORS",
