@@ -384,18 +384,20 @@ reference for comparison. The method and what the figures mean:
 
 
 def reclaim_page(rows: list[dict]) -> str:
-    """docs/benchmarks/reclaim.md: the idle trace replayed with reclaim off, reporting and
-    evicting (`--reclaim`); medians over seeds, range in brackets, each mode against reclaim off
-    on the same seed."""
+    """docs/benchmarks/reclaim.md: each mode's figures, cluster-wide and per team; medians over
+    seeds, range in brackets, GPU-hours used against reclaim off on the same seed."""
     groups: dict[tuple, dict[int, dict[str, dict]]] = {}
     for r in rows:
         groups.setdefault((r["mix"], r["nodes"], r["gpus"], r["load"]), {}).setdefault(
             r["seed"], {})[r["mode"]] = r
-    lines = ["| mix | nodes (GPUs) | load | reclaim | seeds | idle GPU-hours held (share of held) "
-             "| GPU-hours handed back | GPU-hours used, against off | batch wait mean / p95 "
-             "(min) | 8-GPU wait p95 (min) | pods reported | pods evicted (of them busy) | "
-             "stalled jobs evicted (their work, GPU-hours) | run, s |",
-             "| --- | ---: | ---: | --- |" + " ---: |" * 10]
+    cluster = ["| mix | nodes (GPUs) | load | reclaim | seeds | idle share of GPU-hours held | "
+               "GPU-hours used, against off | batch wait mean / p95 (min) | 8-GPU wait p95 "
+               "(min) | pods reported | keep-alives honoured | run, s |",
+               "| --- | ---: | ---: | --- |" + " ---: |" * 8]
+    teams = ["| reclaim | team | action | idle GPU-hours handed back (share of idle) | idle "
+             "GPU-hours still held | pods evicted (busy; warned first) | notebooks cut short "
+             "(work lost, GPU-hours) | stalled jobs evicted (work lost) | keep-alives sent |",
+             "| --- | --- | --- |" + " ---: |" * 6]
     for (mix, nodes, gpus, load), seeds in sorted(groups.items()):
         modes = list(dict.fromkeys(mode for by_mode in seeds.values() for mode in by_mode))
         for mode in modes:
@@ -403,32 +405,51 @@ def reclaim_page(rows: list[dict]) -> str:
             off = [by_mode.get("off") for by_mode in seeds.values() if mode in by_mode]
             used = [None if o is None else 100 * (r["used_gpu_hours"] / o["used_gpu_hours"] - 1)
                     for r, o in zip(runs, off, strict=True)]
-            lines.append(
-                f"| {mix} | {nodes} ({gpus}) | {load} | {mode} | {len(runs)} | "
-                f"{spread([r['idle_gpu_hours'] for r in runs], '.0f')} "
-                f"({spread([100 * r['idle_share'] for r in runs], '.1f')}%) | "
-                f"{spread([r['handed_back_gpu_hours'] for r in runs], '.0f')} | "
-                f"{spread(used, '+.1f')}% | "
-                f"{hours([r['wait_mean'] for r in runs])} / "
+            label = mode + (" (shipped settings)" if runs[0].get("shipped") else "")
+            cluster.append(
+                f"| {mix} | {nodes} ({gpus}) | {load} | {label} | {len(runs)} | "
+                f"{spread([100 * r['idle_share'] for r in runs], '.1f')}% | "
+                f"{spread(used, '+.1f')}% | {hours([r['wait_mean'] for r in runs])} / "
                 f"{hours([r['wait_p95'] for r in runs])} | "
                 f"{hours([r['wait_p95_8'] for r in runs])} | "
                 f"{spread([r['reported'] for r in runs], '.0f')} | "
-                f"{spread([r['evicted'] for r in runs], '.0f')} "
-                f"({max(r['evicted_busy'] for r in runs)}) | "
-                f"{spread([r['evicted_stalled'] for r in runs], '.0f')} "
-                f"({spread([r['stalled_work_lost_gpu_hours'] for r in runs], '.0f')}) | "
+                f"{spread([r['kept_alive'] for r in runs], '.0f')} | "
                 f"{spread([r['run_seconds_mean'] for r in runs], '.2f')} |")
-    table_ = "\n".join(lines)
+            for team in runs[0]["teams"]:
+                t = [r["teams"][team] for r in runs]
+                action = ("off" if mode == "off" else
+                          "evict" if team in runs[0]["evicting"] else "report")
+                teams.append(
+                    f"| {label} | {team} | {action} | "
+                    f"{spread([x['handed_back_gpu_hours'] for x in t], '.0f')} "
+                    f"({spread([100 * x['handed_back_share'] for x in t], '.0f')}%) | "
+                    f"{spread([x['idle_gpu_hours'] for x in t], '.0f')} | "
+                    f"{spread([x['evicted'] for x in t], '.0f')} "
+                    f"({max(x['evicted_busy'] for x in t)}; "
+                    f"{'all' if all(x['evicted_warned'] == x['evicted'] for x in t) else 'not all'}"
+                    f") | {spread([x['notebooks_cut_short'] for x in t], '.0f')} "
+                    f"({spread([x['notebook_work_lost_gpu_hours'] for x in t], '.0f')}) | "
+                    f"{spread([x['evicted_stalled'] for x in t], '.0f')} "
+                    f"({spread([x['stalled_work_lost_gpu_hours'] for x in t], '.0f')}) | "
+                    f"{spread([x['keep_alives_sent'] for x in t], '.0f')} |")
+    cluster_table, teams_table = "\n".join(cluster), "\n".join(teams)
     return f"""# Binpack benchmark with idle GPUs
 
 <!-- Generated by `bash tests/run benchmark --reclaim` from
 benchmark/results/reclaim.jsonl; do not edit. -->
 
-The replay's trace with a share of batch jobs that hold their GPUs idle for hours, played with
-idle reclaim off, reporting only, and evicting after its grace period. The method and what the
-figures mean: [the benchmark's page](README.md#idle-gpus).
+The replay's trace with batch jobs that hold their GPUs idle for hours and notebooks idle
+between bursts, spread over two teams' namespaces, played with idle reclaim off, with one team
+evicting while the other only reports, and with both evicting. The method and what the figures
+mean: [the benchmark's page](README.md#idle-gpus).
 
-{table_}
+## The cluster
+
+{cluster_table}
+
+## Each team
+
+{teams_table}
 """
 
 

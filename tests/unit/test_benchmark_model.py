@@ -316,18 +316,52 @@ def test_idle_jobs_are_the_seeds_jobs_held_longer_by_their_idle_hours():
     for plain, held in zip(trace.jobs, idle.trace.jobs, strict=True):
         assert (plain.id, plain.task, plain.arrival) == (held.id, held.task, held.arrival)
         gap = idle.idleness.get(plain.id)
-        assert held.duration == pytest.approx(plain.duration + (gap.end - gap.start if gap else 0))
-    hung = sum(1 for gap in idle.idleness.values() if not gap.resumes)
-    stalled = len(idle.idleness) - hung
-    assert hung / len(trace.jobs) == pytest.approx(reclaim.HUNG_SHARE, abs=0.01)
-    assert stalled / len(trace.jobs) == pytest.approx(reclaim.STALLED_SHARE, abs=0.01)
-    # A hung job idles from the end of its work to the end of its pod; a stalled one works after.
+        spells = gap.idle_hours(0.0, held.duration) if gap else 0.0
+        assert held.duration == pytest.approx(plain.duration + spells)
+    kinds = Counter(gap.kind for gap in idle.idleness.values())
+    for kind, share in (("hung", reclaim.HUNG_SHARE), ("stalled", reclaim.STALLED_SHARE),
+                        ("notebook", reclaim.NOTEBOOK_SHARE)):
+        assert kinds[kind] / len(trace.jobs) == pytest.approx(share, abs=0.01)
+    teams = Counter(idle.team.values())
+    assert set(teams) == set(reclaim.TEAMS)
+    assert teams["research"] / len(trace.jobs) == pytest.approx(0.5, abs=0.02)
+    answering = [g for g in idle.idleness.values() if g.answers is not None]
+    assert {g.kind for g in answering} == {"notebook"}
+    assert len(answering) / kinds["notebook"] == pytest.approx(reclaim.KEEP_ALIVE_ODDS, abs=0.05)
     for job in idle.trace.jobs:
         gap = idle.idleness.get(job.id)
-        if gap and not gap.resumes:
-            assert gap.end == pytest.approx(job.duration)
-        elif gap:
-            assert 0 < gap.start < gap.end < job.duration
+        if gap is None:
+            continue
+        # A hung job and a notebook idle to the end of the pod; a stalled one works after.
+        ends_idle = gap.kind != "stalled"
+        assert (gap.spells[-1][1] == pytest.approx(job.duration)) is ends_idle
+        assert len(gap.spells) == (reclaim.NOTEBOOK_BURSTS if gap.kind == "notebook" else 1)
+        assert all(0 < start < end <= job.duration for start, end in gap.spells)
+
+
+def test_a_notebooks_work_and_idle_hours_follow_its_spells():
+    # Bursts 0-1, 3-4 and 6-7; idle 1-3, 4-6, then left open 7-12.
+    notebook = reclaim.Idleness("notebook", ((1.0, 3.0), (4.0, 6.0), (7.0, 12.0)), 12.0)
+    assert notebook.idle_hours(0.0, 12.0) == 9.0
+    assert notebook.idle_hours(2.0, 5.0) == 2.0
+    assert notebook.work_after(2.0) == 2.0          # evicted in the first gap: two bursts lost
+    assert notebook.work_after(8.0) == 0.0          # left open: nothing lost
+    assert notebook.idle_through(1.5, 3.0) and not notebook.idle_through(2.5, 4.5)
+
+
+def test_the_replays_modes_are_valid_stack_settings_and_one_is_shipped():
+    settings = example_settings()
+    for mode in reclaim.MODES[1:]:
+        stack = reclaim.reclaim_settings(settings, mode).reclaim
+        assert stack.namespaces == list(reclaim.TEAMS)
+        actions = {team: stack.policy_of(team, None).action for team in reclaim.TEAMS}
+        assert actions == {team: "evict" if team in mode.evicting else "report"
+                           for team in reclaim.TEAMS}
+    defaults = (settings.reclaim.idle_for, settings.reclaim.grace_period)
+    assert [m.label for m in reclaim.MODES if reclaim.shipped(settings, m)] == [
+        m.label for m in reclaim.MODES
+        if m.settings and (m.settings["idleFor"], m.settings["gracePeriod"]) == defaults]
+    assert any(reclaim.shipped(settings, m) for m in reclaim.MODES)
 
 
 def pod_record(job_id: int, started: float, gpus: int = 2) -> binpack.PodRecord:
@@ -338,7 +372,7 @@ def pod_record(job_id: int, started: float, gpus: int = 2) -> binpack.PodRecord:
 def test_a_pod_active_at_any_time_within_the_window_is_never_in_the_idle_set():
     # Job 1 stalls 2h to 5h after its start, job 2 never idles; both started at hour 1.
     records = [pod_record(1, 1.0), pod_record(2, 1.0)]
-    gaps = {1: reclaim.Idleness(2.0, 5.0, resumes=True)}
+    gaps = {1: reclaim.Idleness("stalled", ((2.0, 5.0),), 7.0)}
 
     def idle(now: float) -> set[str]:
         return {name for _, name in reclaim.idle_set(records, gaps, 2.0, now)}
@@ -350,6 +384,43 @@ def test_a_pod_active_at_any_time_within_the_window_is_never_in_the_idle_set():
     assert reclaim.idle_set(records, gaps, 2.0, 5.0) == {(binpack.NAMESPACE, "job-1-pod"): 2}
     records[0].ended = 5.5
     assert idle(6.0) == set()            # gone
+
+
+def test_a_teams_figures_count_what_each_eviction_handed_back_and_cost():
+    """research: a notebook evicted in its first gap (its later bursts lost, its later idle
+    hours handed back), a stalled job evicted in its stall (all its work lost, no retry), a hung
+    job evicted before its owner would have deleted it; vision: a notebook left alone."""
+    notebook = reclaim.Idleness("notebook", ((1.0, 3.0), (4.0, 6.0), (7.0, 12.0)), 12.0)
+    stalled = reclaim.Idleness("stalled", ((2.0, 5.0),), 7.0)
+    hung = reclaim.Idleness("hung", ((1.0, 9.0),), 9.0)
+    pods = ((1, notebook, "research", 2.5), (2, stalled, "research", 4.5),
+            (3, hung, "research", 6.0), (4, notebook, "vision", 12.0))
+    records = []
+    for job_id, idleness, team, ended in pods:
+        job = BatchJob(job_id, Task(2, 1000, 1024), 0.0, idleness.duration)
+        records.append(binpack.PodRecord(f"job-{job_id}-pod", job.task, 0.0, job=job,
+                                         started=0.0, ended=ended, namespace=team))
+    idle = reclaim.IdleTrace(Trace([], [], [], horizon=20.0),
+                             {job_id: idleness for job_id, idleness, _, _ in pods}, {})
+    evicted = [reclaim.Reclaimed(record, record.ended, busy=False, warned=True)
+               for record in records[:3] if record.ended is not None]
+    answered = {("research", "job-1-pod", "t0"), ("vision", "job-4-pod", "t1")}
+    outcome = binpack.Outcome("test", 20.0, 16, records, [])
+    research = reclaim.team_figures(outcome, idle, evicted, answered, "research")
+    assert research["held_gpu_hours"] == 2 * (2.5 + 4.5 + 6.0)
+    # Idle while held: 1.5 h of the notebook's first gap, 2.5 h of the stall, 5 h hung.
+    assert research["idle_gpu_hours"] == 2 * (1.5 + 2.5 + 5.0)
+    # Handed back: the notebook's last 0.5 h of that gap and its 2 h and 5 h spells; the
+    # stall's last 0.5 h; the hung job's last 3 h.
+    assert research["handed_back_gpu_hours"] == 2 * (7.5 + 0.5 + 3.0)
+    assert research["handed_back_share"] == pytest.approx(22 / (22 + 18))
+    assert (research["notebooks_cut_short"], research["notebook_work_lost_gpu_hours"]) == (1, 4)
+    assert (research["evicted_stalled"], research["stalled_work_lost_gpu_hours"]) == (1, 8)
+    assert (research["evicted"], research["evicted_warned"], research["keep_alives_sent"]) == (
+        3, 3, 1)
+    vision = reclaim.team_figures(outcome, idle, evicted, answered, "vision")
+    assert (vision["held_gpu_hours"], vision["idle_gpu_hours"]) == (24.0, 18.0)
+    assert (vision["handed_back_gpu_hours"], vision["evicted"]) == (0.0, 0)
 
 
 def test_the_replay_runs_reclaim_on_the_shipped_schedule():
