@@ -51,6 +51,7 @@ from .usage import (
     held,
     idle_means,
     range_gpu_hours,
+    team_joined,
     team_namespaces,
 )
 
@@ -287,8 +288,8 @@ def fault_costs(inputs: MonitoringInputs, counter: str) -> str:
     by_namespace = f"sum by (namespace) (increase({counter}[$__range]))"
     if not team_namespaces(inputs):
         return by_namespace
-    return (f"sum by (team) ({by_namespace} * on (namespace) group_left (team) "
-            f"{TEAM_NAMESPACE}) or {by_namespace} unless on (namespace) {TEAM_NAMESPACE}")
+    return (f"sum by (team) ({team_joined(by_namespace)}) "
+            f"or {by_namespace} unless on (namespace) {TEAM_NAMESPACE}")
 
 
 def faults_now(inputs: MonitoringInputs) -> str:

@@ -166,8 +166,7 @@ def with_team(inputs: MonitoringInputs, expr: str) -> str:
     so that Alertmanager routes it to the team's receivers; unchanged without teams."""
     if not usage.team_namespaces(inputs):
         return expr
-    return (f"({expr}) * on (namespace) group_left (team) {usage.TEAM_NAMESPACE} "
-            f"or on (namespace, pod) ({expr})")
+    return f"{usage.team_joined(f'({expr})')} or on (namespace, pod) ({expr})"
 
 
 def fault_alert(fault: GpuFault, fatal_xid_codes: list[int], gpu: str) -> dict:

@@ -110,12 +110,16 @@ def activity(over: str | None = None, select: str = HELD) -> str:
             f"{_per_gpu(UTILIZATION_PERCENT, select, over)} / 100)")
 
 
+def team_joined(series: str) -> str:
+    """`series` (by namespace), each series of a team's namespace labelled with its `team`; a
+    namespace of no team drops out."""
+    return f"{series} * on (namespace) group_left (team) {TEAM_NAMESPACE}"
+
+
 def _of_level(level: str, series: str) -> str:
     """Per-GPU `series` with the level's label: a namespace's team joined where the level is
     team."""
-    if level == "team":
-        return f"{series} * on (namespace) group_left (team) {TEAM_NAMESPACE}"
-    return series
+    return team_joined(series) if level == "team" else series
 
 
 def _level_counts(level: str, by: str) -> list[dict]:
