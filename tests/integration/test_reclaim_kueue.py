@@ -2,7 +2,8 @@
 generates (test_kueue.py's Kueue, queues and kube-scheduler): an idle pod of a Job Kueue admitted
 goes back to the queue with its Workload, which frees the team's quota for the work waiting
 behind it, while the other team, on a policy of report only, keeps its idle Job; an idle bare
-notebook pod, which owns its Workload, is evicted for good and its quota freed. The declared
+notebook pod, which owns its Workload, is kept by its owner's keep-alive once, then evicted for
+good and its quota freed. The declared
 reclaim script runs as in test_reclaim.py (reclaim_run.py), against the real Prometheus and an
 exporter stand-in, time compressed the same way.
 """
@@ -83,7 +84,9 @@ NOTEBOOKS = SETTINGS.model_copy(update={"reclaim": ReclaimSettings.model_validat
 
 def test_an_idle_bare_notebook_pod_of_a_team_is_evicted_for_good_and_frees_its_quota(kueue):  # noqa: F811
     """A bare pod owns its Workload (Kueue's pod integration): nothing would queue again, so it
-    is evicted as any pod, as the users' page says, and Kueue ends its Workload with it."""
+    is evicted as any pod, as the users' page says, and Kueue ends its Workload with it. Its
+    owner's keep-alive, answering the report, keeps it one grace period more (the stack's one
+    keep-alive), as the report's message says."""
     cp, kube = kueue.cp, kueue.kube
     with reclaiming(cp, NOTEBOOKS) as reclaim:
         notebook = kube.create({"apiVersion": "v1", "kind": "Pod",
@@ -96,7 +99,13 @@ def test_an_idle_bare_notebook_pod_of_a_team_is_evicted_for_good_and_frees_its_q
         pending(kube, TEAM_B, "waiting")
         reclaim.set_idle({(TEAM_B, "notebook-0")})
         log = reclaim.run()      # reports
-        log += reclaim.run()     # evicts (grace period 0s)
+        kube.merge_patch("v1", "Pod", "notebook-0", {"metadata": {"annotations": {
+            "gpu-platform.io/keep-alive": "true"}}}, TEAM_B, what="keep the notebook alive")
+        log += reclaim.run()     # kept alive instead of evicted (grace period 0s)
+        assert f"{TEAM_B}/notebook-0: kept alive: grace period restarted" in log, log
+        assert running_pod(kube, TEAM_B, "notebook-0")
+        pending(kube, TEAM_B, "waiting")
+        log += reclaim.run()     # evicts: its one keep-alive is used
         assert f"{TEAM_B}/notebook-0: evicted" in log, log
         wait_until(lambda: not kube.list("v1", "Pod", TEAM_B,
                                          fieldSelector="metadata.name=notebook-0"),
